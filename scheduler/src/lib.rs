@@ -1,1 +1,2 @@
-//! placeholder
+//! Drover's scheduling core.
+pub mod config;
