@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 /// What a taint does to pods that do not tolerate it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum TaintEffect {
     /// New pods are not scheduled on the node.
     NoSchedule,
@@ -17,7 +17,7 @@ pub enum TaintEffect {
 }
 
 /// A node taint.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Taint {
     /// The taint key.
@@ -30,7 +30,7 @@ pub struct Taint {
 }
 
 /// How a toleration compares its value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub enum TolerationOperator {
     /// Key and value must match.
     #[default]
@@ -40,7 +40,7 @@ pub enum TolerationOperator {
 }
 
 /// A pod toleration.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Toleration {
     /// The taint key to tolerate; empty with `Exists` tolerates everything.
@@ -86,7 +86,7 @@ pub fn tolerates_all(tolerations: &[Toleration], taints: &[Taint]) -> Result<(),
 }
 
 /// A node-selector operator of required node affinity.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum NodeSelectorOperator {
     /// The label value is one of `values`.
     In,
@@ -103,7 +103,7 @@ pub enum NodeSelectorOperator {
 }
 
 /// One expression of a node selector term.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NodeSelectorRequirement {
     /// The label key.

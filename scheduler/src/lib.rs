@@ -1,2 +1,17 @@
-//! Drover's scheduling core.
+//! Drover's scheduling core: a pure, synchronous library. A [`snapshot::Snapshot`] of the
+//! cluster goes in; [`cycle::run_cycle`] runs the configured actions through the enabled
+//! plugins and returns decisions (bindings, evictions) and the reason every waiting pod
+//! group waits. Nothing here performs I/O, so the same code serves the Kubernetes scheduler,
+//! the simulator, the benchmarks and the tests.
+
+pub mod actions;
 pub mod config;
+pub mod cycle;
+pub mod fair_share;
+pub mod framework;
+pub mod node_index;
+pub mod placement;
+pub mod plugins;
+pub mod res;
+pub mod session;
+pub mod snapshot;

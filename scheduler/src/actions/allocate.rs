@@ -1,0 +1,132 @@
+//! Allocate: place admitted pod groups on idle capacity, serving the most deprived queue
+//! first and, within it, jobs in priority order.
+//!
+//! Four passes, each over all queues: gang minimums within fair share, then elastic pods
+//! within fair share, then gang minimums and elastic pods on idle capacity beyond fair share
+//! (capacity no queue within its fair share could use). A gang's minimum is placed as one
+//! statement or not at all. In a `StrictFIFO` queue, a job that cannot start stops later
+//! jobs of the same class (GPU or CPU-only) for the rest of the pass.
+
+use crate::framework::ShareBound;
+use crate::placement::Avail;
+use crate::snapshot::{JobId, JobPhase, QueueId, QueueingStrategy};
+
+use super::{jobs_by_queue, place_all, select_queue, Ctx};
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Tier {
+    Minimum,
+    Elastic,
+}
+
+/// Runs the action.
+pub fn run(ctx: &mut Ctx) {
+    let queues = jobs_by_queue(ctx, |j| {
+        ctx.ssn.job_phase[j] != JobPhase::Pending && ctx.ssn.job_pipelined[j] == 0 && ctx.ssn.pending_pods(j).next().is_some()
+    });
+    for (tier, bound) in [
+        (Tier::Minimum, ShareBound::FairShare),
+        (Tier::Elastic, ShareBound::FairShare),
+        (Tier::Minimum, ShareBound::Idle),
+        (Tier::Elastic, ShareBound::Idle),
+    ] {
+        run_pass(ctx, &queues, tier, bound);
+    }
+}
+
+struct Pass<'q> {
+    queues: &'q [Vec<JobId>],
+    cursor: Vec<usize>,
+    done: Vec<bool>,
+    blocker: Vec<[Option<JobId>; 2]>,
+}
+
+fn run_pass(ctx: &mut Ctx, queues: &[Vec<JobId>], tier: Tier, bound: ShareBound) {
+    let mut pass = Pass {
+        queues,
+        cursor: vec![0; queues.len()],
+        done: vec![false; ctx.ssn.snap.jobs.len()],
+        blocker: vec![[None, None]; queues.len()],
+    };
+    let mut heads: Vec<Option<JobId>> = (0..queues.len()).map(|q| pass.head(ctx, q, tier)).collect();
+    while let Some(q) = select_queue(ctx, &|q| heads[q].is_some()) {
+        let job = heads[q].expect("selected queues have a head job");
+        let placed = match tier {
+            Tier::Minimum => place_minimum(ctx, job, bound),
+            Tier::Elastic => place_one_elastic(ctx, job, bound),
+        };
+        match placed {
+            Ok(more) => {
+                if !more {
+                    pass.done[job] = true;
+                }
+            }
+            Err(reason) => {
+                ctx.ssn.set_reason(job, reason);
+                pass.done[job] = true;
+                if tier == Tier::Minimum && ctx.ssn.snap.queues[q].strategy == QueueingStrategy::StrictFifo {
+                    pass.blocker[q][class(ctx, job)] = Some(job);
+                }
+            }
+        }
+        heads[q] = pass.head(ctx, q, tier);
+    }
+}
+
+impl Pass<'_> {
+    /// The next job of queue `q` this pass should try, skipping finished, inapplicable and
+    /// strictly blocked jobs (which get a reason naming the job they wait behind).
+    fn head(&mut self, ctx: &mut Ctx, q: QueueId, tier: Tier) -> Option<JobId> {
+        while let Some(&job) = self.queues[q].get(self.cursor[q]) {
+            let ready = ctx.fw.job_ready(ctx.ssn, job);
+            let applicable = !self.done[job]
+                && ctx.ssn.pending_pods(job).next().is_some()
+                && match tier {
+                    Tier::Minimum => !ready,
+                    Tier::Elastic => ready,
+                };
+            if applicable {
+                if let Some(blocker) = self.blocker[q][class(ctx, job)] {
+                    if tier == Tier::Minimum {
+                        let b = ctx.ssn.snap.jobs[blocker].key();
+                        let name = &ctx.ssn.snap.queues[q].name;
+                        ctx.ssn.set_reason(job, format!("waiting behind {b} in StrictFIFO queue {name}"));
+                    }
+                } else {
+                    return Some(job);
+                }
+            }
+            self.cursor[q] += 1;
+        }
+        None
+    }
+}
+
+/// 0 for GPU jobs, 1 for CPU-only jobs: StrictFIFO blocks each class separately.
+fn class(ctx: &Ctx, job: JobId) -> usize {
+    usize::from(!ctx.ssn.snap.jobs[job].tasks.iter().any(|t| t.gpu))
+}
+
+/// Places the job's gang minimum; `Ok(false)`: the job needs nothing more this pass.
+fn place_minimum(ctx: &mut Ctx, job: JobId, bound: ShareBound) -> Result<bool, String> {
+    let pods = ctx.ssn.gang_pods(job);
+    let req = ctx.ssn.sum_requests(&pods);
+    ctx.fw.allocatable(ctx.ssn, job, &req, bound)?;
+    let st = place_all(ctx, &pods, Avail::Idle(None))?;
+    ctx.ssn.commit(st);
+    ctx.ssn.job_phase[job] = JobPhase::Running;
+    ctx.ssn.reasons[job] = None;
+    Ok(false)
+}
+
+/// Places one more pod of a ready job; `Ok(true)` while pods remain.
+fn place_one_elastic(ctx: &mut Ctx, job: JobId, bound: ShareBound) -> Result<bool, String> {
+    let pod = ctx.ssn.pending_pods(job).next().expect("heads have pending pods");
+    let req = ctx.ssn.requests(pod).clone();
+    ctx.fw
+        .allocatable(ctx.ssn, job, &req, bound)
+        .map_err(|why| format!("elastic pods wait: {why}"))?;
+    let st = place_all(ctx, &[pod], Avail::Idle(None)).map_err(|why| format!("elastic pods wait: {why}"))?;
+    ctx.ssn.commit(st);
+    Ok(ctx.ssn.pending_pods(job).next().is_some())
+}

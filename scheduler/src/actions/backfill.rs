@@ -1,0 +1,82 @@
+//! Backfill: after the other actions, start what fits in idle capacity without delaying
+//! gangs ordered before it. Each gang that still cannot start holds the idle capacity it
+//! could use now (on the nodes it would take); later jobs may only use what nobody ahead of
+//! them holds. This is what lets CPU-only and small jobs run beside a waiting large gang,
+//! and what keeps a strictly ordered queue strict.
+
+use crate::framework::ShareBound;
+use crate::placement::Avail;
+use crate::res::Res;
+use crate::snapshot::{JobId, JobPhase, NodeId};
+
+use super::{place_all, starving, Ctx};
+
+/// Runs the action.
+pub fn run(ctx: &mut Ctx) {
+    let snap = ctx.ssn.snap;
+    let n = snap.resources.len();
+    let mut jobs: Vec<JobId> = (0..snap.jobs.len()).filter(|&j| starving(ctx, j)).collect();
+    jobs.sort_by(|&a, &b| ctx.fw.job_order(ctx.ssn, a, b));
+    let mut hold = vec![Res::zero(n); snap.nodes.len()];
+    let mut free = Res::zero(n);
+    for node in 0..snap.nodes.len() {
+        if !snap.nodes[node].unschedulable {
+            free.add(&ctx.ssn.idle(node));
+        }
+    }
+    for job in jobs {
+        let gang = ctx.ssn.gang_pods(job);
+        let need = ctx.ssn.sum_requests(&gang);
+        let key = key_resource(ctx, job);
+        if free[key] <= 0 && need[key] > 0 {
+            continue;
+        }
+        if ctx.fw.allocatable(ctx.ssn, job, &need, ShareBound::Idle).is_err() {
+            continue;
+        }
+        match place_all(ctx, &gang, Avail::Idle(Some(&hold))) {
+            Ok(st) => {
+                ctx.ssn.commit(st);
+                ctx.ssn.job_phase[job] = JobPhase::Running;
+                ctx.ssn.reasons[job] = None;
+                free.sub(&need);
+            }
+            Err(_) => {
+                for &pod in &gang {
+                    if let Some((node, amount)) = reservation(ctx, pod, &hold, key) {
+                        hold[node].add(&amount);
+                        free.sub(&amount);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The resource that decides placement for the job: GPUs if it asks for any, else CPU.
+fn key_resource(ctx: &Ctx, job: JobId) -> usize {
+    let snap = ctx.ssn.snap;
+    match snap.gpu {
+        Some(g) if snap.jobs[job].tasks.iter().any(|t| t.gpu) => g,
+        _ => snap.cpu,
+    }
+}
+
+/// Where a waiting pod would hold capacity, and how much: on the feasible node that could
+/// ever hold it and has the most unheld idle capacity, as much of its request as is idle.
+fn reservation(ctx: &mut Ctx, pod: usize, hold: &[Res], key: usize) -> Option<(NodeId, Res)> {
+    let feas = ctx.placer.feasibility(ctx.ssn, ctx.fw, pod);
+    let req = ctx.ssn.requests(pod);
+    let node = feas
+        .nodes
+        .iter()
+        .copied()
+        .filter(|&n| req.fits_in(&ctx.ssn.snap.nodes[n].allocatable))
+        .map(|n| (ctx.ssn.idle(n).minus(&hold[n]), n))
+        .filter(|(unheld, _)| unheld[key] > 0)
+        .max_by(|a, b| a.0[key].cmp(&b.0[key]).then(b.1.cmp(&a.1)))?;
+    let (mut unheld, n) = node;
+    unheld.clamp_non_negative();
+    let amount = Res((0..req.len()).map(|r| req[r].min(unheld[r])).collect());
+    Some((n, amount))
+}

@@ -1,0 +1,43 @@
+//! Enqueue: admit pending pod groups whose queue can hold their minimum resources. Admitted
+//! groups (phase `Inqueue`) reserve their minimum in their queues until placed, so that a
+//! queue does not admit more than its limit can ever run. Elastic pods, and work the group
+//! could preempt in its own queue, count as free (they can be taken back).
+
+use crate::res::Res;
+use crate::snapshot::{JobId, JobPhase, ROOT};
+
+use super::Ctx;
+
+/// Runs the action.
+pub fn run(ctx: &mut Ctx) {
+    let snap = ctx.ssn.snap;
+    let n = snap.resources.len();
+    let mut reserved = vec![Res::zero(n); snap.queues.len()];
+    let mut pending: Vec<JobId> = Vec::new();
+    for j in 0..snap.jobs.len() {
+        match ctx.ssn.job_phase[j] {
+            JobPhase::Pending if !ctx.fw.job_ready(ctx.ssn, j) => pending.push(j),
+            JobPhase::Inqueue => reserve(ctx, j, &mut reserved),
+            _ => {}
+        }
+    }
+    pending.sort_by(|&a, &b| ctx.fw.job_order(ctx.ssn, a, b));
+    for j in pending {
+        match ctx.fw.enqueueable(ctx.ssn, j, &reserved) {
+            Ok(()) => {
+                ctx.ssn.job_phase[j] = JobPhase::Inqueue;
+                reserve(ctx, j, &mut reserved);
+            }
+            Err(why) => ctx.ssn.set_reason(j, format!("not admitted: {why}")),
+        }
+    }
+}
+
+/// Adds the unplaced part of a job's minimum to its queue chain's reservations.
+fn reserve(ctx: &Ctx, job: JobId, reserved: &mut [Res]) {
+    let min = ctx.ssn.sum_requests(&ctx.ssn.gang_pods(job));
+    let snap = ctx.ssn.snap;
+    for q in snap.ancestry(snap.jobs[job].queue).chain(std::iter::once(ROOT)) {
+        reserved[q].add(&min);
+    }
+}

@@ -1,0 +1,52 @@
+//! Preempt: within one queue, make room for a starving pod group (admitted, below its gang
+//! minimum) by evicting elastic pods (of jobs of equal or lower priority) and then whole
+//! lower-priority preemptible jobs, lowest priority and newest first. Evictions happen only
+//! when they let the starving group reach its minimum; the group is then pipelined onto the
+//! capacity being freed and bound in a later cycle.
+
+use crate::framework::{EvictMode, ShareBound, Victim};
+use crate::res::Res;
+use super::{evict_for, jobs_by_queue, starving, victim_units, Ctx};
+
+/// Runs the action.
+pub fn run(ctx: &mut Ctx) {
+    let snap = ctx.ssn.snap;
+    let starving_jobs = jobs_by_queue(ctx, |j| starving(ctx, j));
+    for (q, jobs) in starving_jobs.iter().enumerate() {
+        let mut failed: Option<(Res, i32)> = None;
+        for &job in jobs {
+            if !starving(ctx, job) {
+                continue;
+            }
+            let gang = ctx.ssn.gang_pods(job);
+            let need = ctx.ssn.sum_requests(&gang);
+            let priority = snap.jobs[job].priority;
+            if failed.as_ref().is_some_and(|(r, p)| r.fits_in(&need) && priority <= *p) {
+                continue;
+            }
+            let mut candidates: Vec<Victim> = (0..snap.jobs.len())
+                .filter(|&o| o != job && snap.jobs[o].queue == q && ctx.ssn.job_running[o] > 0)
+                .flat_map(|o| victim_units(ctx.ssn, o))
+                .filter(|v| ctx.fw.may_evict(ctx.ssn, EvictMode::Preempt, job, v))
+                .collect();
+            if candidates.is_empty() {
+                failed = Some((need, priority));
+                continue;
+            }
+            candidates.sort_by(|a, b| ctx.fw.victim_order(ctx.ssn, EvictMode::Preempt, a, b));
+            let fits = |c: &Ctx| c.fw.allocatable(c.ssn, job, &need, ShareBound::Idle).is_ok();
+            match evict_for(ctx, job, &candidates, EvictMode::Preempt, &fits) {
+                Some(st) => {
+                    let evicted = st.len() - gang.len();
+                    ctx.ssn.commit(st);
+                    ctx.ssn.set_reason(job, format!("waiting for {evicted} preempted pod(s) to terminate"));
+                }
+                None => {
+                    failed = Some((need, priority));
+                    let prior = ctx.ssn.reasons[job].clone().unwrap_or_default();
+                    ctx.ssn.set_reason(job, format!("{prior}; preemption in queue {} cannot free enough", snap.queues[q].name));
+                }
+            }
+        }
+    }
+}

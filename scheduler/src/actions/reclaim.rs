@@ -1,0 +1,65 @@
+//! Reclaim: across queues, give a starving pod group of a queue below its fair share the
+//! resources other queues use beyond their deserved quota. Priority plays no part; victims
+//! come from queues over fair share first, then over quota, never below a queue's deserved
+//! quota, never non-preemptible work, and from non-reclaimable queues only their elastic
+//! pods while overused. The group is pipelined onto the freed capacity.
+
+use crate::framework::{EvictMode, ShareBound, Victim};
+use crate::res::Res;
+use crate::snapshot::JobId;
+
+use super::{evict_for, jobs_by_queue, select_queue, starving, victim_units, Ctx};
+
+/// Runs the action.
+pub fn run(ctx: &mut Ctx) {
+    let snap = ctx.ssn.snap;
+    let by_queue = jobs_by_queue(ctx, |j| starving(ctx, j));
+    let mut cursor = vec![0usize; by_queue.len()];
+    let mut failed: Vec<Option<Res>> = vec![None; by_queue.len()];
+    loop {
+        let head = |c: &Ctx, q: usize, cursor: &[usize]| by_queue[q][cursor[q]..].iter().copied().find(|&j| starving(c, j));
+        let Some(q) = select_queue(ctx, &|q| head(ctx, q, &cursor).is_some()) else { break };
+        let job: JobId = head(ctx, q, &cursor).expect("selected queue has a starving job");
+        cursor[q] = by_queue[q].iter().position(|&j| j == job).expect("job is listed") + 1;
+        let gang = ctx.ssn.gang_pods(job);
+        let need = ctx.ssn.sum_requests(&gang);
+        if failed[q].as_ref().is_some_and(|r| r.fits_in(&need)) {
+            continue;
+        }
+        let leaf = &snap.queues[q];
+        let over = (0..need.len()).find(|&r| need[r] > 0 && ctx.ssn.queue_alloc[q][r] + need[r] > ctx.ssn.fair_share[q][r]);
+        if let Some(r) = over {
+            let prior = ctx.ssn.reasons[job].clone().unwrap_or_default();
+            ctx.ssn.set_reason(
+                job,
+                format!(
+                    "{prior}; queue {} cannot reclaim beyond its fair share ({} {} > {})",
+                    leaf.name,
+                    snap.resources[r],
+                    snap.amount(r, ctx.ssn.queue_alloc[q][r] + need[r]),
+                    snap.amount(r, ctx.ssn.fair_share[q][r])
+                ),
+            );
+            continue;
+        }
+        let mut candidates: Vec<Victim> = (0..snap.jobs.len())
+            .filter(|&o| snap.jobs[o].queue != q && ctx.ssn.job_running[o] > 0)
+            .flat_map(|o| victim_units(ctx.ssn, o))
+            .filter(|v| ctx.fw.may_evict(ctx.ssn, EvictMode::Reclaim, job, v))
+            .collect();
+        candidates.sort_by(|a, b| ctx.fw.victim_order(ctx.ssn, EvictMode::Reclaim, a, b));
+        let fits = |c: &Ctx| c.fw.allocatable(c.ssn, job, &need, ShareBound::FairShare).is_ok();
+        match (!candidates.is_empty()).then(|| evict_for(ctx, job, &candidates, EvictMode::Reclaim, &fits)).flatten() {
+            Some(st) => {
+                let evicted = st.len() - gang.len();
+                ctx.ssn.commit(st);
+                ctx.ssn.set_reason(job, format!("waiting for {evicted} reclaimed pod(s) to terminate"));
+            }
+            None => {
+                failed[q] = Some(need);
+                let prior = ctx.ssn.reasons[job].clone().unwrap_or_default();
+                ctx.ssn.set_reason(job, format!("{prior}; no other queue has reclaimable resources that would let it start"));
+            }
+        }
+    }
+}

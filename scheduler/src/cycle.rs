@@ -1,0 +1,86 @@
+//! One scheduling cycle: open a session on a snapshot, let plugins prepare (fair shares),
+//! run the configured actions in order, and return what was decided and why the rest waits.
+
+use crate::actions::{self, Ctx};
+use crate::config::{ActionName, SchedulerConfig};
+use crate::framework::Framework;
+use crate::placement::Placer;
+use crate::res::Res;
+use crate::session::{Decisions, PodState, Session};
+use crate::snapshot::{JobPhase, Snapshot};
+
+/// Everything a cycle produced.
+#[derive(Debug, Clone)]
+pub struct CycleOutcome {
+    /// Bindings, evictions and pipelined pods.
+    pub decisions: Decisions,
+    /// Final state of every pod.
+    pub pod_state: Vec<PodState>,
+    /// Phase of every job after the cycle.
+    pub job_phase: Vec<JobPhase>,
+    /// Why each job with waiting pods waits.
+    pub reasons: Vec<Option<String>>,
+    /// Allocation per queue after the cycle.
+    pub queue_alloc: Vec<Res>,
+    /// Fair share per queue.
+    pub fair_share: Vec<Res>,
+}
+
+/// Runs one cycle of `config` on `snap`.
+pub fn run_cycle(snap: &Snapshot, config: &SchedulerConfig) -> CycleOutcome {
+    let mut fw = Framework::new(config);
+    let mut ssn = Session::open(snap);
+    fw.open(&mut ssn);
+    if !config.actions.contains(&ActionName::Enqueue) {
+        for phase in &mut ssn.job_phase {
+            if *phase == JobPhase::Pending {
+                *phase = JobPhase::Inqueue;
+            }
+        }
+    }
+    let mut placer = Placer::default();
+    for action in &config.actions {
+        let mut ctx = Ctx { ssn: &mut ssn, fw: &fw, placer: &mut placer };
+        match action {
+            ActionName::Enqueue => actions::enqueue::run(&mut ctx),
+            ActionName::Allocate => actions::allocate::run(&mut ctx),
+            ActionName::Preempt => actions::preempt::run(&mut ctx),
+            ActionName::Reclaim => actions::reclaim::run(&mut ctx),
+            ActionName::Backfill => actions::backfill::run(&mut ctx),
+        }
+    }
+    close(&fw, ssn)
+}
+
+fn close(fw: &Framework, mut ssn: Session) -> CycleOutcome {
+    let snap = ssn.snap;
+    for j in 0..snap.jobs.len() {
+        let waiting = ssn.snap.jobs[j].tasks.iter().flat_map(|t| &t.pods).any(|&p| ssn.pod_state[p].running_on().is_none());
+        if !waiting {
+            ssn.reasons[j] = None;
+        } else if ssn.reasons[j].is_none() {
+            let why = match ssn.job_phase[j] {
+                JobPhase::Pending => "not admitted yet",
+                _ if ssn.job_pipelined[j] > 0 => "waiting for evicted pods to terminate",
+                _ if ssn.pod_state.iter().enumerate().any(|(p, s)| snap.pods[p].job == j && matches!(s, PodState::Releasing(_))) => {
+                    "evicted pods are terminating"
+                }
+                _ => "not considered this cycle",
+            };
+            ssn.reasons[j] = Some(why.to_string());
+        }
+        if fw.job_ready(&ssn, j) {
+            ssn.job_phase[j] = JobPhase::Running;
+        } else if ssn.job_phase[j] == JobPhase::Running {
+            ssn.job_phase[j] = if ssn.job_running[j] == 0 { JobPhase::Pending } else { JobPhase::Inqueue };
+        }
+    }
+    CycleOutcome {
+        decisions: ssn.decisions,
+        pod_state: ssn.pod_state,
+        job_phase: ssn.job_phase,
+        reasons: ssn.reasons,
+        queue_alloc: ssn.queue_alloc,
+        fair_share: ssn.fair_share,
+    }
+}

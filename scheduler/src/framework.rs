@@ -1,0 +1,219 @@
+//! The plugin framework: the hooks through which plugins supply policy, and the session-wide
+//! combination of those hooks that actions call.
+
+use std::cmp::Ordering;
+
+use crate::config::{PlacementStrategy, PluginConfig, SchedulerConfig};
+use crate::plugins;
+use crate::res::Res;
+use crate::session::Session;
+use crate::snapshot::{JobId, NodeId, PodId, QueueId, Snapshot};
+
+/// Which action is looking for victims.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EvictMode {
+    /// Within the preemptor's queue, by priority.
+    Preempt,
+    /// Across queues, by fairness.
+    Reclaim,
+}
+
+/// A unit that can be evicted without breaking a gang: one elastic pod, or every running pod
+/// of a job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Victim {
+    /// The job that loses pods.
+    pub job: JobId,
+    /// The pods evicted together.
+    pub pods: Vec<PodId>,
+    /// Whether this is a single pod above the job's minimum.
+    pub elastic: bool,
+}
+
+/// Which fair-share bound an allocation must respect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShareBound {
+    /// Stay within every queue's fair share.
+    FairShare,
+    /// Only hard limits and quota rules: idle capacity nobody else wants.
+    Idle,
+}
+
+/// A policy component. Every hook has a neutral default; a plugin overrides what it decides.
+pub trait Plugin {
+    /// The plugin's configuration name.
+    fn name(&self) -> &'static str;
+
+    /// Called once per cycle before any action, e.g. to compute fair shares.
+    fn on_open(&mut self, _ssn: &mut Session) {}
+
+    /// Orders sibling queues: `Less` means `a` is served first.
+    fn queue_order(&self, _ssn: &Session, _a: QueueId, _b: QueueId) -> Ordering {
+        Ordering::Equal
+    }
+
+    /// Orders jobs of one queue: `Less` means `a` is served first.
+    fn job_order(&self, _ssn: &Session, _a: JobId, _b: JobId) -> Ordering {
+        Ordering::Equal
+    }
+
+    /// Orders pods of one job for placement: `Less` means `a` is placed first.
+    fn task_order(&self, _ssn: &Session, _a: PodId, _b: PodId) -> Ordering {
+        Ordering::Equal
+    }
+
+    /// Static node filter for a task: `Err` names the reason, in kube-scheduler's words.
+    fn node_filter(&self, _snap: &Snapshot, _job: JobId, _task: usize, _node: NodeId) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// Placement strategy for a node pool and workload class.
+    fn placement(&self, _pool: &str, _gpu: bool) -> Option<PlacementStrategy> {
+        None
+    }
+
+    /// Whether a victim may be evicted for `preemptor` in this mode.
+    fn may_evict(&self, _ssn: &Session, _mode: EvictMode, _preemptor: JobId, _victim: &Victim) -> bool {
+        true
+    }
+
+    /// Rank of a victim (lower goes first) in this mode.
+    fn victim_rank(&self, _ssn: &Session, _mode: EvictMode, _victim: &Victim) -> i64 {
+        0
+    }
+
+    /// Whether a job is ready (has enough running pods to make progress).
+    fn job_ready(&self, _ssn: &Session, _job: JobId) -> Option<bool> {
+        None
+    }
+
+    /// Whether a pending job may be admitted; `reserved` is what admitted-but-unplaced jobs
+    /// already claim per queue.
+    fn enqueueable(&self, _ssn: &Session, _job: JobId, _reserved: &[Res]) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// Whether the job's queue chain may take `req` more.
+    fn allocatable(&self, _ssn: &Session, _job: JobId, _req: &Res, _bound: ShareBound) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// Whether a queue uses more than it should (more than its fair share).
+    fn overused(&self, _ssn: &Session, _queue: QueueId) -> bool {
+        false
+    }
+}
+
+/// The enabled plugins, combined.
+pub struct Framework {
+    plugins: Vec<Box<dyn Plugin>>,
+    victim_precedence: Vec<usize>,
+}
+
+impl Framework {
+    /// Instantiates the plugins a configuration enables, in its order.
+    pub fn new(config: &SchedulerConfig) -> Framework {
+        let drf_queue_order = config.plugins.iter().any(|p| matches!(p, PluginConfig::Drf(d) if d.queue_order));
+        let plugins: Vec<Box<dyn Plugin>> = config
+            .plugins
+            .iter()
+            .map(|p| -> Box<dyn Plugin> {
+                match p {
+                    PluginConfig::Priority => Box::new(plugins::priority::Priority),
+                    PluginConfig::Gang => Box::new(plugins::gang::Gang),
+                    PluginConfig::Fairshare(args) => Box::new(plugins::fairshare::FairShare::new(args.mode, drf_queue_order)),
+                    PluginConfig::Drf(args) => Box::new(plugins::drf::Drf::new(*args)),
+                    PluginConfig::Predicates => Box::new(plugins::predicates::Predicates),
+                    PluginConfig::Nodeorder(args) => Box::new(plugins::nodeorder::NodeOrder::new(args.clone())),
+                }
+            })
+            .collect();
+        let mut victim_precedence = Vec::new();
+        for name in ["fairshare", "gang", "priority"] {
+            victim_precedence.extend(plugins.iter().position(|p| p.name() == name));
+        }
+        Framework { plugins, victim_precedence }
+    }
+
+    /// Runs every plugin's `on_open`.
+    pub fn open(&mut self, ssn: &mut Session) {
+        for p in &mut self.plugins {
+            p.on_open(ssn);
+        }
+    }
+
+    /// Combined queue order; ties broken by name.
+    pub fn queue_order(&self, ssn: &Session, a: QueueId, b: QueueId) -> Ordering {
+        self.first(|p| p.queue_order(ssn, a, b)).then_with(|| ssn.snap.queues[a].name.cmp(&ssn.snap.queues[b].name))
+    }
+
+    /// Combined job order; ties broken by creation time, then namespace/name.
+    pub fn job_order(&self, ssn: &Session, a: JobId, b: JobId) -> Ordering {
+        let (ja, jb) = (&ssn.snap.jobs[a], &ssn.snap.jobs[b]);
+        self.first(|p| p.job_order(ssn, a, b))
+            .then(ja.created_at.cmp(&jb.created_at))
+            .then_with(|| (&ja.namespace, &ja.name).cmp(&(&jb.namespace, &jb.name)))
+    }
+
+    /// Combined task order; ties broken by task, then pod index.
+    pub fn task_order(&self, ssn: &Session, a: PodId, b: PodId) -> Ordering {
+        let (pa, pb) = (&ssn.snap.pods[a], &ssn.snap.pods[b]);
+        self.first(|p| p.task_order(ssn, a, b)).then((pa.task, pa.index).cmp(&(pb.task, pb.index)))
+    }
+
+    /// All node filters; the first failure's reason.
+    pub fn node_filter(&self, snap: &Snapshot, job: JobId, task: usize, node: NodeId) -> Result<(), String> {
+        self.plugins.iter().try_for_each(|p| p.node_filter(snap, job, task, node))
+    }
+
+    /// The placement strategy for a pool and class (bin-pack when no plugin says).
+    pub fn placement(&self, pool: &str, gpu: bool) -> PlacementStrategy {
+        self.plugins.iter().find_map(|p| p.placement(pool, gpu)).unwrap_or_default()
+    }
+
+    /// Whether every plugin lets the victim be evicted.
+    pub fn may_evict(&self, ssn: &Session, mode: EvictMode, preemptor: JobId, v: &Victim) -> bool {
+        self.plugins.iter().all(|p| p.may_evict(ssn, mode, preemptor, v))
+    }
+
+    /// Orders victims: by fair-share tier, then gang (elastic pods first), then priority,
+    /// then newest job first, then highest pod index first.
+    pub fn victim_order(&self, ssn: &Session, mode: EvictMode, a: &Victim, b: &Victim) -> Ordering {
+        for &i in &self.victim_precedence {
+            let p = &self.plugins[i];
+            let o = p.victim_rank(ssn, mode, a).cmp(&p.victim_rank(ssn, mode, b));
+            if o != Ordering::Equal {
+                return o;
+            }
+        }
+        let (ja, jb) = (&ssn.snap.jobs[a.job], &ssn.snap.jobs[b.job]);
+        jb.created_at
+            .cmp(&ja.created_at)
+            .then_with(|| (&jb.namespace, &jb.name).cmp(&(&ja.namespace, &ja.name)))
+            .then_with(|| b.pods.cmp(&a.pods))
+    }
+
+    /// Whether the job is ready; without an opinion from any plugin, when anything runs.
+    pub fn job_ready(&self, ssn: &Session, job: JobId) -> bool {
+        self.plugins.iter().find_map(|p| p.job_ready(ssn, job)).unwrap_or(ssn.job_running[job] > 0)
+    }
+
+    /// Whether every plugin admits the job.
+    pub fn enqueueable(&self, ssn: &Session, job: JobId, reserved: &[Res]) -> Result<(), String> {
+        self.plugins.iter().try_for_each(|p| p.enqueueable(ssn, job, reserved))
+    }
+
+    /// Whether every plugin lets the job's queue take `req` more.
+    pub fn allocatable(&self, ssn: &Session, job: JobId, req: &Res, bound: ShareBound) -> Result<(), String> {
+        self.plugins.iter().try_for_each(|p| p.allocatable(ssn, job, req, bound))
+    }
+
+    /// Whether any plugin finds the queue overused.
+    pub fn overused(&self, ssn: &Session, queue: QueueId) -> bool {
+        self.plugins.iter().any(|p| p.overused(ssn, queue))
+    }
+
+    fn first(&self, f: impl Fn(&dyn Plugin) -> Ordering) -> Ordering {
+        self.plugins.iter().map(|p| f(p.as_ref())).find(|o| *o != Ordering::Equal).unwrap_or(Ordering::Equal)
+    }
+}

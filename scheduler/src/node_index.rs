@@ -1,0 +1,107 @@
+//! Nodes indexed by idle capacity of the resource that decides placement (GPUs for GPU
+//! pods, CPU for CPU-only pods), per node pool, so that finding the best-fitting node for a
+//! pod touches only nodes that can hold it instead of scanning the whole cluster.
+
+use std::collections::BTreeSet;
+
+use crate::config::PlacementStrategy;
+use crate::snapshot::NodeId;
+
+/// Which key a search uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    /// Idle GPUs.
+    Gpu = 0,
+    /// Idle CPU millicores.
+    Cpu = 1,
+}
+
+/// Ordered sets of (idle amount, node) per pool and class.
+#[derive(Debug, Clone, Default)]
+pub struct NodeIndex {
+    keys: Vec<Option<[i64; 2]>>,
+    pools: Vec<[BTreeSet<(i64, NodeId)>; 2]>,
+    node_pool: Vec<usize>,
+}
+
+impl NodeIndex {
+    /// An empty index for `nodes` nodes spread over `pools` pools.
+    pub fn new(node_pool: Vec<usize>, pools: usize) -> NodeIndex {
+        NodeIndex {
+            keys: vec![None; node_pool.len()],
+            pools: (0..pools).map(|_| [BTreeSet::new(), BTreeSet::new()]).collect(),
+            node_pool,
+        }
+    }
+
+    /// Sets a node's keys (idle GPUs, idle CPU); `None` removes it from the index.
+    pub fn set(&mut self, node: NodeId, keys: Option<[i64; 2]>) {
+        if self.keys[node] == keys {
+            return;
+        }
+        let sets = &mut self.pools[self.node_pool[node]];
+        if let Some(old) = self.keys[node] {
+            sets[0].remove(&(old[0], node));
+            sets[1].remove(&(old[1], node));
+        }
+        if let Some(new) = keys {
+            sets[0].insert((new[0], node));
+            sets[1].insert((new[1], node));
+        }
+        self.keys[node] = keys;
+    }
+
+    /// Nodes of a pool whose key is at least `min`, in placement preference order:
+    /// bin-pack = least idle first; spread = most idle first. Ties go to the lower node id.
+    pub fn candidates(
+        &self,
+        pool: usize,
+        class: Class,
+        min: i64,
+        strategy: PlacementStrategy,
+    ) -> Box<dyn Iterator<Item = NodeId> + '_> {
+        let set = &self.pools[pool][class as usize];
+        match strategy {
+            PlacementStrategy::Binpack => Box::new(set.range((min, 0)..).map(|&(_, n)| n)),
+            PlacementStrategy::Spread => {
+                let mut upper: Option<i64> = None;
+                Box::new(
+                    std::iter::from_fn(move || {
+                        let (key, _) = match upper {
+                            None => set.iter().next_back()?,
+                            Some(u) => set.range(..(u, 0)).next_back()?,
+                        };
+                        if *key < min {
+                            return None;
+                        }
+                        upper = Some(*key);
+                        Some(set.range((*key, 0)..=(*key, NodeId::MAX)).map(|&(_, n)| n))
+                    })
+                    .flatten(),
+                )
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn binpack_prefers_least_idle_and_spread_most_idle() {
+        let mut ix = NodeIndex::new(vec![0, 0, 0, 0], 1);
+        ix.set(0, Some([8, 1000]));
+        ix.set(1, Some([2, 1000]));
+        ix.set(2, Some([8, 1000]));
+        ix.set(3, Some([0, 1000]));
+        let bin: Vec<_> = ix.candidates(0, Class::Gpu, 1, PlacementStrategy::Binpack).collect();
+        assert_eq!(bin, [1, 0, 2]);
+        let spread: Vec<_> = ix.candidates(0, Class::Gpu, 1, PlacementStrategy::Spread).collect();
+        assert_eq!(spread, [0, 2, 1]);
+        ix.set(0, Some([1, 1000]));
+        ix.set(2, None);
+        let bin: Vec<_> = ix.candidates(0, Class::Gpu, 2, PlacementStrategy::Binpack).collect();
+        assert_eq!(bin, [1]);
+    }
+}

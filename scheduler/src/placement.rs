@@ -1,0 +1,170 @@
+//! Finding a node for a pod: static feasibility (node filters) computed once per distinct
+//! set of task constraints and cached for the cycle, then the idle-capacity index walked in
+//! the pool's placement order until a node fits. When nothing fits, an explanation in
+//! kube-scheduler's style counts why each node was rejected.
+
+use std::collections::{BTreeMap, HashMap};
+use std::rc::Rc;
+use std::sync::Arc;
+
+use crate::config::PlacementStrategy;
+use crate::framework::Framework;
+use crate::node_index::Class;
+use crate::res::Res;
+use crate::session::Session;
+use crate::snapshot::{NodeId, PodId};
+
+/// Which capacity a search may use.
+#[derive(Debug, Clone, Copy)]
+pub enum Avail<'a> {
+    /// Idle capacity now, less optional per-node holds (backfill reservations).
+    Idle(Option<&'a [Res]>),
+    /// Capacity once releasing pods terminate (preempt and reclaim pipelining).
+    Future,
+}
+
+/// Nodes a task may ever use.
+#[derive(Debug)]
+pub struct Feasibility {
+    /// Per node: index into `reasons` of why it is excluded.
+    excluded: Vec<Option<usize>>,
+    reasons: Vec<String>,
+    /// Feasible nodes, ascending.
+    pub nodes: Vec<NodeId>,
+    /// Pools with at least one feasible node, in name order.
+    pub pools: Vec<usize>,
+}
+
+impl Feasibility {
+    /// Whether the node passes every filter.
+    pub fn ok(&self, node: NodeId) -> bool {
+        self.excluded[node].is_none()
+    }
+}
+
+/// Below this many feasible nodes, a linear scan beats walking the index.
+const LINEAR_SCAN_MAX: usize = 64;
+
+/// The per-cycle node finder.
+#[derive(Default)]
+pub struct Placer {
+    cache: HashMap<usize, Rc<Feasibility>>,
+}
+
+impl Placer {
+    /// Static feasibility of a pod's task, computed once per distinct constraints.
+    pub fn feasibility(&mut self, ssn: &Session, fw: &Framework, pod: PodId) -> Rc<Feasibility> {
+        let p = &ssn.snap.pods[pod];
+        let task = &ssn.snap.jobs[p.job].tasks[p.task];
+        let key = Arc::as_ptr(&task.constraints) as usize;
+        self.cache
+            .entry(key)
+            .or_insert_with(|| {
+                let mut reasons: Vec<String> = Vec::new();
+                let mut excluded = Vec::with_capacity(ssn.snap.nodes.len());
+                let mut nodes = Vec::new();
+                let mut pools = Vec::new();
+                for (n, node) in ssn.snap.nodes.iter().enumerate() {
+                    match fw.node_filter(ssn.snap, p.job, p.task, n) {
+                        Ok(()) => {
+                            excluded.push(None);
+                            nodes.push(n);
+                            if !pools.contains(&node.pool) {
+                                pools.push(node.pool);
+                            }
+                        }
+                        Err(reason) => {
+                            let i = reasons.iter().position(|r| *r == reason).unwrap_or_else(|| {
+                                reasons.push(reason);
+                                reasons.len() - 1
+                            });
+                            excluded.push(Some(i));
+                        }
+                    }
+                }
+                pools.sort_unstable();
+                Rc::new(Feasibility { excluded, reasons, nodes, pools })
+            })
+            .clone()
+    }
+
+    /// The best node for a pod, or `None` when none fits.
+    pub fn find(&mut self, ssn: &Session, fw: &Framework, pod: PodId, avail: Avail) -> Option<NodeId> {
+        let feas = self.feasibility(ssn, fw, pod);
+        let p = &ssn.snap.pods[pod];
+        let task = &ssn.snap.jobs[p.job].tasks[p.task];
+        let req = &task.requests;
+        let key_res = if task.gpu { ssn.snap.gpu.unwrap_or(ssn.snap.cpu) } else { ssn.snap.cpu };
+        let strategy = |n: NodeId| fw.placement(&ssn.snap.pools[ssn.snap.nodes[n].pool], task.gpu);
+        match avail {
+            Avail::Future => {
+                let best = best_of(
+                    ssn.releasing_nodes.iter().copied().filter(|&n| feas.ok(n) && ssn.fits_future(n, req)),
+                    |n| ssn.future_idle(n)[key_res],
+                    strategy,
+                );
+                best.or_else(|| self.find(ssn, fw, pod, Avail::Idle(None)))
+            }
+            Avail::Idle(hold) => {
+                let held = |n: NodeId| hold.map(|h| &h[n]);
+                if feas.nodes.len() <= LINEAR_SCAN_MAX || hold.is_some() {
+                    return best_of(
+                        feas.nodes.iter().copied().filter(|&n| ssn.fits_idle(n, req, held(n))),
+                        |n| ssn.idle(n)[key_res] - held(n).map_or(0, |h| h[key_res]),
+                        strategy,
+                    );
+                }
+                let class = if task.gpu { Class::Gpu } else { Class::Cpu };
+                feas.pools.iter().find_map(|&pool| {
+                    let s = fw.placement(&ssn.snap.pools[pool], task.gpu);
+                    ssn.index.candidates(pool, class, req[key_res], s).find(|&n| feas.ok(n) && ssn.fits_idle(n, req, None))
+                })
+            }
+        }
+    }
+
+    /// Why no node fits the pod: `0/N nodes are available: 3 Insufficient nvidia.com/gpu, ...`.
+    pub fn explain(&mut self, ssn: &Session, fw: &Framework, pod: PodId, hold: Option<&[Res]>) -> String {
+        let feas = self.feasibility(ssn, fw, pod);
+        let req = ssn.requests(pod);
+        let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+        for n in 0..ssn.snap.nodes.len() {
+            let reason = match feas.excluded[n] {
+                Some(i) => feas.reasons[i].clone(),
+                None => {
+                    let idle = ssn.idle(n);
+                    match req.first_exceeding(&idle) {
+                        Some(r) => format!("Insufficient {}", ssn.snap.resources[r]),
+                        None if hold.is_some_and(|h| !ssn.fits_idle(n, req, Some(&h[n]))) => {
+                            "node(s) held for earlier gangs".to_string()
+                        }
+                        None => continue,
+                    }
+                }
+            };
+            *counts.entry(reason).or_default() += 1;
+        }
+        let mut parts: Vec<(usize, String)> = counts.into_iter().map(|(r, c)| (c, r)).collect();
+        parts.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+        let list: Vec<String> = parts.into_iter().map(|(c, r)| format!("{c} {r}")).collect();
+        format!("0/{} nodes are available: {}", ssn.snap.nodes.len(), list.join(", "))
+    }
+}
+
+fn best_of(
+    nodes: impl Iterator<Item = NodeId>,
+    key: impl Fn(NodeId) -> i64,
+    strategy: impl Fn(NodeId) -> PlacementStrategy,
+) -> Option<NodeId> {
+    nodes
+        .map(|n| {
+            let k = key(n);
+            let score = match strategy(n) {
+                PlacementStrategy::Binpack => k,
+                PlacementStrategy::Spread => -k,
+            };
+            (score, n)
+        })
+        .min()
+        .map(|(_, n)| n)
+}

@@ -1,0 +1,326 @@
+//! Hierarchical fair share: per queue, deserved quota, hard limit, over-quota weight and
+//! reclaimable flag. Each cycle it computes every queue's demand and fair share (see
+//! [`crate::fair_share`]), orders sibling queues most-deprived first, keeps allocations
+//! within limits and (in the fair pass) within fair shares, keeps non-preemptible work within
+//! deserved quota, admits pod groups only when their queue can hold their minimum, and picks
+//! reclaim victims from queues over fair share first, then over quota, never cutting a
+//! queue below its deserved quota and never from non-reclaimable queues (except their
+//! elastic pods while they are overused).
+
+use std::cmp::Ordering;
+
+use crate::config::FairShareMode;
+use crate::fair_share::{divide, Claim};
+use crate::framework::{EvictMode, Plugin, ShareBound, Victim};
+use crate::res::{Res, UNLIMITED};
+use crate::session::Session;
+use crate::snapshot::{JobId, QueueId, Snapshot, ROOT};
+
+/// The fair-share plugin.
+pub struct FairShare {
+    mode: FairShareMode,
+    defer_queue_order: bool,
+    jobs_by_queue: Vec<Vec<JobId>>,
+}
+
+impl FairShare {
+    /// A plugin dividing spare capacity by `mode`; `defer_queue_order` lets DRF order queues.
+    pub fn new(mode: FairShareMode, defer_queue_order: bool) -> FairShare {
+        FairShare { mode, defer_queue_order, jobs_by_queue: Vec::new() }
+    }
+}
+
+/// The state a queue is in, from most to least deserving of more resources.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum QueueState {
+    /// Allocated at most its deserved quota.
+    InQuota,
+    /// Over quota but within fair share.
+    OverQuota,
+    /// Over fair share.
+    OverFairShare,
+}
+
+impl QueueState {
+    /// The state's name as shown in status and simulator output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QueueState::InQuota => "InQuota",
+            QueueState::OverQuota => "OverQuota",
+            QueueState::OverFairShare => "OverFairShare",
+        }
+    }
+}
+
+/// A queue's state from its allocation, deserved quota and fair share.
+pub fn queue_state(ssn: &Session, q: QueueId) -> QueueState {
+    let alloc = &ssn.queue_alloc[q];
+    if alloc.first_exceeding(&ssn.fair_share[q]).is_some() {
+        QueueState::OverFairShare
+    } else if alloc.first_exceeding(&ssn.snap.queues[q].deserved).is_some() {
+        QueueState::OverQuota
+    } else {
+        QueueState::InQuota
+    }
+}
+
+/// Computes demand and fair share of every queue into the session.
+pub fn compute_shares(ssn: &mut Session, jobs_by_queue: &[Vec<JobId>], mode: FairShareMode) {
+    let snap = ssn.snap;
+    let n = snap.resources.len();
+    let mut demand = vec![Res::zero(n); snap.queues.len()];
+    for (q, jobs) in jobs_by_queue.iter().enumerate() {
+        for &j in jobs {
+            for t in &snap.jobs[j].tasks {
+                demand[q].add(&t.requests.times(t.pods.len() as i64));
+            }
+        }
+    }
+    fill_demand(snap, ROOT, &mut demand);
+    let mut fair = vec![Res::zero(n); snap.queues.len()];
+    fair[ROOT] = snap.capacity.clone();
+    let mut stack = vec![ROOT];
+    while let Some(p) = stack.pop() {
+        let children = &snap.queues[p].children;
+        for r in 0..n {
+            let claims: Vec<Claim> = children
+                .iter()
+                .map(|&c| Claim {
+                    deserved: snap.queues[c].deserved[r],
+                    demand: demand[c][r],
+                    weight: snap.queues[c].over_quota_weight,
+                })
+                .collect();
+            for (&c, share) in children.iter().zip(divide(fair[p][r], &claims, mode)) {
+                fair[c][r] = share;
+            }
+        }
+        stack.extend(children.iter().copied());
+    }
+    ssn.demand = demand;
+    ssn.fair_share = fair;
+}
+
+fn fill_demand(snap: &Snapshot, q: QueueId, demand: &mut [Res]) {
+    for &c in &snap.queues[q].children {
+        fill_demand(snap, c, demand);
+        let child = demand[c].clone();
+        demand[q].add(&child);
+    }
+    let limit = &snap.queues[q].limit;
+    for r in 0..limit.len() {
+        demand[q][r] = demand[q][r].min(limit[r]);
+    }
+}
+
+/// How far a queue is from being served: queues below their deserved quota first, then the
+/// smallest dominant ratio of allocation to fair share.
+fn deprivation(ssn: &Session, q: QueueId) -> (bool, f64) {
+    let alloc = &ssn.queue_alloc[q];
+    let fair = &ssn.fair_share[q];
+    let deserved = &ssn.snap.queues[q].deserved;
+    let demand = &ssn.demand[q];
+    let mut below_deserved = false;
+    let mut ratio: f64 = 0.0;
+    for r in 0..alloc.len() {
+        if demand[r] == 0 || r == ssn.snap.pods_resource {
+            continue;
+        }
+        if alloc[r] < deserved[r].min(demand[r]) {
+            below_deserved = true;
+        }
+        let x = if fair[r] > 0 {
+            alloc[r] as f64 / fair[r] as f64
+        } else if alloc[r] > 0 {
+            f64::INFINITY
+        } else {
+            0.0
+        };
+        ratio = ratio.max(x);
+    }
+    (!below_deserved, ratio)
+}
+
+/// Requests of the job's pods above its gang minimum that are running.
+fn elastic_running(ssn: &Session, job: JobId) -> Res {
+    let j = &ssn.snap.jobs[job];
+    let mut surplus = ssn.job_running[job].saturating_sub(j.min_member);
+    let mut r = Res::zero(ssn.snap.resources.len());
+    for (t, task) in j.tasks.iter().enumerate().rev() {
+        let spare = ssn.task_running[job][t].saturating_sub(task.min_available).min(surplus);
+        r.add(&task.requests.times(i64::from(spare)));
+        surplus -= spare;
+    }
+    r
+}
+
+impl FairShare {
+    /// What the job could free in its own queue: elastic pods of any job, and the running
+    /// pods of lower-priority preemptible jobs (it may preempt both).
+    fn freeable_for(&self, ssn: &Session, job: JobId) -> Res {
+        let j = &ssn.snap.jobs[job];
+        let mut free = Res::zero(ssn.snap.resources.len());
+        for &other in &self.jobs_by_queue[j.queue] {
+            let o = &ssn.snap.jobs[other];
+            if other == job || ssn.job_running[other] == 0 {
+                continue;
+            }
+            if o.preemptible && o.priority < j.priority {
+                for (t, task) in o.tasks.iter().enumerate() {
+                    free.add(&task.requests.times(i64::from(ssn.task_running[other][t])));
+                }
+            } else {
+                free.add(&elastic_running(ssn, other));
+            }
+        }
+        free
+    }
+}
+
+fn exceeding(ssn: &Session, req: &Res, have: &Res, cap: &Res) -> Option<(usize, i64, i64)> {
+    (0..req.len()).find(|&r| req[r] > 0 && cap[r] != UNLIMITED && have[r].saturating_add(req[r]) > cap[r]).map(|r| {
+        let _ = ssn;
+        (r, have[r] + req[r], cap[r])
+    })
+}
+
+impl Plugin for FairShare {
+    fn name(&self) -> &'static str {
+        "fairshare"
+    }
+
+    fn on_open(&mut self, ssn: &mut Session) {
+        let mut by_queue = vec![Vec::new(); ssn.snap.queues.len()];
+        for (j, job) in ssn.snap.jobs.iter().enumerate() {
+            by_queue[job.queue].push(j);
+        }
+        compute_shares(ssn, &by_queue, self.mode);
+        self.jobs_by_queue = by_queue;
+    }
+
+    fn queue_order(&self, ssn: &Session, a: QueueId, b: QueueId) -> Ordering {
+        if self.defer_queue_order {
+            return Ordering::Equal;
+        }
+        let (da, db) = (deprivation(ssn, a), deprivation(ssn, b));
+        da.0.cmp(&db.0).then(da.1.total_cmp(&db.1))
+    }
+
+    fn allocatable(&self, ssn: &Session, job: JobId, req: &Res, bound: ShareBound) -> Result<(), String> {
+        let snap = ssn.snap;
+        let j = &snap.jobs[job];
+        for q in snap.ancestry(j.queue) {
+            let name = &snap.queues[q].name;
+            if let Some((r, would, cap)) = exceeding(ssn, req, &ssn.queue_alloc[q], &snap.queues[q].limit) {
+                return Err(format!(
+                    "queue {name} would exceed its limit ({} {} > {})",
+                    snap.resources[r],
+                    snap.amount(r, would),
+                    snap.amount(r, cap)
+                ));
+            }
+            if !j.preemptible {
+                let declared = &snap.queues[q].deserved_declared;
+                let alloc = &ssn.queue_alloc_np[q];
+                let deserved = &snap.queues[q].deserved;
+                if let Some(r) = (0..req.len()).find(|&r| declared[r] && req[r] > 0 && alloc[r] + req[r] > deserved[r]) {
+                    return Err(format!(
+                        "non-preemptible work may only use queue {name}'s deserved quota ({} {} > {})",
+                        snap.resources[r],
+                        snap.amount(r, alloc[r] + req[r]),
+                        snap.amount(r, deserved[r])
+                    ));
+                }
+            }
+            if bound == ShareBound::FairShare {
+                if let Some((r, would, cap)) = exceeding(ssn, req, &ssn.queue_alloc[q], &ssn.fair_share[q]) {
+                    return Err(format!(
+                        "queue {name} would exceed its fair share ({} {} > {})",
+                        snap.resources[r],
+                        snap.amount(r, would),
+                        snap.amount(r, cap)
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn enqueueable(&self, ssn: &Session, job: JobId, reserved: &[Res]) -> Result<(), String> {
+        let snap = ssn.snap;
+        let j = &snap.jobs[job];
+        let min = ssn.sum_requests(&ssn.gang_pods(job));
+        if let Some(r) = min.first_exceeding(&snap.capacity) {
+            return Err(format!(
+                "the gang needs more than the whole cluster has ({} {} > {})",
+                snap.resources[r],
+                snap.amount(r, min[r]),
+                snap.amount(r, snap.capacity[r])
+            ));
+        }
+        let freeable = self.freeable_for(ssn, job);
+        for q in snap.ancestry(j.queue) {
+            let queue = &snap.queues[q];
+            let mut used = ssn.queue_alloc[q].minus(&freeable).plus(&reserved[q]);
+            used.clamp_non_negative();
+            if let Some((r, would, cap)) = exceeding(ssn, &min, &used, &queue.limit) {
+                return Err(format!(
+                    "queue {} cannot hold the gang's minimum within its limit ({} {} > {})",
+                    queue.name,
+                    snap.resources[r],
+                    snap.amount(r, would),
+                    snap.amount(r, cap)
+                ));
+            }
+            if !j.preemptible {
+                let r = (0..min.len()).find(|&r| queue.deserved_declared[r] && min[r] > queue.deserved[r]);
+                if let Some(r) = r {
+                    return Err(format!(
+                        "non-preemptible work may only use queue {}'s deserved quota, which is smaller than the gang ({} {} > {})",
+                        queue.name,
+                        snap.resources[r],
+                        snap.amount(r, min[r]),
+                        snap.amount(r, queue.deserved[r])
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn overused(&self, ssn: &Session, queue: QueueId) -> bool {
+        ssn.queue_alloc[queue].first_exceeding(&ssn.fair_share[queue]).is_some()
+    }
+
+    fn may_evict(&self, ssn: &Session, mode: EvictMode, preemptor: JobId, v: &Victim) -> bool {
+        if mode == EvictMode::Preempt {
+            return true;
+        }
+        let snap = ssn.snap;
+        let pq = snap.jobs[preemptor].queue;
+        let vq = snap.jobs[v.job].queue;
+        if pq == vq {
+            return false;
+        }
+        let freed = ssn.sum_requests(&v.pods);
+        let mut reclaimable = true;
+        for q in snap.ancestry(vq).filter(|&q| !ssn.in_subtree(pq, q)) {
+            let queue = &snap.queues[q];
+            let alloc = &ssn.queue_alloc[q];
+            let over = (0..freed.len()).any(|r| freed[r] > 0 && r != snap.pods_resource && alloc[r] > queue.deserved[r]);
+            let cut = (0..freed.len()).any(|r| freed[r] > 0 && alloc[r] - freed[r] < queue.deserved[r]);
+            if !over || cut {
+                return false;
+            }
+            reclaimable &= queue.reclaimable;
+        }
+        reclaimable || (v.elastic && self.overused(ssn, vq))
+    }
+
+    fn victim_rank(&self, ssn: &Session, mode: EvictMode, v: &Victim) -> i64 {
+        match mode {
+            EvictMode::Preempt => 0,
+            EvictMode::Reclaim => queue_state(ssn, ssn.snap.jobs[v.job].queue) as i64 * -1 + 2,
+        }
+    }
+}

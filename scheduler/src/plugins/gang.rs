@@ -1,0 +1,33 @@
+//! Gang: a pod group is ready only with `minMember` pods (and each task's `minAvailable`)
+//! running. Placement of a gang's minimum is all-or-nothing (see the allocate action), and
+//! eviction never leaves a gang running below its minimum: a victim is either one pod above
+//! the minimum (elastic) or every running pod of the job.
+
+use crate::framework::{EvictMode, Plugin, Victim};
+use crate::session::Session;
+use crate::snapshot::JobId;
+
+/// The gang plugin.
+pub struct Gang;
+
+impl Plugin for Gang {
+    fn name(&self) -> &'static str {
+        "gang"
+    }
+
+    fn job_ready(&self, ssn: &Session, job: JobId) -> Option<bool> {
+        Some(ssn.job_ready(job))
+    }
+
+    fn may_evict(&self, ssn: &Session, _mode: EvictMode, _preemptor: JobId, v: &Victim) -> bool {
+        if v.elastic {
+            v.pods.len() == 1 && ssn.can_lose_one(v.job, ssn.snap.pods[v.pods[0]].task)
+        } else {
+            ssn.running_pods(v.job).all(|p| v.pods.contains(&p))
+        }
+    }
+
+    fn victim_rank(&self, _ssn: &Session, _mode: EvictMode, v: &Victim) -> i64 {
+        i64::from(!v.elastic)
+    }
+}

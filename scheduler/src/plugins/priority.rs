@@ -1,0 +1,44 @@
+//! Priority: jobs of higher priority class value go first; within a queue, higher priority
+//! may preempt lower priority preemptible work (and elastic pods of equal priority). Across
+//! queues priority plays no part in who may be evicted (that is reclaim's fairness).
+
+use std::cmp::Ordering;
+
+use crate::framework::{EvictMode, Plugin, Victim};
+use crate::session::Session;
+use crate::snapshot::JobId;
+
+/// The priority plugin.
+pub struct Priority;
+
+impl Plugin for Priority {
+    fn name(&self) -> &'static str {
+        "priority"
+    }
+
+    fn job_order(&self, ssn: &Session, a: JobId, b: JobId) -> Ordering {
+        ssn.snap.jobs[b].priority.cmp(&ssn.snap.jobs[a].priority)
+    }
+
+    fn may_evict(&self, ssn: &Session, mode: EvictMode, preemptor: JobId, v: &Victim) -> bool {
+        let victim = &ssn.snap.jobs[v.job];
+        if !victim.preemptible || v.job == preemptor {
+            return false;
+        }
+        match mode {
+            EvictMode::Reclaim => true,
+            EvictMode::Preempt => {
+                let p = ssn.snap.jobs[preemptor].priority;
+                if v.elastic {
+                    victim.priority <= p
+                } else {
+                    victim.priority < p
+                }
+            }
+        }
+    }
+
+    fn victim_rank(&self, ssn: &Session, _mode: EvictMode, v: &Victim) -> i64 {
+        i64::from(ssn.snap.jobs[v.job].priority)
+    }
+}

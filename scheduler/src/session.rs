@@ -1,0 +1,400 @@
+//! One scheduling cycle's mutable view of the snapshot: node usage, queue allocations, gang
+//! progress, fair shares, pending reasons and the decisions taken so far. Every change goes
+//! through a [`Statement`] so that a gang's placements (or a preemption's evictions) commit
+//! or roll back as one.
+
+use std::collections::BTreeSet;
+
+use crate::node_index::NodeIndex;
+use crate::res::Res;
+use crate::snapshot::{JobId, JobPhase, NodeId, PodId, PodPhase, QueueId, Snapshot};
+
+/// A pod's state within the cycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodState {
+    /// Waiting for a node.
+    Pending,
+    /// Bound before this cycle.
+    Bound(NodeId),
+    /// Placed by this cycle.
+    Allocated(NodeId),
+    /// Being evicted; its resources are freed once it terminates.
+    Releasing(NodeId),
+    /// Will take this node once pods evicted for it have terminated.
+    Pipelined(NodeId),
+}
+
+impl PodState {
+    /// The node the pod runs on (bound or newly allocated).
+    pub fn running_on(self) -> Option<NodeId> {
+        match self {
+            PodState::Bound(n) | PodState::Allocated(n) => Some(n),
+            _ => None,
+        }
+    }
+}
+
+/// Why a pod was evicted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum EvictReason {
+    /// Preempted by higher-priority work of the same queue.
+    Preempt,
+    /// Reclaimed by another queue.
+    Reclaim,
+}
+
+/// One reversible change.
+#[derive(Debug, Clone, Copy)]
+enum Op {
+    Allocate(PodId, NodeId),
+    Pipeline(PodId, NodeId),
+    Evict(PodId, NodeId, PodState, EvictReason),
+}
+
+/// A transaction over the session: changes apply immediately and are undone by `discard`.
+#[derive(Debug, Default)]
+#[must_use = "a statement must be committed or discarded"]
+pub struct Statement {
+    ops: Vec<Op>,
+}
+
+impl Statement {
+    /// A new, empty statement.
+    pub fn new() -> Statement {
+        Statement::default()
+    }
+
+    /// Whether nothing was done.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// Number of changes.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+}
+
+/// What a cycle decided.
+#[derive(Debug, Clone, Default)]
+pub struct Decisions {
+    /// New bindings, in decision order.
+    pub binds: Vec<(PodId, NodeId)>,
+    /// Evictions, in decision order.
+    pub evictions: Vec<(PodId, EvictReason)>,
+    /// Pods nominated to nodes that evictions are freeing.
+    pub pipelined: Vec<(PodId, NodeId)>,
+}
+
+/// The per-cycle state.
+pub struct Session<'s> {
+    /// The cluster at the start of the cycle.
+    pub snap: &'s Snapshot,
+    /// State of every pod.
+    pub pod_state: Vec<PodState>,
+    /// Resources held on each node (bound, allocated and releasing pods).
+    pub node_used: Vec<Res>,
+    /// Resources of releasing pods on each node.
+    pub node_releasing: Vec<Res>,
+    /// Resources promised to pipelined pods on each node.
+    pub node_pipelined: Vec<Res>,
+    /// Resources of running pods per queue, including descendants (index 0 = whole cluster).
+    pub queue_alloc: Vec<Res>,
+    /// Same, counting only non-preemptible jobs.
+    pub queue_alloc_np: Vec<Res>,
+    /// Running pods per job.
+    pub job_running: Vec<u32>,
+    /// Pipelined pods per job.
+    pub job_pipelined: Vec<u32>,
+    /// Running pods per job and task.
+    pub task_running: Vec<Vec<u32>>,
+    /// Phase of each job.
+    pub job_phase: Vec<JobPhase>,
+    /// Fair share per queue (index 0 = cluster capacity).
+    pub fair_share: Vec<Res>,
+    /// Demand per queue: requests of all pods of its jobs, capped by its limit.
+    pub demand: Vec<Res>,
+    /// Why each job still waits, when it does.
+    pub reasons: Vec<Option<String>>,
+    /// Idle capacity index for placement.
+    pub index: NodeIndex,
+    /// Nodes with releasing pods, where preemptors can be pipelined.
+    pub releasing_nodes: BTreeSet<NodeId>,
+    /// Decisions committed so far.
+    pub decisions: Decisions,
+}
+
+impl<'s> Session<'s> {
+    /// Opens a session on a snapshot.
+    pub fn open(snap: &'s Snapshot) -> Session<'s> {
+        let n = snap.resources.len();
+        let mut s = Session {
+            snap,
+            pod_state: Vec::with_capacity(snap.pods.len()),
+            node_used: vec![Res::zero(n); snap.nodes.len()],
+            node_releasing: vec![Res::zero(n); snap.nodes.len()],
+            node_pipelined: vec![Res::zero(n); snap.nodes.len()],
+            queue_alloc: vec![Res::zero(n); snap.queues.len()],
+            queue_alloc_np: vec![Res::zero(n); snap.queues.len()],
+            job_running: vec![0; snap.jobs.len()],
+            job_pipelined: vec![0; snap.jobs.len()],
+            task_running: snap.jobs.iter().map(|j| vec![0; j.tasks.len()]).collect(),
+            job_phase: snap.jobs.iter().map(|j| j.phase).collect(),
+            fair_share: vec![snap.capacity.clone(); snap.queues.len()],
+            demand: vec![Res::zero(n); snap.queues.len()],
+            reasons: vec![None; snap.jobs.len()],
+            index: NodeIndex::new(snap.nodes.iter().map(|n| n.pool).collect(), snap.pools.len().max(1)),
+            releasing_nodes: BTreeSet::new(),
+            decisions: Decisions::default(),
+        };
+        for (pod_id, pod) in snap.pods.iter().enumerate() {
+            let state = match pod.phase {
+                PodPhase::Pending => PodState::Pending,
+                PodPhase::Bound(n) => PodState::Bound(n),
+                PodPhase::Releasing(n) => PodState::Releasing(n),
+            };
+            s.pod_state.push(state);
+            let req = s.requests(pod_id).clone();
+            match state {
+                PodState::Bound(n) => {
+                    s.node_used[n].add(&req);
+                    s.account_running(pod_id, true);
+                }
+                PodState::Releasing(n) => {
+                    s.node_used[n].add(&req);
+                    s.node_releasing[n].add(&req);
+                }
+                _ => {}
+            }
+        }
+        for n in 0..snap.nodes.len() {
+            s.reindex(n);
+        }
+        s
+    }
+
+    /// Requests of one pod.
+    pub fn requests(&self, pod: PodId) -> &'s Res {
+        let p = &self.snap.pods[pod];
+        &self.snap.jobs[p.job].tasks[p.task].requests
+    }
+
+    /// Resources a node can give to new pods now.
+    pub fn idle(&self, node: NodeId) -> Res {
+        let mut idle = self.snap.nodes[node].allocatable.minus(&self.node_used[node]);
+        let mut over = self.node_pipelined[node].minus(&self.node_releasing[node]);
+        over.clamp_non_negative();
+        idle.sub(&over);
+        idle
+    }
+
+    /// Whether `req` fits the node's idle resources less `held` (capacity set aside).
+    pub fn fits_idle(&self, node: NodeId, req: &Res, held: Option<&Res>) -> bool {
+        let alloc = &self.snap.nodes[node].allocatable;
+        let (used, rel, pip) = (&self.node_used[node], &self.node_releasing[node], &self.node_pipelined[node]);
+        (0..req.len()).all(|r| {
+            let idle = alloc[r] - used[r] - (pip[r] - rel[r]).max(0) - held.map_or(0, |h| h[r]);
+            req[r] <= idle
+        })
+    }
+
+    /// Whether `req` fits what the node will have once releasing pods terminate.
+    pub fn fits_future(&self, node: NodeId, req: &Res) -> bool {
+        let alloc = &self.snap.nodes[node].allocatable;
+        let (used, rel, pip) = (&self.node_used[node], &self.node_releasing[node], &self.node_pipelined[node]);
+        (0..req.len()).all(|r| req[r] <= alloc[r] - used[r] + rel[r] - pip[r])
+    }
+
+    /// Resources a node will have once releasing pods terminate, minus pipelined promises.
+    pub fn future_idle(&self, node: NodeId) -> Res {
+        self.snap.nodes[node]
+            .allocatable
+            .minus(&self.node_used[node])
+            .plus(&self.node_releasing[node])
+            .minus(&self.node_pipelined[node])
+    }
+
+    fn reindex(&mut self, node: NodeId) {
+        if self.node_releasing[node].is_zero() {
+            self.releasing_nodes.remove(&node);
+        } else {
+            self.releasing_nodes.insert(node);
+        }
+        let n = &self.snap.nodes[node];
+        if n.unschedulable {
+            return;
+        }
+        let idle = self.idle(node);
+        let gpu = self.snap.gpu.map(|g| idle[g]).unwrap_or(0);
+        self.index.set(node, Some([gpu, idle[self.snap.cpu]]));
+    }
+
+    fn account_running(&mut self, pod: PodId, add: bool) {
+        let p = &self.snap.pods[pod];
+        let job = &self.snap.jobs[p.job];
+        let req = &job.tasks[p.task].requests;
+        for q in self.snap.ancestry(job.queue).chain(std::iter::once(crate::snapshot::ROOT)) {
+            if add {
+                self.queue_alloc[q].add(req);
+                if !job.preemptible {
+                    self.queue_alloc_np[q].add(req);
+                }
+            } else {
+                self.queue_alloc[q].sub(req);
+                if !job.preemptible {
+                    self.queue_alloc_np[q].sub(req);
+                }
+            }
+        }
+        if add {
+            self.job_running[p.job] += 1;
+            self.task_running[p.job][p.task] += 1;
+        } else {
+            self.job_running[p.job] -= 1;
+            self.task_running[p.job][p.task] -= 1;
+        }
+    }
+
+    /// Places a pending pod on a node.
+    pub fn allocate(&mut self, st: &mut Statement, pod: PodId, node: NodeId) {
+        debug_assert_eq!(self.pod_state[pod], PodState::Pending);
+        let req = self.requests(pod);
+        self.node_used[node].add(req);
+        self.pod_state[pod] = PodState::Allocated(node);
+        self.account_running(pod, true);
+        self.reindex(node);
+        st.ops.push(Op::Allocate(pod, node));
+    }
+
+    /// Promises a pending pod a node that evictions are freeing.
+    pub fn pipeline(&mut self, st: &mut Statement, pod: PodId, node: NodeId) {
+        debug_assert_eq!(self.pod_state[pod], PodState::Pending);
+        let req = self.requests(pod);
+        self.node_pipelined[node].add(req);
+        self.pod_state[pod] = PodState::Pipelined(node);
+        self.job_pipelined[self.snap.pods[pod].job] += 1;
+        self.reindex(node);
+        st.ops.push(Op::Pipeline(pod, node));
+    }
+
+    /// Evicts a running pod; its resources stay held until it terminates.
+    pub fn evict(&mut self, st: &mut Statement, pod: PodId, reason: EvictReason) {
+        let prev = self.pod_state[pod];
+        let node = prev.running_on().expect("only running pods are evicted");
+        let req = self.requests(pod);
+        self.node_releasing[node].add(req);
+        self.pod_state[pod] = PodState::Releasing(node);
+        self.account_running(pod, false);
+        self.reindex(node);
+        st.ops.push(Op::Evict(pod, node, prev, reason));
+    }
+
+    /// Undoes every change of the statement, newest first.
+    pub fn discard(&mut self, st: Statement) {
+        for op in st.ops.into_iter().rev() {
+            match op {
+                Op::Allocate(pod, node) => {
+                    let req = self.requests(pod);
+                    self.node_used[node].sub(req);
+                    self.pod_state[pod] = PodState::Pending;
+                    self.account_running(pod, false);
+                    self.reindex(node);
+                }
+                Op::Pipeline(pod, node) => {
+                    let req = self.requests(pod);
+                    self.node_pipelined[node].sub(req);
+                    self.pod_state[pod] = PodState::Pending;
+                    self.job_pipelined[self.snap.pods[pod].job] -= 1;
+                    self.reindex(node);
+                }
+                Op::Evict(pod, node, prev, _) => {
+                    let req = self.requests(pod);
+                    self.node_releasing[node].sub(req);
+                    self.pod_state[pod] = prev;
+                    self.account_running(pod, true);
+                    self.reindex(node);
+                }
+            }
+        }
+    }
+
+    /// Moves another statement's changes into `st` (they stay applied).
+    pub fn absorb(&self, st: &mut Statement, other: Statement) {
+        st.ops.extend(other.ops);
+    }
+
+    /// Makes the statement's changes decisions of the cycle.
+    pub fn commit(&mut self, st: Statement) {
+        for op in st.ops {
+            match op {
+                Op::Allocate(pod, node) => self.decisions.binds.push((pod, node)),
+                Op::Pipeline(pod, node) => self.decisions.pipelined.push((pod, node)),
+                Op::Evict(pod, _, _, reason) => self.decisions.evictions.push((pod, reason)),
+            }
+        }
+    }
+
+    /// Whether the job has at least its gang minimum running (overall and per task).
+    pub fn job_ready(&self, job: JobId) -> bool {
+        let j = &self.snap.jobs[job];
+        self.job_running[job] >= j.min_member
+            && j.tasks.iter().enumerate().all(|(t, task)| self.task_running[job][t] >= task.min_available)
+    }
+
+    /// Whether the job would stay at or above its minimum after losing one pod of `task`.
+    pub fn can_lose_one(&self, job: JobId, task: usize) -> bool {
+        let j = &self.snap.jobs[job];
+        self.job_running[job] > j.min_member && self.task_running[job][task] > j.tasks[task].min_available
+    }
+
+    /// Pending pods of a job, in task order then index.
+    pub fn pending_pods(&self, job: JobId) -> impl Iterator<Item = PodId> + '_ {
+        self.snap.jobs[job].tasks.iter().flat_map(|t| t.pods.iter().copied()).filter(|&p| self.pod_state[p] == PodState::Pending)
+    }
+
+    /// Running pods of a job.
+    pub fn running_pods(&self, job: JobId) -> impl Iterator<Item = PodId> + '_ {
+        self.snap.jobs[job].tasks.iter().flat_map(|t| t.pods.iter().copied()).filter(|&p| self.pod_state[p].running_on().is_some())
+    }
+
+    /// The pods needed to bring the job to its gang minimum: first each task's own minimum,
+    /// then further pods in task order until `minMember` is reached.
+    pub fn gang_pods(&self, job: JobId) -> Vec<PodId> {
+        let j = &self.snap.jobs[job];
+        let mut chosen = Vec::new();
+        let mut total = self.job_running[job] as usize;
+        for (t, task) in j.tasks.iter().enumerate() {
+            let need = task.min_available.saturating_sub(self.task_running[job][t]) as usize;
+            let picked: Vec<PodId> =
+                task.pods.iter().copied().filter(|&p| self.pod_state[p] == PodState::Pending).take(need).collect();
+            total += picked.len();
+            chosen.extend(picked);
+        }
+        let min = j.min_member as usize;
+        if total < min {
+            let extra: Vec<PodId> =
+                self.pending_pods(job).filter(|p| !chosen.contains(p)).take(min - total).collect();
+            chosen.extend(extra);
+        }
+        chosen
+    }
+
+    /// Sum of requests of a set of pods.
+    pub fn sum_requests(&self, pods: &[PodId]) -> Res {
+        let mut r = Res::zero(self.snap.resources.len());
+        for &p in pods {
+            r.add(self.requests(p));
+        }
+        r
+    }
+
+    /// Records why a job waits (the latest reason wins).
+    pub fn set_reason(&mut self, job: JobId, reason: String) {
+        self.reasons[job] = Some(reason);
+    }
+
+    /// Whether the queue is a leaf's ancestor-or-self.
+    pub fn in_subtree(&self, leaf: QueueId, of: QueueId) -> bool {
+        self.snap.ancestry(leaf).any(|q| q == of)
+    }
+}

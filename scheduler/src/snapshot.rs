@@ -1,0 +1,547 @@
+//! The cluster at the start of a cycle: nodes, queues, priority classes, pod groups and pods,
+//! as index-based arenas. Built once per cycle (by the simulator or the Kubernetes cache) and
+//! never mutated by the core; per-cycle state lives in the session.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use drover_api::{NodeSelectorRequirement, ResourceList, Taint, Toleration, CPU, GPU, NODE_POOL_LABEL, PODS};
+
+use crate::res::{Res, UNLIMITED};
+
+/// Index of a node in `Snapshot::nodes`.
+pub type NodeId = usize;
+/// Index of a queue in `Snapshot::queues`; 0 is the implicit root.
+pub type QueueId = usize;
+/// Index of a job (pod group) in `Snapshot::jobs`.
+pub type JobId = usize;
+/// Index of a pod in `Snapshot::pods`.
+pub type PodId = usize;
+
+/// The implicit root of the queue tree.
+pub const ROOT: QueueId = 0;
+
+/// How a queue orders the start of its jobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum QueueingStrategy {
+    /// Later jobs may start when an earlier one cannot.
+    #[default]
+    BestEffortFifo,
+    /// Nothing starts while an earlier job of the same class (GPU or CPU-only) waits.
+    StrictFifo,
+}
+
+/// A node as the scheduler sees it.
+#[derive(Debug, Clone)]
+pub struct Node {
+    /// Node name.
+    pub name: String,
+    /// Allocatable resources.
+    pub allocatable: Res,
+    /// Labels, for selectors and affinity.
+    pub labels: BTreeMap<String, String>,
+    /// Taints.
+    pub taints: Vec<Taint>,
+    /// Cordoned: no new pods.
+    pub unschedulable: bool,
+    /// Index into `Snapshot::pools`.
+    pub pool: usize,
+}
+
+/// A queue of the hierarchy.
+#[derive(Debug, Clone)]
+pub struct Queue {
+    /// Queue name ("" for the root).
+    pub name: String,
+    /// Parent queue; `None` only for the root.
+    pub parent: Option<QueueId>,
+    /// Child queues, in name order.
+    pub children: Vec<QueueId>,
+    /// Guaranteed quota (0 where not declared).
+    pub deserved: Res,
+    /// Which resources the queue declares a quota for.
+    pub deserved_declared: Vec<bool>,
+    /// Hard cap (`UNLIMITED` where none).
+    pub limit: Res,
+    /// Share of unused capacity.
+    pub over_quota_weight: u32,
+    /// Whether over-quota resources may be reclaimed by other queues.
+    pub reclaimable: bool,
+    /// Start order policy.
+    pub strategy: QueueingStrategy,
+}
+
+/// The constraints of a task that decide which nodes can ever host its pods.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct Constraints {
+    /// Required labels.
+    pub node_selector: BTreeMap<String, String>,
+    /// Tolerations.
+    pub tolerations: Vec<Toleration>,
+    /// Required node affinity (all must match).
+    pub affinity: Vec<NodeSelectorRequirement>,
+}
+
+/// A task: identical pods of one job.
+#[derive(Debug, Clone)]
+pub struct Task {
+    /// Task name.
+    pub name: String,
+    /// Per-task gang minimum.
+    pub min_available: u32,
+    /// Requests of one pod (including one `pods`).
+    pub requests: Res,
+    /// Whether pods of the task request GPUs.
+    pub gpu: bool,
+    /// Node constraints, shared so that equal constraints are evaluated once.
+    pub constraints: Arc<Constraints>,
+    /// The pods, in index order.
+    pub pods: Vec<PodId>,
+}
+
+/// Lifecycle phase of a pod group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum JobPhase {
+    /// Not yet admitted by enqueue.
+    Pending,
+    /// Admitted, waiting for its minimum to be placed.
+    Inqueue,
+    /// At least its minimum is bound.
+    Running,
+}
+
+/// A pod group.
+#[derive(Debug, Clone)]
+pub struct Job {
+    /// Name.
+    pub name: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Leaf queue.
+    pub queue: QueueId,
+    /// Priority class name.
+    pub priority_class: String,
+    /// Priority value (higher first).
+    pub priority: i32,
+    /// Whether its pods may be preempted or reclaimed.
+    pub preemptible: bool,
+    /// Gang minimum.
+    pub min_member: u32,
+    /// Creation time, seconds.
+    pub created_at: i64,
+    /// Phase at the start of the cycle.
+    pub phase: JobPhase,
+    /// Tasks.
+    pub tasks: Vec<Task>,
+}
+
+impl Job {
+    /// `namespace/name`.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// Total pods.
+    pub fn replicas(&self) -> usize {
+        self.tasks.iter().map(|t| t.pods.len()).sum()
+    }
+}
+
+/// Where a pod is at the start of a cycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodPhase {
+    /// Not bound.
+    Pending,
+    /// Bound to a node.
+    Bound(NodeId),
+    /// Being evicted: still holds its node's resources.
+    Releasing(NodeId),
+}
+
+/// A pod of a job.
+#[derive(Debug, Clone)]
+pub struct Pod {
+    /// Owning job.
+    pub job: JobId,
+    /// Task index within the job.
+    pub task: usize,
+    /// Index within the task.
+    pub index: u32,
+    /// Phase at the start of the cycle.
+    pub phase: PodPhase,
+}
+
+/// The whole cluster at one moment.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// Resource names; a resource id indexes every `Res`.
+    pub resources: Vec<String>,
+    /// Id of `nvidia.com/gpu`, when any object mentions it.
+    pub gpu: Option<usize>,
+    /// Id of `cpu`.
+    pub cpu: usize,
+    /// Id of `pods`.
+    pub pods_resource: usize,
+    /// Node pool names (values of `drover.dev/node-pool`; "" for unlabelled nodes).
+    pub pools: Vec<String>,
+    /// Nodes.
+    pub nodes: Vec<Node>,
+    /// Queues; index 0 is the root.
+    pub queues: Vec<Queue>,
+    /// Jobs.
+    pub jobs: Vec<Job>,
+    /// Pods.
+    pub pods: Vec<Pod>,
+    /// Sum of allocatable resources of schedulable nodes.
+    pub capacity: Res,
+}
+
+impl Snapshot {
+    /// The chain from a queue up to (excluding) the root.
+    pub fn ancestry(&self, q: QueueId) -> impl Iterator<Item = QueueId> + '_ {
+        std::iter::successors(Some(q), move |&q| self.queues[q].parent).take_while(|&q| q != ROOT)
+    }
+
+    /// Human form of a resource vector: `nvidia.com/gpu 4, cpu 2`, skipping zeros.
+    pub fn describe(&self, r: &Res) -> String {
+        let parts: Vec<String> = (0..r.len())
+            .filter(|&i| r[i] != 0 && r[i] != UNLIMITED)
+            .map(|i| format!("{} {}", self.resources[i], drover_api::format_amount(&self.resources[i], r[i])))
+            .collect();
+        if parts.is_empty() {
+            "nothing".into()
+        } else {
+            parts.join(", ")
+        }
+    }
+
+    /// Amount of resource `i` in canonical text.
+    pub fn amount(&self, i: usize, v: i64) -> String {
+        drover_api::format_amount(&self.resources[i], v)
+    }
+
+    /// Converts a vector back to a named list, skipping zeros and unlimited entries.
+    pub fn to_list(&self, r: &Res) -> ResourceList {
+        ResourceList(
+            (0..r.len())
+                .filter(|&i| r[i] != 0 && r[i] != UNLIMITED)
+                .map(|i| (self.resources[i].clone(), r[i]))
+                .collect(),
+        )
+    }
+}
+
+/// A job as handed to the builder.
+#[derive(Debug, Clone)]
+pub struct JobInput {
+    /// Name.
+    pub name: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Leaf queue name.
+    pub queue: String,
+    /// Priority class name, resolved by the caller.
+    pub priority_class: String,
+    /// Priority value.
+    pub priority: i32,
+    /// Preemptible.
+    pub preemptible: bool,
+    /// Gang minimum.
+    pub min_member: u32,
+    /// Creation time.
+    pub created_at: i64,
+    /// Phase.
+    pub phase: JobPhase,
+    /// Tasks.
+    pub tasks: Vec<TaskInput>,
+}
+
+/// A task as handed to the builder.
+#[derive(Debug, Clone)]
+pub struct TaskInput {
+    /// Name.
+    pub name: String,
+    /// Per-task minimum.
+    pub min_available: u32,
+    /// Requests of one pod.
+    pub requests: ResourceList,
+    /// Node constraints.
+    pub constraints: Constraints,
+    /// Phase of each pod, by index.
+    pub pods: Vec<PodPhaseInput>,
+}
+
+/// A pod's phase by node name, as handed to the builder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PodPhaseInput {
+    /// Not bound.
+    Pending,
+    /// Bound to the named node.
+    Bound(String),
+    /// Being evicted from the named node.
+    Releasing(String),
+}
+
+/// A queue as handed to the builder.
+#[derive(Debug, Clone)]
+pub struct QueueInput {
+    /// Name.
+    pub name: String,
+    /// Parent name; `None` for a child of the root.
+    pub parent: Option<String>,
+    /// Guaranteed quota.
+    pub deserved: ResourceList,
+    /// Hard cap.
+    pub limit: Option<ResourceList>,
+    /// Over-quota weight.
+    pub over_quota_weight: u32,
+    /// Reclaimable.
+    pub reclaimable: bool,
+    /// Queueing strategy.
+    pub strategy: QueueingStrategy,
+}
+
+/// A node as handed to the builder.
+#[derive(Debug, Clone)]
+pub struct NodeInput {
+    /// Name.
+    pub name: String,
+    /// Allocatable.
+    pub allocatable: ResourceList,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// Taints.
+    pub taints: Vec<Taint>,
+    /// Cordoned.
+    pub unschedulable: bool,
+}
+
+/// Why inputs do not form a consistent snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SnapshotError {
+    /// A name refers to nothing.
+    #[error("{object}: {field} {name:?} does not exist")]
+    Missing {
+        /// The referring object.
+        object: String,
+        /// The referring field.
+        field: &'static str,
+        /// The missing name.
+        name: String,
+    },
+    /// The queue tree has a cycle.
+    #[error("queue {0}: parent chain loops back to itself")]
+    Cycle(String),
+    /// Two objects share a name.
+    #[error("{0}: defined twice")]
+    Duplicate(String),
+}
+
+/// Builds a snapshot from name-based inputs, interning resource names.
+pub fn build(
+    nodes: &[NodeInput],
+    queues: &[QueueInput],
+    jobs: &[JobInput],
+) -> Result<Snapshot, SnapshotError> {
+    let mut names: Vec<String> = vec![CPU.to_string(), PODS.to_string()];
+    let mut intern = |list: &ResourceList| {
+        for k in list.0.keys() {
+            if !names.contains(k) {
+                names.push(k.clone());
+            }
+        }
+    };
+    nodes.iter().for_each(|n| intern(&n.allocatable));
+    for q in queues {
+        intern(&q.deserved);
+        if let Some(l) = &q.limit {
+            intern(l);
+        }
+    }
+    jobs.iter().flat_map(|j| &j.tasks).for_each(|t| intern(&t.requests));
+    names[2..].sort();
+    let index: HashMap<&str, usize> = names.iter().enumerate().map(|(i, n)| (n.as_str(), i)).collect();
+    let n = names.len();
+    let vec_of = |list: &ResourceList, fill: i64| {
+        let mut r = Res::filled(n, fill);
+        for (k, v) in &list.0 {
+            r[index[k.as_str()]] = *v;
+        }
+        r
+    };
+    let pods_resource = index[PODS];
+
+    let mut pools: Vec<String> = nodes
+        .iter()
+        .map(|n| n.labels.get(NODE_POOL_LABEL).cloned().unwrap_or_default())
+        .collect();
+    pools.sort();
+    pools.dedup();
+    let mut node_index = HashMap::new();
+    let mut snap_nodes = Vec::with_capacity(nodes.len());
+    let mut capacity = Res::zero(n);
+    for (i, node) in nodes.iter().enumerate() {
+        if node_index.insert(node.name.as_str(), i).is_some() {
+            return Err(SnapshotError::Duplicate(format!("node {}", node.name)));
+        }
+        let allocatable = vec_of(&node.allocatable, 0);
+        if !node.unschedulable {
+            capacity.add(&allocatable);
+        }
+        let pool_name = node.labels.get(NODE_POOL_LABEL).map(String::as_str).unwrap_or("");
+        snap_nodes.push(Node {
+            name: node.name.clone(),
+            allocatable,
+            labels: node.labels.clone(),
+            taints: node.taints.clone(),
+            unschedulable: node.unschedulable,
+            pool: pools.iter().position(|p| p == pool_name).unwrap_or(0),
+        });
+    }
+
+    let snap_queues = build_queues(queues, n, &vec_of, &index)?;
+    let queue_index: HashMap<&str, QueueId> =
+        snap_queues.iter().enumerate().skip(1).map(|(i, q)| (q.name.as_str(), i)).collect();
+
+    let mut snap_jobs = Vec::with_capacity(jobs.len());
+    let mut snap_pods = Vec::new();
+    let mut constraint_cache: HashMap<Constraints, Arc<Constraints>> = HashMap::new();
+    for (job_id, job) in jobs.iter().enumerate() {
+        let object = || format!("job {}/{}", job.namespace, job.name);
+        let queue = *queue_index
+            .get(job.queue.as_str())
+            .ok_or_else(|| SnapshotError::Missing { object: object(), field: "queue", name: job.queue.clone() })?;
+        let mut tasks = Vec::with_capacity(job.tasks.len());
+        for (task_id, t) in job.tasks.iter().enumerate() {
+            let mut requests = vec_of(&t.requests, 0);
+            requests[pods_resource] = 1;
+            let gpu = index.get(GPU).is_some_and(|&g| requests[g] > 0);
+            let constraints = constraint_cache
+                .entry(t.constraints.clone())
+                .or_insert_with(|| Arc::new(t.constraints.clone()))
+                .clone();
+            let mut pods = Vec::with_capacity(t.pods.len());
+            for (i, phase) in t.pods.iter().enumerate() {
+                let lookup = |name: &String| {
+                    node_index.get(name.as_str()).copied().ok_or_else(|| SnapshotError::Missing {
+                        object: object(),
+                        field: "running",
+                        name: name.clone(),
+                    })
+                };
+                let phase = match phase {
+                    PodPhaseInput::Pending => PodPhase::Pending,
+                    PodPhaseInput::Bound(node) => PodPhase::Bound(lookup(node)?),
+                    PodPhaseInput::Releasing(node) => PodPhase::Releasing(lookup(node)?),
+                };
+                pods.push(snap_pods.len());
+                snap_pods.push(Pod { job: job_id, task: task_id, index: i as u32, phase });
+            }
+            tasks.push(Task {
+                name: t.name.clone(),
+                min_available: t.min_available,
+                requests,
+                gpu,
+                constraints,
+                pods,
+            });
+        }
+        snap_jobs.push(Job {
+            name: job.name.clone(),
+            namespace: job.namespace.clone(),
+            queue,
+            priority_class: job.priority_class.clone(),
+            priority: job.priority,
+            preemptible: job.preemptible,
+            min_member: job.min_member,
+            created_at: job.created_at,
+            phase: job.phase,
+            tasks,
+        });
+    }
+
+    Ok(Snapshot {
+        gpu: index.get(GPU).copied(),
+        cpu: index[CPU],
+        pods_resource,
+        resources: names,
+        pools,
+        nodes: snap_nodes,
+        queues: snap_queues,
+        jobs: snap_jobs,
+        pods: snap_pods,
+        capacity,
+    })
+}
+
+fn build_queues(
+    queues: &[QueueInput],
+    n: usize,
+    vec_of: &dyn Fn(&ResourceList, i64) -> Res,
+    index: &HashMap<&str, usize>,
+) -> Result<Vec<Queue>, SnapshotError> {
+    let mut sorted: Vec<&QueueInput> = queues.iter().collect();
+    sorted.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut out = vec![Queue {
+        name: String::new(),
+        parent: None,
+        children: Vec::new(),
+        deserved: Res::zero(n),
+        deserved_declared: vec![false; n],
+        limit: Res::filled(n, UNLIMITED),
+        over_quota_weight: 1,
+        reclaimable: true,
+        strategy: QueueingStrategy::BestEffortFifo,
+    }];
+    let mut by_name: HashMap<&str, QueueId> = HashMap::new();
+    for q in &sorted {
+        if by_name.insert(q.name.as_str(), out.len()).is_some() {
+            return Err(SnapshotError::Duplicate(format!("queue {}", q.name)));
+        }
+        let mut declared = vec![false; n];
+        for k in q.deserved.0.keys() {
+            declared[index[k.as_str()]] = true;
+        }
+        out.push(Queue {
+            name: q.name.clone(),
+            parent: None,
+            children: Vec::new(),
+            deserved: vec_of(&q.deserved, 0),
+            deserved_declared: declared,
+            limit: q.limit.as_ref().map(|l| vec_of(l, UNLIMITED)).unwrap_or_else(|| Res::filled(n, UNLIMITED)),
+            over_quota_weight: q.over_quota_weight,
+            reclaimable: q.reclaimable,
+            strategy: q.strategy,
+        });
+    }
+    for (i, q) in sorted.iter().enumerate() {
+        let id = i + 1;
+        let parent = match q.parent.as_deref() {
+            None | Some("") => ROOT,
+            Some(p) => *by_name.get(p).ok_or_else(|| SnapshotError::Missing {
+                object: format!("queue {}", q.name),
+                field: "parent",
+                name: p.to_string(),
+            })?,
+        };
+        out[id].parent = Some(parent);
+        out[parent].children.push(id);
+    }
+    for start in 1..out.len() {
+        let mut q = start;
+        for _ in 0..out.len() {
+            match out[q].parent {
+                Some(ROOT) => break,
+                Some(p) => q = p,
+                None => break,
+            }
+            if q == start {
+                return Err(SnapshotError::Cycle(out[start].name.clone()));
+            }
+        }
+        if q != ROOT && out[q].parent != Some(ROOT) {
+            return Err(SnapshotError::Cycle(out[start].name.clone()));
+        }
+    }
+    Ok(out)
+}
