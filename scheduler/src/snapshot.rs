@@ -71,6 +71,20 @@ pub struct Queue {
     pub strategy: QueueingStrategy,
 }
 
+impl Queue {
+    /// Whether the queue's quota governs resource `r`: the resources it declares a deserved
+    /// quota for, or every resource when it declares none (a queue without quota has a
+    /// quota of zero).
+    pub fn quota_covers(&self, r: usize) -> bool {
+        self.deserved_declared[r] || !self.deserved_declared.iter().any(|d| *d)
+    }
+
+    /// Whether `alloc` exceeds the deserved quota in a resource the quota governs.
+    pub fn over_quota(&self, alloc: &Res) -> bool {
+        (0..alloc.len()).any(|r| self.quota_covers(r) && alloc[r] > self.deserved[r])
+    }
+}
+
 /// The constraints of a task that decide which nodes can ever host its pods.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Constraints {

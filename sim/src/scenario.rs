@@ -1,5 +1,5 @@
 //! Scenario files: a cluster, its queue tree and its workloads at one moment, and optionally
-//! what the scheduler must decide (`/work/shared/scenario-format.md` is the contract).
+//! what the scheduler must decide (the contract is `scenario-format.md`).
 //!
 //! The text is first read as a `serde_yaml::Value`, then every object (node, queue, job, task,
 //! ...) is read on its own, so that each error can name the file, the object (`job default/j1`)
@@ -136,7 +136,9 @@ pub struct Expect {
     pub jobs: BTreeMap<String, JobExpect>,
     /// Per pod (`<job>-<task>-<index>`, optionally `namespace/`-prefixed): the node it must be on.
     pub placements: BTreeMap<String, String>,
-    /// The exact set of pods that must be evicted, when given.
+    /// The exact set of pods that must be evicted, when given. Entries naming pods of the
+    /// scenario's jobs were checked to exist; entries for other jobs (the format's own example
+    /// has one) are kept as written and can never match.
     pub evicted: Option<Vec<String>>,
     /// Per queue: resource figures after the cycles.
     pub queues: BTreeMap<String, QueueExpect>,
@@ -1319,5 +1321,45 @@ impl<'de> Visitor<'de> for KeyProbe<'_> {
 
     fn visit_unit<E: de::Error>(self) -> Result<bool, E> {
         Ok(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn path(steps: &[&str]) -> Vec<Step> {
+        steps
+            .iter()
+            .map(|s| s.parse().map_or_else(|_| Step::Key(s.to_string()), Step::Index))
+            .collect()
+    }
+
+    #[test]
+    fn field_paths_render_like_code() {
+        assert_eq!(
+            render(&path(&["tasks", "2", "requests", "cpu"])),
+            "tasks[2].requests.cpu"
+        );
+        assert_eq!(render(&path(&["0", "name"])), "[0].name");
+    }
+
+    #[test]
+    fn edit_distance_ignores_case() {
+        assert_eq!(edit_distance("replica", "replicas"), 1);
+        assert_eq!(edit_distance("overquotaweight", "overQuotaWeight"), 0);
+        assert_eq!(edit_distance("", "abc"), 3);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+    }
+
+    #[test]
+    fn locate_finds_keys_and_entries_in_block_and_flow_style() {
+        let text = "a:\n  - {b: 1, c: [x, y]}\n  - d: 2\n";
+        assert_eq!(locate(text, &path(&["a", "0", "c"])), Some((2, 12)));
+        assert_eq!(locate(text, &path(&["a", "0", "c", "1"])), Some((2, 19)));
+        assert_eq!(locate(text, &path(&["a", "1", "d"])), Some((3, 5)));
+        assert_eq!(locate(text, &path(&["a", "2"])), None);
+        assert_eq!(locate(text, &path(&["a", "1", "zz"])), None);
+        assert_eq!(locate_nearest(text, &path(&["a", "1", "zz"])), Some((3, 5)));
     }
 }

@@ -57,7 +57,7 @@ pub fn queue_state(ssn: &Session, q: QueueId) -> QueueState {
     let alloc = &ssn.queue_alloc[q];
     if alloc.first_exceeding(&ssn.fair_share[q]).is_some() {
         QueueState::OverFairShare
-    } else if alloc.first_exceeding(&ssn.snap.queues[q].deserved).is_some() {
+    } else if ssn.snap.queues[q].over_quota(alloc) {
         QueueState::OverQuota
     } else {
         QueueState::InQuota
@@ -177,11 +177,11 @@ impl FairShare {
     }
 }
 
-fn exceeding(ssn: &Session, req: &Res, have: &Res, cap: &Res) -> Option<(usize, i64, i64)> {
-    (0..req.len()).find(|&r| req[r] > 0 && cap[r] != UNLIMITED && have[r].saturating_add(req[r]) > cap[r]).map(|r| {
-        let _ = ssn;
-        (r, have[r] + req[r], cap[r])
-    })
+/// The first resource where `have + req` exceeds a finite `cap`: (resource, would be, cap).
+fn exceeding(req: &Res, have: &Res, cap: &Res) -> Option<(usize, i64, i64)> {
+    (0..req.len())
+        .find(|&r| req[r] > 0 && cap[r] != UNLIMITED && have[r].saturating_add(req[r]) > cap[r])
+        .map(|r| (r, have[r] + req[r], cap[r]))
 }
 
 impl Plugin for FairShare {
@@ -211,7 +211,7 @@ impl Plugin for FairShare {
         let j = &snap.jobs[job];
         for q in snap.ancestry(j.queue) {
             let name = &snap.queues[q].name;
-            if let Some((r, would, cap)) = exceeding(ssn, req, &ssn.queue_alloc[q], &snap.queues[q].limit) {
+            if let Some((r, would, cap)) = exceeding(req, &ssn.queue_alloc[q], &snap.queues[q].limit) {
                 return Err(format!(
                     "queue {name} would exceed its limit ({} {} > {})",
                     snap.resources[r],
@@ -220,10 +220,10 @@ impl Plugin for FairShare {
                 ));
             }
             if !j.preemptible {
-                let declared = &snap.queues[q].deserved_declared;
+                let queue = &snap.queues[q];
                 let alloc = &ssn.queue_alloc_np[q];
-                let deserved = &snap.queues[q].deserved;
-                if let Some(r) = (0..req.len()).find(|&r| declared[r] && req[r] > 0 && alloc[r] + req[r] > deserved[r]) {
+                let deserved = &queue.deserved;
+                if let Some(r) = (0..req.len()).find(|&r| queue.quota_covers(r) && req[r] > 0 && alloc[r] + req[r] > deserved[r]) {
                     return Err(format!(
                         "non-preemptible work may only use queue {name}'s deserved quota ({} {} > {})",
                         snap.resources[r],
@@ -233,7 +233,7 @@ impl Plugin for FairShare {
                 }
             }
             if bound == ShareBound::FairShare {
-                if let Some((r, would, cap)) = exceeding(ssn, req, &ssn.queue_alloc[q], &ssn.fair_share[q]) {
+                if let Some((r, would, cap)) = exceeding(req, &ssn.queue_alloc[q], &ssn.fair_share[q]) {
                     return Err(format!(
                         "queue {name} would exceed its fair share ({} {} > {})",
                         snap.resources[r],
@@ -263,7 +263,7 @@ impl Plugin for FairShare {
             let queue = &snap.queues[q];
             let mut used = ssn.queue_alloc[q].minus(&freeable).plus(&reserved[q]);
             used.clamp_non_negative();
-            if let Some((r, would, cap)) = exceeding(ssn, &min, &used, &queue.limit) {
+            if let Some((r, would, cap)) = exceeding(&min, &used, &queue.limit) {
                 return Err(format!(
                     "queue {} cannot hold the gang's minimum within its limit ({} {} > {})",
                     queue.name,
@@ -273,7 +273,7 @@ impl Plugin for FairShare {
                 ));
             }
             if !j.preemptible {
-                let r = (0..min.len()).find(|&r| queue.deserved_declared[r] && min[r] > queue.deserved[r]);
+                let r = (0..min.len()).find(|&r| queue.quota_covers(r) && min[r] > queue.deserved[r]);
                 if let Some(r) = r {
                     return Err(format!(
                         "non-preemptible work may only use queue {}'s deserved quota, which is smaller than the gang ({} {} > {})",
@@ -307,7 +307,7 @@ impl Plugin for FairShare {
         for q in snap.ancestry(vq).filter(|&q| !ssn.in_subtree(pq, q)) {
             let queue = &snap.queues[q];
             let alloc = &ssn.queue_alloc[q];
-            let over = (0..freed.len()).any(|r| freed[r] > 0 && r != snap.pods_resource && alloc[r] > queue.deserved[r]);
+            let over = (0..freed.len()).any(|r| freed[r] > 0 && queue.quota_covers(r) && alloc[r] > queue.deserved[r]);
             let cut = (0..freed.len()).any(|r| freed[r] > 0 && alloc[r] - freed[r] < queue.deserved[r]);
             if !over || cut {
                 return false;
@@ -320,7 +320,7 @@ impl Plugin for FairShare {
     fn victim_rank(&self, ssn: &Session, mode: EvictMode, v: &Victim) -> i64 {
         match mode {
             EvictMode::Preempt => 0,
-            EvictMode::Reclaim => queue_state(ssn, ssn.snap.jobs[v.job].queue) as i64 * -1 + 2,
+            EvictMode::Reclaim => 2 - queue_state(ssn, ssn.snap.jobs[v.job].queue) as i64,
         }
     }
 }

@@ -1,0 +1,246 @@
+//! The simulator's output: a JSON document with sorted keys (identical bytes on every run)
+//! and a table for people that says, per job and per queue, what runs, what waits and why.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use drover_api::PODS;
+use drover_scheduler::res::Res;
+use drover_scheduler::session::EvictReason;
+use drover_scheduler::snapshot::{JobPhase, Snapshot, ROOT};
+use serde::Serialize;
+
+use crate::run::{pod_key, PodFate, SimResult};
+
+/// One pod's result.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct PodReport {
+    /// The node it is bound to or was evicted from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// `Bound`, `Pending` or `Evicted`.
+    pub state: &'static str,
+}
+
+/// One job's result.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct JobReport {
+    /// `Pending`, `Inqueue` or `Running`.
+    pub phase: &'static str,
+    /// The job's queue.
+    pub queue: String,
+    /// Bound pods.
+    pub running: u32,
+    /// Pods waiting for a node.
+    pub pending: u32,
+    /// Pods evicted in the last cycle.
+    pub evicted: u32,
+    /// Why pods still wait ("" when none wait).
+    pub reason: String,
+}
+
+/// One queue's result.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueReport {
+    /// Resources of running pods (descendants included).
+    pub allocated: BTreeMap<String, String>,
+    /// Declared guaranteed quota.
+    pub deserved: BTreeMap<String, String>,
+    /// Fair share computed in the last cycle.
+    pub fair_share: BTreeMap<String, String>,
+    /// `InQuota`, `OverQuota` or `OverFairShare`.
+    pub state: &'static str,
+}
+
+/// The whole result.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Report {
+    /// Scenario name.
+    pub scenario: String,
+    /// Cycles run.
+    pub cycles: u32,
+    /// Per pod, by `namespace/name`.
+    pub pods: BTreeMap<String, PodReport>,
+    /// Per job, by `namespace/name`.
+    pub jobs: BTreeMap<String, JobReport>,
+    /// Per queue, by name.
+    pub queues: BTreeMap<String, QueueReport>,
+    /// Every eviction of the run, cycle by cycle.
+    pub evictions: Vec<String>,
+    /// Why each eviction happened, parallel to `evictions`.
+    #[serde(rename = "evictionReasons")]
+    pub eviction_reasons: Vec<&'static str>,
+}
+
+fn phase_name(p: JobPhase) -> &'static str {
+    match p {
+        JobPhase::Pending => "Pending",
+        JobPhase::Inqueue => "Inqueue",
+        JobPhase::Running => "Running",
+    }
+}
+
+fn named(snap: &Snapshot, r: &Res) -> BTreeMap<String, String> {
+    let mut list = snap.to_list(r);
+    list.0.remove(PODS);
+    list.to_strings()
+}
+
+/// Builds the report of a run.
+pub fn report(name: &str, result: &SimResult) -> Report {
+    let snap = &result.snapshot;
+    let mut pods = BTreeMap::new();
+    let mut counts = vec![(0u32, 0u32, 0u32); snap.jobs.len()];
+    for (p, fate) in result.fates.iter().enumerate() {
+        let job = snap.pods[p].job;
+        let (node, state) = match fate {
+            PodFate::Bound(n) => {
+                counts[job].0 += 1;
+                (Some(n.clone()), "Bound")
+            }
+            PodFate::Pending => {
+                counts[job].1 += 1;
+                (None, "Pending")
+            }
+            PodFate::Evicted(n) => {
+                counts[job].2 += 1;
+                (Some(n.clone()), "Evicted")
+            }
+        };
+        pods.insert(pod_key(snap, p), PodReport { node, state });
+    }
+    let jobs = snap
+        .jobs
+        .iter()
+        .enumerate()
+        .map(|(j, job)| {
+            let (running, pending, evicted) = counts[j];
+            let report = JobReport {
+                phase: phase_name(result.last.job_phase[j]),
+                queue: snap.queues[job.queue].name.clone(),
+                running,
+                pending,
+                evicted,
+                reason: result.last.reasons[j].clone().unwrap_or_default(),
+            };
+            (job.key(), report)
+        })
+        .collect();
+    let queues = snap
+        .queues
+        .iter()
+        .enumerate()
+        .filter(|&(q, _)| q != ROOT)
+        .map(|(q, queue)| {
+            let alloc = &result.last.queue_alloc[q];
+            let fair = &result.last.fair_share[q];
+            let state = if alloc.first_exceeding(fair).is_some() {
+                "OverFairShare"
+            } else if queue.over_quota(alloc) {
+                "OverQuota"
+            } else {
+                "InQuota"
+            };
+            let mut deserved = snap.to_list(&queue.deserved);
+            deserved.0.retain(|k, _| snap.resources.iter().position(|r| r == k).is_some_and(|i| queue.deserved_declared[i]));
+            let report = QueueReport {
+                allocated: named(snap, alloc),
+                deserved: deserved.to_strings(),
+                fair_share: named(snap, fair),
+                state,
+            };
+            (queue.name.clone(), report)
+        })
+        .collect();
+    Report {
+        scenario: name.to_string(),
+        cycles: result.cycles,
+        pods,
+        jobs,
+        queues,
+        evictions: result.evictions.iter().map(|e| e.pod.clone()).collect(),
+        eviction_reasons: result
+            .evictions
+            .iter()
+            .map(|e| match e.reason {
+                EvictReason::Preempt => "preempt",
+                EvictReason::Reclaim => "reclaim",
+            })
+            .collect(),
+    }
+}
+
+/// The report as JSON with every object's keys sorted.
+pub fn to_json(report: &Report) -> String {
+    let value = serde_json::to_value(report).expect("reports serialize");
+    let mut text = serde_json::to_string_pretty(&value).expect("values serialize");
+    text.push('\n');
+    text
+}
+
+/// The report as aligned text tables.
+pub fn to_table(report: &Report) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "scenario {} after {} cycle(s)\n", report.scenario, report.cycles);
+    let job_rows: Vec<Vec<String>> = report
+        .jobs
+        .iter()
+        .map(|(k, j)| {
+            vec![
+                k.clone(),
+                j.queue.clone(),
+                j.phase.to_string(),
+                j.running.to_string(),
+                j.pending.to_string(),
+                j.evicted.to_string(),
+                j.reason.clone(),
+            ]
+        })
+        .collect();
+    table(&mut out, &["JOB", "QUEUE", "PHASE", "RUNNING", "PENDING", "EVICTED", "WHY PODS WAIT"], &job_rows);
+    out.push('\n');
+    let list = |m: &BTreeMap<String, String>| {
+        if m.is_empty() {
+            "-".to_string()
+        } else {
+            m.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
+        }
+    };
+    let queue_rows: Vec<Vec<String>> = report
+        .queues
+        .iter()
+        .map(|(k, q)| vec![k.clone(), q.state.to_string(), list(&q.allocated), list(&q.deserved), list(&q.fair_share)])
+        .collect();
+    table(&mut out, &["QUEUE", "STATE", "ALLOCATED", "DESERVED", "FAIR SHARE"], &queue_rows);
+    if !report.evictions.is_empty() {
+        out.push_str("\nevictions:\n");
+        for (pod, why) in report.evictions.iter().zip(&report.eviction_reasons) {
+            let _ = writeln!(out, "  {pod} ({why})");
+        }
+    }
+    out
+}
+
+fn table(out: &mut String, header: &[&str], rows: &[Vec<String>]) {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.len());
+        }
+    }
+    let line = |out: &mut String, cells: Vec<&str>| {
+        let last = cells.len() - 1;
+        for (i, cell) in cells.iter().enumerate() {
+            if i == last {
+                let _ = writeln!(out, "{cell}");
+            } else {
+                let _ = write!(out, "{cell:<width$}  ", width = widths[i]);
+            }
+        }
+    };
+    line(out, header.to_vec());
+    for row in rows {
+        line(out, row.iter().map(String::as_str).collect());
+    }
+}

@@ -1,0 +1,52 @@
+//! Runs every scenario under `scenarios/` and requires its `expect` block to hold, exactly as
+//! `drover sim --check` does. Each scenario reproduces one scheduling rule; a scenario
+//! without expectations is an error here, so that no rule goes unchecked.
+
+use std::path::{Path, PathBuf};
+
+use drover_scheduler::config::SchedulerConfig;
+use drover_sim::{check, report, run, scenario};
+
+fn scenario_files() -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("scenarios folder exists")
+        .map(|e| e.expect("readable entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    files
+}
+
+fn failures(path: &Path) -> Vec<String> {
+    let s = match scenario::load(path) {
+        Ok(s) => s,
+        Err(e) => return vec![e.to_string()],
+    };
+    if s.expect.is_none() {
+        return vec!["has no expect block".into()];
+    }
+    let mut config = SchedulerConfig::default();
+    config.apply(&s.config);
+    let result = run::simulate(&s, &config, s.cycles).expect("validated scenarios build");
+    let rep = report::report(&s.name, &result);
+    let again = report::report(&s.name, &run::simulate(&s, &config, s.cycles).expect("builds"));
+    let mut problems = check::mismatches(&s, &rep);
+    if report::to_json(&rep) != report::to_json(&again) {
+        problems.push("two runs printed different output".into());
+    }
+    problems
+}
+
+#[test]
+fn every_scenario_meets_its_expectations() {
+    let files = scenario_files();
+    assert!(files.len() > 1, "scenarios are bundled");
+    let mut all = Vec::new();
+    for f in &files {
+        for p in failures(f) {
+            all.push(format!("{}: {p}", f.file_name().unwrap().to_string_lossy()));
+        }
+    }
+    assert!(all.is_empty(), "{} scenario expectation(s) failed:\n{}", all.len(), all.join("\n"));
+}
