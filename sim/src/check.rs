@@ -42,8 +42,17 @@ pub fn mismatches(scenario: &Scenario, report: &Report) -> Vec<String> {
         }
     }
     if let Some(evicted) = &expect.evicted {
-        let want: BTreeSet<String> =
-            evicted.iter().flat_map(|e| scenario.find_pods(e)).map(|p: PodRef| p.key()).collect();
+        let want: BTreeSet<String> = evicted
+            .iter()
+            .flat_map(|e| {
+                let found: Vec<String> = scenario.find_pods(e).iter().map(PodRef::key).collect();
+                if found.is_empty() {
+                    vec![if e.contains('/') { e.clone() } else { format!("default/{e}") }]
+                } else {
+                    found
+                }
+            })
+            .collect();
         let got: BTreeSet<String> = report.evictions.iter().cloned().collect();
         for missing in want.difference(&got) {
             out.push(format!("pod {missing}: expected to be evicted, was not"));
