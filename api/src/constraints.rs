@@ -126,7 +126,9 @@ impl NodeSelectorRequirement {
             NodeSelectorOperator::Exists => value.is_some(),
             NodeSelectorOperator::DoesNotExist => value.is_none(),
             NodeSelectorOperator::Gt | NodeSelectorOperator::Lt => {
-                let (Some(v), Some(bound)) = (value.and_then(|v| as_int(v)), self.values.first().and_then(|b| as_int(b))) else {
+                let (Some(v), Some(bound)) =
+                    (value.and_then(|v| as_int(v)), self.values.first().and_then(|b| as_int(b)))
+                else {
                     return false;
                 };
                 if self.operator == NodeSelectorOperator::Gt {
@@ -181,7 +183,8 @@ mod tests {
 
     #[test]
     fn node_selector_operators() {
-        let labels: BTreeMap<String, String> = [("zone".to_string(), "a".to_string()), ("gen".to_string(), "5".to_string())].into();
+        let labels: BTreeMap<String, String> =
+            [("zone".to_string(), "a".to_string()), ("gen".to_string(), "5".to_string())].into();
         let req = |key: &str, operator, values: &[&str]| NodeSelectorRequirement {
             key: key.into(),
             operator,

@@ -8,7 +8,11 @@ pub mod priority;
 pub mod quantity;
 pub mod resources;
 
-pub use constraints::{tolerates_all, NodeSelectorOperator, NodeSelectorRequirement, Taint, TaintEffect, Toleration, TolerationOperator};
+pub use constraints::{
+    tolerates_all, NodeSelectorOperator, NodeSelectorRequirement, Taint, TaintEffect, Toleration, TolerationOperator,
+};
 pub use priority::{PriorityClass, BUILTIN_PRIORITY_CLASSES, NON_PREEMPTIBLE_THRESHOLD};
 pub use quantity::{Quantity, QuantityError};
-pub use resources::{format_amount, ResourceError, ResourceKind, ResourceList, CPU, GPU, MEMORY, NODE_POOL_LABEL, PODS};
+pub use resources::{
+    format_amount, ResourceError, ResourceKind, ResourceList, CPU, GPU, MEMORY, NODE_POOL_LABEL, PODS,
+};

@@ -247,7 +247,9 @@ mod tests {
 
     #[test]
     fn rejects_malformed_input() {
-        for bad in ["", "abc", "1 ", " 1", "1Gb", "1e", "1e1.5", "1..2", ".", "+", "1KI", "1ki", "1iK", "--1", "1e1234", "0x10"] {
+        for bad in [
+            "", "abc", "1 ", " 1", "1Gb", "1e", "1e1.5", "1..2", ".", "+", "1KI", "1ki", "1iK", "--1", "1e1234", "0x10",
+        ] {
             assert!(Quantity::parse(bad).is_err(), "{bad:?} should be rejected");
         }
     }
@@ -261,7 +263,9 @@ mod tests {
 
     #[test]
     fn displays_exactly() {
-        for (input, shown) in [("1500m", "1500m"), ("1.5", "1500m"), ("2", "2"), ("10n", "10n"), ("1e3", "1000"), ("1Ki", "1024")] {
+        for (input, shown) in
+            [("1500m", "1500m"), ("1.5", "1500m"), ("2", "2"), ("10n", "10n"), ("1e3", "1000"), ("1Ki", "1024")]
+        {
             assert_eq!(Quantity::parse(input).unwrap().to_string(), shown);
         }
     }

@@ -57,9 +57,10 @@ fn main() -> ExitCode {
 fn sim(args: SimArgs) -> ExitCode {
     let mut config = match &args.config {
         None => SchedulerConfig::default(),
-        Some(path) => match std::fs::read_to_string(path).map_err(|e| e.to_string()).and_then(|t| {
-            SchedulerConfig::from_yaml(&t).map_err(|e| e.to_string())
-        }) {
+        Some(path) => match std::fs::read_to_string(path)
+            .map_err(|e| e.to_string())
+            .and_then(|t| SchedulerConfig::from_yaml(&t).map_err(|e| e.to_string()))
+        {
             Ok(c) => c,
             Err(e) => {
                 eprintln!("error: {}: {e}", path.display());

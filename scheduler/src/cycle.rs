@@ -55,14 +55,20 @@ pub fn run_cycle(snap: &Snapshot, config: &SchedulerConfig) -> CycleOutcome {
 fn close(fw: &Framework, mut ssn: Session) -> CycleOutcome {
     let snap = ssn.snap;
     for j in 0..snap.jobs.len() {
-        let waiting = ssn.snap.jobs[j].tasks.iter().flat_map(|t| &t.pods).any(|&p| ssn.pod_state[p].running_on().is_none());
+        let waiting =
+            ssn.snap.jobs[j].tasks.iter().flat_map(|t| &t.pods).any(|&p| ssn.pod_state[p].running_on().is_none());
         if !waiting {
             ssn.reasons[j] = None;
         } else if ssn.reasons[j].is_none() {
             let why = match ssn.job_phase[j] {
                 JobPhase::Pending => "not admitted yet",
                 _ if ssn.job_pipelined[j] > 0 => "waiting for evicted pods to terminate",
-                _ if ssn.pod_state.iter().enumerate().any(|(p, s)| snap.pods[p].job == j && matches!(s, PodState::Releasing(_))) => {
+                _ if ssn
+                    .pod_state
+                    .iter()
+                    .enumerate()
+                    .any(|(p, s)| snap.pods[p].job == j && matches!(s, PodState::Releasing(_))) =>
+                {
                     "evicted pods are terminating"
                 }
                 _ => "not considered this cycle",

@@ -121,7 +121,9 @@ impl Framework {
                 match p {
                     PluginConfig::Priority => Box::new(plugins::priority::Priority),
                     PluginConfig::Gang => Box::new(plugins::gang::Gang),
-                    PluginConfig::Fairshare(args) => Box::new(plugins::fairshare::FairShare::new(args.mode, drf_queue_order)),
+                    PluginConfig::Fairshare(args) => {
+                        Box::new(plugins::fairshare::FairShare::new(args.mode, drf_queue_order))
+                    }
                     PluginConfig::Drf(args) => Box::new(plugins::drf::Drf::new(*args)),
                     PluginConfig::Predicates => Box::new(plugins::predicates::Predicates),
                     PluginConfig::Nodeorder(args) => Box::new(plugins::nodeorder::NodeOrder::new(args.clone())),

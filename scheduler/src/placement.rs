@@ -117,7 +117,9 @@ impl Placer {
                 let class = if task.gpu { Class::Gpu } else { Class::Cpu };
                 feas.pools.iter().find_map(|&pool| {
                     let s = fw.placement(&ssn.snap.pools[pool], task.gpu);
-                    ssn.index.candidates(pool, class, req[key_res], s).find(|&n| feas.ok(n) && ssn.fits_idle(n, req, None))
+                    ssn.index
+                        .candidates(pool, class, req[key_res], s)
+                        .find(|&n| feas.ok(n) && ssn.fits_idle(n, req, None))
                 })
             }
         }

@@ -349,12 +349,20 @@ impl<'s> Session<'s> {
 
     /// Pending pods of a job, in task order then index.
     pub fn pending_pods(&self, job: JobId) -> impl Iterator<Item = PodId> + '_ {
-        self.snap.jobs[job].tasks.iter().flat_map(|t| t.pods.iter().copied()).filter(|&p| self.pod_state[p] == PodState::Pending)
+        self.snap.jobs[job]
+            .tasks
+            .iter()
+            .flat_map(|t| t.pods.iter().copied())
+            .filter(|&p| self.pod_state[p] == PodState::Pending)
     }
 
     /// Running pods of a job.
     pub fn running_pods(&self, job: JobId) -> impl Iterator<Item = PodId> + '_ {
-        self.snap.jobs[job].tasks.iter().flat_map(|t| t.pods.iter().copied()).filter(|&p| self.pod_state[p].running_on().is_some())
+        self.snap.jobs[job]
+            .tasks
+            .iter()
+            .flat_map(|t| t.pods.iter().copied())
+            .filter(|&p| self.pod_state[p].running_on().is_some())
     }
 
     /// The pods needed to bring the job to its gang minimum: first each task's own minimum,
@@ -372,8 +380,7 @@ impl<'s> Session<'s> {
         }
         let min = j.min_member as usize;
         if total < min {
-            let extra: Vec<PodId> =
-                self.pending_pods(job).filter(|p| !chosen.contains(p)).take(min - total).collect();
+            let extra: Vec<PodId> = self.pending_pods(job).filter(|p| !chosen.contains(p)).take(min - total).collect();
             chosen.extend(extra);
         }
         chosen

@@ -352,11 +352,7 @@ pub enum SnapshotError {
 }
 
 /// Builds a snapshot from name-based inputs, interning resource names.
-pub fn build(
-    nodes: &[NodeInput],
-    queues: &[QueueInput],
-    jobs: &[JobInput],
-) -> Result<Snapshot, SnapshotError> {
+pub fn build(nodes: &[NodeInput], queues: &[QueueInput], jobs: &[JobInput]) -> Result<Snapshot, SnapshotError> {
     let mut names: Vec<String> = vec![CPU.to_string(), PODS.to_string()];
     let mut intern = |list: &ResourceList| {
         for k in list.0.keys() {
@@ -385,10 +381,8 @@ pub fn build(
     };
     let pods_resource = index[PODS];
 
-    let mut pools: Vec<String> = nodes
-        .iter()
-        .map(|n| n.labels.get(NODE_POOL_LABEL).cloned().unwrap_or_default())
-        .collect();
+    let mut pools: Vec<String> =
+        nodes.iter().map(|n| n.labels.get(NODE_POOL_LABEL).cloned().unwrap_or_default()).collect();
     pools.sort();
     pools.dedup();
     let mut node_index = HashMap::new();
@@ -422,9 +416,11 @@ pub fn build(
     let mut constraint_cache: HashMap<Constraints, Arc<Constraints>> = HashMap::new();
     for (job_id, job) in jobs.iter().enumerate() {
         let object = || format!("job {}/{}", job.namespace, job.name);
-        let queue = *queue_index
-            .get(job.queue.as_str())
-            .ok_or_else(|| SnapshotError::Missing { object: object(), field: "queue", name: job.queue.clone() })?;
+        let queue = *queue_index.get(job.queue.as_str()).ok_or_else(|| SnapshotError::Missing {
+            object: object(),
+            field: "queue",
+            name: job.queue.clone(),
+        })?;
         let mut tasks = Vec::with_capacity(job.tasks.len());
         for (task_id, t) in job.tasks.iter().enumerate() {
             let mut requests = vec_of(&t.requests, 0);
@@ -451,14 +447,7 @@ pub fn build(
                 pods.push(snap_pods.len());
                 snap_pods.push(Pod { job: job_id, task: task_id, index: i as u32, phase });
             }
-            tasks.push(Task {
-                name: t.name.clone(),
-                min_available: t.min_available,
-                requests,
-                gpu,
-                constraints,
-                pods,
-            });
+            tasks.push(Task { name: t.name.clone(), min_available: t.min_available, requests, gpu, constraints, pods });
         }
         snap_jobs.push(Job {
             name: job.name.clone(),

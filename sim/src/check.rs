@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use drover_api::ResourceList;
 
 use crate::report::Report;
-use crate::scenario::{Scenario, PodRef};
+use crate::scenario::{PodRef, Scenario};
 
 /// Every way the report differs from the expectations (empty when it matches).
 pub fn mismatches(scenario: &Scenario, report: &Report) -> Vec<String> {

@@ -143,7 +143,9 @@ pub fn report(name: &str, result: &SimResult) -> Report {
                 "InQuota"
             };
             let mut deserved = snap.to_list(&queue.deserved);
-            deserved.0.retain(|k, _| snap.resources.iter().position(|r| r == k).is_some_and(|i| queue.deserved_declared[i]));
+            deserved
+                .0
+                .retain(|k, _| snap.resources.iter().position(|r| r == k).is_some_and(|i| queue.deserved_declared[i]));
             let report = QueueReport {
                 allocated: named(snap, alloc),
                 deserved: deserved.to_strings(),

@@ -267,11 +267,7 @@ impl JobSpec {
 impl PodRef<'_> {
     /// The pod's `namespace/name`, unique in a scenario (the form reports use).
     pub fn key(&self) -> String {
-        format!(
-            "{}/{}",
-            self.job.namespace,
-            pod_name(&self.job.name, &self.task.name, self.index)
-        )
+        format!("{}/{}", self.job.namespace, pod_name(&self.job.name, &self.task.name, self.index))
     }
 }
 
@@ -280,10 +276,7 @@ impl Scenario {
     /// a bare name exists in more than one namespace.
     pub fn find_jobs(&self, key: &str) -> Vec<&JobSpec> {
         let (namespace, name) = split_key(key);
-        self.jobs
-            .iter()
-            .filter(|j| j.name == name && namespace.is_none_or(|ns| ns == j.namespace))
-            .collect()
+        self.jobs.iter().filter(|j| j.name == name && namespace.is_none_or(|ns| ns == j.namespace)).collect()
     }
 
     /// The pods an expectation key (`<job>-<task>-<index>`, optionally `namespace/`-prefixed)
@@ -291,11 +284,7 @@ impl Scenario {
     pub fn find_pods(&self, key: &str) -> Vec<PodRef<'_>> {
         let (namespace, name) = split_key(key);
         let mut found = Vec::new();
-        for job in self
-            .jobs
-            .iter()
-            .filter(|j| namespace.is_none_or(|ns| ns == j.namespace))
-        {
+        for job in self.jobs.iter().filter(|j| namespace.is_none_or(|ns| ns == j.namespace)) {
             for task in &job.tasks {
                 let index = name
                     .strip_prefix(&format!("{}-{}-", job.name, task.name))
@@ -316,48 +305,16 @@ fn split_key(key: &str) -> (Option<&str>, &str) {
     }
 }
 
-const TOP_FIELDS: &[&str] = &[
-    "name",
-    "description",
-    "cycles",
-    "config",
-    "nodes",
-    "queues",
-    "priorityClasses",
-    "jobs",
-    "expect",
-];
+const TOP_FIELDS: &[&str] =
+    &["name", "description", "cycles", "config", "nodes", "queues", "priorityClasses", "jobs", "expect"];
 const NODE_FIELDS: &[&str] = &["name", "allocatable", "labels", "taints", "unschedulable"];
-const QUEUE_FIELDS: &[&str] = &[
-    "name",
-    "parent",
-    "deserved",
-    "limit",
-    "overQuotaWeight",
-    "reclaimable",
-    "queueingStrategy",
-];
+const QUEUE_FIELDS: &[&str] =
+    &["name", "parent", "deserved", "limit", "overQuotaWeight", "reclaimable", "queueingStrategy"];
 const CLASS_FIELDS: &[&str] = &["name", "value", "preemptible"];
-const JOB_FIELDS: &[&str] = &[
-    "name",
-    "namespace",
-    "queue",
-    "priorityClass",
-    "minMember",
-    "createdAt",
-    "duration",
-    "tasks",
-];
-const TASK_FIELDS: &[&str] = &[
-    "name",
-    "replicas",
-    "minAvailable",
-    "requests",
-    "nodeSelector",
-    "tolerations",
-    "affinity",
-    "running",
-];
+const JOB_FIELDS: &[&str] =
+    &["name", "namespace", "queue", "priorityClass", "minMember", "createdAt", "duration", "tasks"];
+const TASK_FIELDS: &[&str] =
+    &["name", "replicas", "minAvailable", "requests", "nodeSelector", "tolerations", "affinity", "running"];
 const EXPECT_FIELDS: &[&str] = &["jobs", "placements", "evicted", "queues"];
 const JOB_EXPECT_FIELDS: &[&str] = &["running", "pending", "evicted", "phase", "reason"];
 const QUEUE_EXPECT_FIELDS: &[&str] = &["allocated", "fairShare", "deserved"];
@@ -402,18 +359,11 @@ struct Object<'a> {
 
 impl<'a> Object<'a> {
     fn new(doc: &'a Doc<'a>, label: impl Into<String>, root: Vec<Step>) -> Object<'a> {
-        Object {
-            doc,
-            label: label.into(),
-            root,
-        }
+        Object { doc, label: label.into(), root }
     }
 
     fn at(&'a self) -> At<'a> {
-        At {
-            object: self,
-            path: Vec::new(),
-        }
+        At { object: self, path: Vec::new() }
     }
 }
 
@@ -436,10 +386,7 @@ impl<'a> At<'a> {
     fn step(&self, step: Step) -> At<'a> {
         let mut path = self.path.clone();
         path.push(step);
-        At {
-            object: self.object,
-            path,
-        }
+        At { object: self.object, path }
     }
 
     fn absolute(&self) -> Vec<Step> {
@@ -499,12 +446,7 @@ fn listing<S: AsRef<str>>(names: impl IntoIterator<Item = S>) -> String {
     if names.is_empty() {
         return "(none)".into();
     }
-    let mut out = names
-        .iter()
-        .take(SHOWN)
-        .map(AsRef::as_ref)
-        .collect::<Vec<_>>()
-        .join(", ");
+    let mut out = names.iter().take(SHOWN).map(AsRef::as_ref).collect::<Vec<_>>().join(", ");
     if names.len() > SHOWN {
         let _ = write!(out, ", ... ({} in all)", names.len());
     }
@@ -599,8 +541,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
 }
 
 fn mapping<'v>(at: &At, v: &'v Value) -> Result<&'v Mapping, ScenarioError> {
-    v.as_mapping()
-        .ok_or_else(|| at.error(format!("expected a mapping, found {}", describe(v))))
+    v.as_mapping().ok_or_else(|| at.error(format!("expected a mapping, found {}", describe(v))))
 }
 
 fn list<'v, T>(
@@ -608,9 +549,7 @@ fn list<'v, T>(
     v: &'v Value,
     mut read: impl FnMut(&At, &'v Value) -> Result<T, ScenarioError>,
 ) -> Result<Vec<T>, ScenarioError> {
-    let seq = v
-        .as_sequence()
-        .ok_or_else(|| at.error(format!("expected a list, found {}", describe(v))))?;
+    let seq = v.as_sequence().ok_or_else(|| at.error(format!("expected a list, found {}", describe(v))))?;
     seq.iter().enumerate().map(|(i, v)| read(&at.index(i), v)).collect()
 }
 
@@ -622,18 +561,14 @@ fn keyed<'v, T>(
 ) -> Result<BTreeMap<String, T>, ScenarioError> {
     let mut out = BTreeMap::new();
     for (key, value) in mapping(at, v)? {
-        let key = key
-            .as_str()
-            .ok_or_else(|| at.error(format!("keys must be strings, found {}", describe(key))))?;
+        let key = key.as_str().ok_or_else(|| at.error(format!("keys must be strings, found {}", describe(key))))?;
         out.insert(key.to_string(), read(&at.key(key), key, value)?);
     }
     Ok(out)
 }
 
 fn string(at: &At, v: &Value) -> Result<String, ScenarioError> {
-    v.as_str()
-        .map(str::to_string)
-        .ok_or_else(|| at.error(format!("expected a string, found {}", describe(v))))
+    v.as_str().map(str::to_string).ok_or_else(|| at.error(format!("expected a string, found {}", describe(v))))
 }
 
 /// An object name: a non-empty string without `/` (which separates namespaces in keys).
@@ -649,8 +584,7 @@ fn name(at: &At, v: &Value) -> Result<String, ScenarioError> {
 }
 
 fn boolean(at: &At, v: &Value) -> Result<bool, ScenarioError> {
-    v.as_bool()
-        .ok_or_else(|| at.error(format!("expected true or false, found {}", describe(v))))
+    v.as_bool().ok_or_else(|| at.error(format!("expected true or false, found {}", describe(v))))
 }
 
 fn int<T: TryFrom<i128>>(at: &At, v: &Value) -> Result<T, ScenarioError> {
@@ -671,21 +605,16 @@ fn int<T: TryFrom<i128>>(at: &At, v: &Value) -> Result<T, ScenarioError> {
 fn resources(at: &At, v: &Value) -> Result<ResourceList, ScenarioError> {
     let mut list = ResourceList::default();
     for (key, quantity) in mapping(at, v)? {
-        let name = key.as_str().filter(|k| !k.is_empty()).ok_or_else(|| {
-            at.error(format!(
-                "resource names must be non-empty strings, found {}",
-                describe(key)
-            ))
-        })?;
+        let name = key
+            .as_str()
+            .filter(|k| !k.is_empty())
+            .ok_or_else(|| at.error(format!("resource names must be non-empty strings, found {}", describe(key))))?;
         let at = at.key(name);
         let text = match quantity {
             Value::String(s) => s.clone(),
             Value::Number(n) => n.to_string(),
             other => {
-                return Err(at.error(format!(
-                    "expected a quantity such as 2, 500m or 4Gi, found {}",
-                    describe(other)
-                )))
+                return Err(at.error(format!("expected a quantity such as 2, 500m or 4Gi, found {}", describe(other))))
             }
         };
         let amount = ResourceList::parse_amount(name, &text).map_err(|e| at.error(e))?;
@@ -767,21 +696,12 @@ fn priority_classes(f: &Fields) -> Result<Vec<PriorityClass>, ScenarioError> {
         let message = "must list at least one class (leave the field out to use the built-in classes)";
         return Err(f.at.key("priorityClasses").error(message));
     }
-    check_unique(
-        doc,
-        "priorityClasses",
-        "priority class",
-        classes.iter().map(|c| c.name.clone()),
-    )?;
+    check_unique(doc, "priorityClasses", "priority class", classes.iter().map(|c| c.name.clone()))?;
     Ok(classes)
 }
 
 fn priority_class(doc: &Doc, root: Vec<Step>, v: &Value) -> Result<PriorityClass, ScenarioError> {
-    let object = Object::new(
-        doc,
-        entry_label(v, render(&root), |n| format!("priority class {n}")),
-        root,
-    );
+    let object = Object::new(doc, entry_label(v, render(&root), |n| format!("priority class {n}")), root);
     let f = Fields::open(object.at(), v, CLASS_FIELDS)?;
     let name = f.req("name", name)?;
     let value = f.req("value", int::<i32>)?;
@@ -799,9 +719,7 @@ fn node(doc: &Doc, root: Vec<Step>, v: &Value) -> Result<NodeSpec, ScenarioError
         name,
         allocatable,
         labels: f.opt("labels", string_map)?.unwrap_or_default(),
-        taints: f
-            .opt("taints", |at, v| list(at, v, typed::<Taint>))?
-            .unwrap_or_default(),
+        taints: f.opt("taints", |at, v| list(at, v, typed::<Taint>))?.unwrap_or_default(),
         unschedulable: f.opt("unschedulable", boolean)?.unwrap_or(false),
     })
 }
@@ -816,9 +734,7 @@ fn queue(doc: &Doc, root: Vec<Step>, v: &Value) -> Result<QueueSpec, ScenarioErr
         limit: f.opt("limit", resources)?,
         over_quota_weight: f.opt("overQuotaWeight", int::<u32>)?.unwrap_or(1),
         reclaimable: f.opt("reclaimable", boolean)?.unwrap_or(true),
-        queueing_strategy: f
-            .opt("queueingStrategy", typed::<QueueingStrategy>)?
-            .unwrap_or_default(),
+        queueing_strategy: f.opt("queueingStrategy", typed::<QueueingStrategy>)?.unwrap_or_default(),
     })
 }
 
@@ -833,10 +749,7 @@ fn check_unique(
     for (index, name) in names.enumerate() {
         if let Some(first) = seen.get(&name) {
             let object = Object::new(doc, format!("{kind} {name}"), item(section, index));
-            return Err(object
-                .at()
-                .key("name")
-                .error(format!("duplicate {kind}: {section}[{first}] is also {name}")));
+            return Err(object.at().key("name").error(format!("duplicate {kind}: {section}[{first}] is also {name}")));
         }
         seen.insert(name, index);
     }
@@ -862,11 +775,7 @@ fn check_queue_tree(doc: &Doc, queues: &[QueueSpec]) -> Result<(), ScenarioError
         while let Some(parent) = next.filter(|_| chain.len() <= queues.len()) {
             chain.push(parent);
             if parent == q.name {
-                return Err(queue_parent(
-                    index,
-                    q,
-                    format!("the queue tree has a cycle: {}", chain.join(" -> ")),
-                ));
+                return Err(queue_parent(index, q, format!("the queue tree has a cycle: {}", chain.join(" -> "))));
             }
             next = parents.get(parent).copied().flatten();
         }
@@ -904,17 +813,11 @@ impl<'s> Catalog<'s> {
             let names = self.queues.iter().map(|q| q.name.as_str());
             return Err(at.error(format!("names no queue {queue:?}; queues: {}", listing(names))));
         }
-        let children: Vec<&str> = self
-            .queues
-            .iter()
-            .filter(|q| q.parent.as_deref() == Some(queue))
-            .map(|q| q.name.as_str())
-            .collect();
+        let children: Vec<&str> =
+            self.queues.iter().filter(|q| q.parent.as_deref() == Some(queue)).map(|q| q.name.as_str()).collect();
         if !children.is_empty() {
-            let message = format!(
-                "queue {queue} has child queues ({}); jobs must be in leaf queues",
-                listing(children)
-            );
+            let message =
+                format!("queue {queue} has child queues ({}); jobs must be in leaf queues", listing(children));
             return Err(at.error(message));
         }
         Ok(())
@@ -929,10 +832,7 @@ impl<'s> Catalog<'s> {
             return Ok(class);
         }
         let names = self.classes.iter().map(|c| c.name.as_str());
-        Err(f.at.key("priorityClass").error(format!(
-            "names no priority class {class:?}; classes: {}",
-            listing(names)
-        )))
+        Err(f.at.key("priorityClass").error(format!("names no priority class {class:?}; classes: {}", listing(names))))
     }
 }
 
@@ -949,19 +849,8 @@ fn job(doc: &Doc, root: Vec<Step>, v: &Value, catalog: &Catalog) -> Result<JobSp
     let min_member = f.opt("minMember", int::<u32>)?;
     let created_at = f.opt("createdAt", int::<i64>)?.unwrap_or(0);
     let duration = f.opt("duration", int::<u64>)?;
-    let tasks = f.req("tasks", |at, v| {
-        list(at, v, |at, v| task(doc, &object.label, at.absolute(), v, catalog))
-    })?;
-    let mut job = JobSpec {
-        name,
-        namespace,
-        queue,
-        priority_class,
-        min_member: 0,
-        created_at,
-        duration,
-        tasks,
-    };
+    let tasks = f.req("tasks", |at, v| list(at, v, |at, v| task(doc, &object.label, at.absolute(), v, catalog)))?;
+    let mut job = JobSpec { name, namespace, queue, priority_class, min_member: 0, created_at, duration, tasks };
     check_tasks(&f, &job)?;
     job.min_member = gang_size(&f, &job, min_member)?;
     Ok(job)
@@ -990,10 +879,8 @@ fn gang_size(f: &Fields, job: &JobSpec, min_member: Option<u32>) -> Result<u32, 
         Some(0) if total > 0 => Err(at.error("must be at least 1")),
         Some(m) if u64::from(m) > total => Err(at.error(format!("is {m}, more than the job's {total} replicas"))),
         Some(m) => Ok(m),
-        None => u32::try_from(total).map_err(|_| {
-            f.at.key("tasks")
-                .error(format!("the job has {total} replicas, more than {}", u32::MAX))
-        }),
+        None => u32::try_from(total)
+            .map_err(|_| f.at.key("tasks").error(format!("the job has {total} replicas, more than {}", u32::MAX))),
     }
 }
 
@@ -1006,19 +893,11 @@ fn task(doc: &Doc, job: &str, root: Vec<Step>, v: &Value, catalog: &Catalog) -> 
     let replicas = f.req("replicas", int::<u32>)?;
     let min_available = f.opt("minAvailable", int::<u32>)?;
     if let Some(m) = min_available.filter(|m| *m > replicas) {
-        return Err(f
-            .at
-            .key("minAvailable")
-            .error(format!("is {m}, more than the task's {replicas} replicas")));
+        return Err(f.at.key("minAvailable").error(format!("is {m}, more than the task's {replicas} replicas")));
     }
-    let running = f
-        .opt("running", |at, v| list(at, v, |at, v| running_node(at, v, catalog)))?
-        .unwrap_or_default();
+    let running = f.opt("running", |at, v| list(at, v, |at, v| running_node(at, v, catalog)))?.unwrap_or_default();
     if running.len() > replicas as usize {
-        let message = format!(
-            "lists {} running pods but the task has {replicas} replicas",
-            running.len()
-        );
+        let message = format!("lists {} running pods but the task has {replicas} replicas", running.len());
         return Err(f.at.key("running").error(message));
     }
     Ok(TaskSpec {
@@ -1027,9 +906,7 @@ fn task(doc: &Doc, job: &str, root: Vec<Step>, v: &Value, catalog: &Catalog) -> 
         min_available,
         requests: f.opt("requests", resources)?.unwrap_or_default(),
         node_selector: f.opt("nodeSelector", string_map)?.unwrap_or_default(),
-        tolerations: f
-            .opt("tolerations", |at, v| list(at, v, typed::<Toleration>))?
-            .unwrap_or_default(),
+        tolerations: f.opt("tolerations", |at, v| list(at, v, typed::<Toleration>))?.unwrap_or_default(),
         affinity: f.opt("affinity", |at, v| list(at, v, affinity))?.unwrap_or_default(),
         running,
     })
@@ -1077,22 +954,16 @@ fn expect(doc: &Doc, v: &Value, scenario: &Scenario) -> Result<Expect, ScenarioE
     let mut seen_pods = BTreeMap::new();
     Ok(Expect {
         jobs: f
-            .opt("jobs", |at, v| {
-                keyed(at, v, |at, key, v| expected_job(at, key, v, scenario, &mut seen_jobs))
-            })?
+            .opt("jobs", |at, v| keyed(at, v, |at, key, v| expected_job(at, key, v, scenario, &mut seen_jobs)))?
             .unwrap_or_default(),
         placements: f
             .opt("placements", |at, v| {
-                keyed(at, v, |at, key, v| {
-                    placement(at, key, v, scenario, &catalog, &mut seen_pods)
-                })
+                keyed(at, v, |at, key, v| placement(at, key, v, scenario, &catalog, &mut seen_pods))
             })?
             .unwrap_or_default(),
         evicted: f.opt("evicted", |at, v| evictions(at, v, scenario))?,
         queues: f
-            .opt("queues", |at, v| {
-                keyed(at, v, |at, key, v| expected_queue(at, key, v, &catalog))
-            })?
+            .opt("queues", |at, v| keyed(at, v, |at, key, v| expected_queue(at, key, v, &catalog)))?
             .unwrap_or_default(),
     })
 }
@@ -1217,9 +1088,7 @@ fn locate_nearest(text: &str, path: &[Step]) -> Option<(usize, usize)> {
 }
 
 fn locate(text: &str, path: &[Step]) -> Option<(usize, usize)> {
-    let error = Probe(path)
-        .deserialize(serde_yaml::Deserializer::from_str(text))
-        .err()?;
+    let error = Probe(path).deserialize(serde_yaml::Deserializer::from_str(text)).err()?;
     let location = error.location().filter(|_| error.to_string().contains(PROBE_HIT))?;
     Some((location.line(), location.column()))
 }
@@ -1239,21 +1108,14 @@ impl<'de> Visitor<'de> for Probe<'_> {
     type Value = ();
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(if self.0.is_empty() {
-            PROBE_HIT
-        } else {
-            "a mapping or a list"
-        })
+        f.write_str(if self.0.is_empty() { PROBE_HIT } else { "a mapping or a list" })
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         let Some((Step::Key(want), rest)) = self.0.split_first() else {
             return Err(de::Error::invalid_type(Unexpected::Map, &self));
         };
-        while let Some(found) = map.next_key_seed(KeyProbe {
-            want,
-            last: rest.is_empty(),
-        })? {
+        while let Some(found) = map.next_key_seed(KeyProbe { want, last: rest.is_empty() })? {
             if found {
                 return map.next_value_seed(Probe(rest));
             }
@@ -1329,18 +1191,12 @@ mod tests {
     use super::*;
 
     fn path(steps: &[&str]) -> Vec<Step> {
-        steps
-            .iter()
-            .map(|s| s.parse().map_or_else(|_| Step::Key(s.to_string()), Step::Index))
-            .collect()
+        steps.iter().map(|s| s.parse().map_or_else(|_| Step::Key(s.to_string()), Step::Index)).collect()
     }
 
     #[test]
     fn field_paths_render_like_code() {
-        assert_eq!(
-            render(&path(&["tasks", "2", "requests", "cpu"])),
-            "tasks[2].requests.cpu"
-        );
+        assert_eq!(render(&path(&["tasks", "2", "requests", "cpu"])), "tasks[2].requests.cpu");
         assert_eq!(render(&path(&["0", "name"])), "[0].name");
     }
 

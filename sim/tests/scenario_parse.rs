@@ -99,10 +99,7 @@ fn edit(from: &str, to: &str) -> String {
 
 /// BASE with text appended to its single task.
 fn with_task(extra: &str) -> String {
-    edit(
-        "        requests: {cpu: \"1\"}\n",
-        &format!("        requests: {{cpu: \"1\"}}\n{extra}"),
-    )
+    edit("        requests: {cpu: \"1\"}\n", &format!("        requests: {{cpu: \"1\"}}\n{extra}"))
 }
 
 /// BASE with an `expect:` section.
@@ -155,36 +152,17 @@ fn the_contract_example_parses() {
         }
     );
 
-    let [n1] = s.nodes.as_slice() else {
-        panic!("one node expected")
-    };
+    let [n1] = s.nodes.as_slice() else { panic!("one node expected") };
     assert_eq!(n1.name, "n1");
     assert_eq!(
         n1.allocatable,
-        resources(&[
-            ("cpu", 32_000),
-            ("memory", 256 << 30),
-            ("nvidia.com/gpu", 8),
-            ("pods", 110)
-        ])
+        resources(&[("cpu", 32_000), ("memory", 256 << 30), ("nvidia.com/gpu", 8), ("pods", 110)])
     );
-    assert_eq!(
-        n1.labels,
-        BTreeMap::from([("drover.dev/node-pool".to_string(), "default".to_string())])
-    );
-    assert_eq!(
-        n1.taints,
-        [Taint {
-            key: "dedicated".into(),
-            value: "infer".into(),
-            effect: TaintEffect::NoSchedule
-        }]
-    );
+    assert_eq!(n1.labels, BTreeMap::from([("drover.dev/node-pool".to_string(), "default".to_string())]));
+    assert_eq!(n1.taints, [Taint { key: "dedicated".into(), value: "infer".into(), effect: TaintEffect::NoSchedule }]);
     assert!(!n1.unschedulable);
 
-    let [dept, proj] = s.queues.as_slice() else {
-        panic!("two queues expected")
-    };
+    let [dept, proj] = s.queues.as_slice() else { panic!("two queues expected") };
     assert_eq!((dept.name.as_str(), dept.parent.as_deref()), ("dept-a", None));
     assert_eq!(dept.deserved, resources(&[("nvidia.com/gpu", 4)]));
     assert_eq!(dept.limit, Some(resources(&[("nvidia.com/gpu", 8)])));
@@ -196,25 +174,12 @@ fn the_contract_example_parses() {
 
     assert_eq!(s.priority_classes, [PriorityClass::new("train", 50, Some(true))]);
 
-    let [j1] = s.jobs.as_slice() else {
-        panic!("one job expected")
-    };
-    assert_eq!(
-        (j1.name.as_str(), j1.namespace.as_str(), j1.queue.as_str()),
-        ("j1", "default", "proj-1")
-    );
-    assert_eq!(
-        (j1.priority_class.as_str(), j1.min_member, j1.created_at),
-        ("train", 4, 0)
-    );
+    let [j1] = s.jobs.as_slice() else { panic!("one job expected") };
+    assert_eq!((j1.name.as_str(), j1.namespace.as_str(), j1.queue.as_str()), ("j1", "default", "proj-1"));
+    assert_eq!((j1.priority_class.as_str(), j1.min_member, j1.created_at), ("train", 4, 0));
     assert_eq!(j1.duration, Some(3600));
-    let [worker] = j1.tasks.as_slice() else {
-        panic!("one task expected")
-    };
-    assert_eq!(
-        (worker.name.as_str(), worker.replicas, worker.min_available),
-        ("worker", 4, None)
-    );
+    let [worker] = j1.tasks.as_slice() else { panic!("one task expected") };
+    assert_eq!((worker.name.as_str(), worker.replicas, worker.min_available), ("worker", 4, None));
     assert_eq!(worker.requests, resources(&[("nvidia.com/gpu", 1), ("cpu", 1000)]));
     assert!(worker.node_selector.is_empty() && worker.tolerations.is_empty() && worker.affinity.is_empty());
     assert_eq!(worker.running, ["n1", "n1"]);
@@ -222,10 +187,7 @@ fn the_contract_example_parses() {
     let expect = s.expect.expect("the example has expectations");
     assert_eq!(expect.jobs["j1"].running, Some(4));
     assert_eq!((expect.jobs["j1"].pending, expect.jobs["j1"].evicted), (None, None));
-    assert_eq!(
-        expect.placements,
-        BTreeMap::from([("j1-worker-0".to_string(), "n1".to_string())])
-    );
+    assert_eq!(expect.placements, BTreeMap::from([("j1-worker-0".to_string(), "n1".to_string())]));
     assert_eq!(expect.evicted, Some(vec!["j2-worker-1".to_string()]));
     assert!(expect.queues.is_empty());
 }
@@ -255,23 +217,13 @@ jobs:
     assert_eq!(s.nodes[1].allocatable, resources(&[("cpu", 4000), ("pods", 20)]));
     assert!(s.nodes[0].labels.is_empty() && s.nodes[0].taints.is_empty() && !s.nodes[0].unschedulable);
     let q = &s.queues[0];
-    assert_eq!(
-        (q.parent.clone(), q.deserved.clone(), q.limit.clone()),
-        (None, ResourceList::default(), None)
-    );
-    assert_eq!(
-        (q.over_quota_weight, q.reclaimable, q.queueing_strategy),
-        (1, true, QueueingStrategy::BestEffortFIFO)
-    );
-    let builtins: Vec<PriorityClass> = [
-        ("train", 50),
-        ("interactive-preemptible", 75),
-        ("build", 100),
-        ("inference", 125),
-    ]
-    .iter()
-    .map(|(n, v)| PriorityClass::new(n, *v, None))
-    .collect();
+    assert_eq!((q.parent.clone(), q.deserved.clone(), q.limit.clone()), (None, ResourceList::default(), None));
+    assert_eq!((q.over_quota_weight, q.reclaimable, q.queueing_strategy), (1, true, QueueingStrategy::BestEffortFIFO));
+    let builtins: Vec<PriorityClass> =
+        [("train", 50), ("interactive-preemptible", 75), ("build", 100), ("inference", 125)]
+            .iter()
+            .map(|(n, v)| PriorityClass::new(n, *v, None))
+            .collect();
     assert_eq!(s.priority_classes, builtins);
     let j = &s.jobs[0];
     assert_eq!((j.namespace.as_str(), j.priority_class.as_str()), ("default", "train"));
@@ -323,41 +275,20 @@ jobs:
     );
     assert!(s.nodes[0].unschedulable);
     let q = &s.queues[0];
-    assert_eq!(
-        (q.over_quota_weight, q.reclaimable, q.queueing_strategy),
-        (0, false, QueueingStrategy::StrictFIFO)
-    );
+    assert_eq!((q.over_quota_weight, q.reclaimable, q.queueing_strategy), (0, false, QueueingStrategy::StrictFIFO));
     assert!(!s.priority_classes[0].preemptible && !s.priority_classes[2].preemptible);
     let j = &s.jobs[0];
-    assert_eq!(
-        (j.namespace.as_str(), j.priority_class.as_str()),
-        ("team", "low"),
-        "lowest-valued class by default"
-    );
+    assert_eq!((j.namespace.as_str(), j.priority_class.as_str()), ("team", "low"), "lowest-valued class by default");
     assert_eq!((j.min_member, j.created_at), (2, -7));
     let t = &j.tasks[0];
     assert_eq!(t.min_available, Some(1));
     assert_eq!(t.node_selector, BTreeMap::from([("zone".to_string(), "a".to_string())]));
-    assert_eq!(
-        t.tolerations,
-        [Toleration {
-            operator: TolerationOperator::Exists,
-            ..Default::default()
-        }]
-    );
+    assert_eq!(t.tolerations, [Toleration { operator: TolerationOperator::Exists, ..Default::default() }]);
     assert_eq!(
         t.affinity,
         [
-            NodeSelectorRequirement {
-                key: "gen".into(),
-                operator: NodeSelectorOperator::Gt,
-                values: vec!["4".into()]
-            },
-            NodeSelectorRequirement {
-                key: "zone".into(),
-                operator: NodeSelectorOperator::Exists,
-                values: vec![]
-            },
+            NodeSelectorRequirement { key: "gen".into(), operator: NodeSelectorOperator::Gt, values: vec!["4".into()] },
+            NodeSelectorRequirement { key: "zone".into(), operator: NodeSelectorOperator::Exists, values: vec![] },
         ]
     );
 }
@@ -366,10 +297,7 @@ jobs:
 fn expectations_accept_every_documented_form() {
     let yaml = format!(
         "{}{}",
-        edit(
-            "jobs:\n",
-            "jobs:\n  - {name: j1, namespace: team, queue: proj-1, tasks: [{name: w, replicas: 1}]}\n"
-        ),
+        edit("jobs:\n", "jobs:\n  - {name: j1, namespace: team, queue: proj-1, tasks: [{name: w, replicas: 1}]}\n"),
         r#"expect:
   jobs:
     default/j1: {running: 2, pending: 0, evicted: 0, phase: Running, reason: ""}
@@ -384,14 +312,8 @@ fn expectations_accept_every_documented_form() {
     );
     let expect = ok(&yaml).expect.unwrap();
     let default_j1 = &expect.jobs["default/j1"];
-    assert_eq!(
-        (default_j1.running, default_j1.pending, default_j1.evicted),
-        (Some(2), Some(0), Some(0))
-    );
-    assert_eq!(
-        (default_j1.phase.as_deref(), default_j1.reason.as_deref()),
-        (Some("Running"), Some(""))
-    );
+    assert_eq!((default_j1.running, default_j1.pending, default_j1.evicted), (Some(2), Some(0), Some(0)));
+    assert_eq!((default_j1.phase.as_deref(), default_j1.reason.as_deref()), (Some("Running"), Some("")));
     assert_eq!(expect.jobs["team/j1"].reason.as_deref(), Some("does not fit"));
     assert_eq!(expect.placements["team/j1-w-0"], "n1");
     assert_eq!(expect.evicted, Some(vec![]));
@@ -414,13 +336,7 @@ fn expectation_keys_resolve_to_jobs_and_pods() {
     assert_eq!(pods.len(), 1);
     assert_eq!((pods[0].key(), pods[0].index), ("default/j1-worker-1".to_string(), 1));
     assert_eq!(s.find_pods("team/j1-w-0")[0].task.name, "w");
-    for missing in [
-        "j1-worker-2",
-        "j1-worker-01",
-        "j1-worker-+1",
-        "j1-worker-",
-        "team/j1-worker-0",
-    ] {
+    for missing in ["j1-worker-2", "j1-worker-01", "j1-worker-+1", "j1-worker-", "team/j1-worker-0"] {
         assert!(s.find_pods(missing).is_empty(), "{missing}");
     }
 }
@@ -440,10 +356,7 @@ fn load_reads_a_file_and_names_it_in_errors() {
     let bad = dir.join("bad.yaml");
     std::fs::write(&bad, edit("name: base\n", "")).unwrap();
     let e = load(&bad).unwrap_err();
-    assert_eq!(
-        (e.file, e.object, e.field),
-        (bad.display().to_string(), "scenario".to_string(), "name".to_string())
-    );
+    assert_eq!((e.file, e.object, e.field), (bad.display().to_string(), "scenario".to_string(), "name".to_string()));
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -459,15 +372,9 @@ fn errors_display_file_object_field_and_message() {
         message: "bad".into(),
     };
     assert_eq!(full.to_string(), "f.yaml: node n1: field `allocatable.cpu`: bad");
-    let no_object = ScenarioError {
-        object: String::new(),
-        ..full.clone()
-    };
+    let no_object = ScenarioError { object: String::new(), ..full.clone() };
     assert_eq!(no_object.to_string(), "f.yaml: field `allocatable.cpu`: bad");
-    let no_field = ScenarioError {
-        field: String::new(),
-        ..full.clone()
-    };
+    let no_field = ScenarioError { field: String::new(), ..full.clone() };
     assert_eq!(no_field.to_string(), "f.yaml: node n1: bad");
     let boxed: Box<dyn std::error::Error> = Box::new(full);
     assert!(boxed.to_string().starts_with("f.yaml"));
@@ -500,12 +407,7 @@ fn unknown_task_field() {
         &edit("        replicas: 2\n", "        replica: 2\n"),
         TASK,
         "replica",
-        &[
-            "unknown field `replica`",
-            "`replicas`",
-            "`minAvailable`",
-            "did you mean `replicas`?",
-        ],
+        &["unknown field `replica`", "`replicas`", "`minAvailable`", "did you mean `replicas`?"],
     );
 }
 
@@ -581,12 +483,7 @@ fn unknown_toleration_field() {
 
 #[test]
 fn unknown_expect_field() {
-    assert_rejected(
-        &with_expect("  placement: {}\n"),
-        "expect",
-        "placement",
-        &["did you mean `placements`?"],
-    );
+    assert_rejected(&with_expect("  placement: {}\n"), "expect", "placement", &["did you mean `placements`?"]);
     assert_rejected(
         &with_expect("  jobs: {j1: {runing: 1}}\n"),
         "expect",
@@ -609,12 +506,7 @@ fn unknown_config_field() {
         "config.placment",
         &["unknown field `placment`"],
     );
-    assert_rejected(
-        &format!("{BASE}config: {{placement: sideways}}\n"),
-        "scenario",
-        "config",
-        &[],
-    );
+    assert_rejected(&format!("{BASE}config: {{placement: sideways}}\n"), "scenario", "config", &[]);
 }
 
 #[test]
@@ -625,12 +517,7 @@ fn unknown_enum_values() {
         "queueingStrategy",
         &["StrictFIFO"],
     );
-    assert_rejected(
-        &edit("effect: NoSchedule", "effect: NoWay"),
-        "node n1",
-        "taints[0]",
-        &["unknown variant `NoWay`"],
-    );
+    assert_rejected(&edit("effect: NoSchedule", "effect: NoWay"), "node n1", "taints[0]", &["unknown variant `NoWay`"]);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -650,12 +537,7 @@ fn unparseable_quantity() {
         "requests.cpu",
         &["expected a quantity", "a list"],
     );
-    assert_rejected(
-        &edit("requests: {cpu: \"1\"}", "requests: [cpu]"),
-        TASK,
-        "requests",
-        &["expected a mapping"],
-    );
+    assert_rejected(&edit("requests: {cpu: \"1\"}", "requests: [cpu]"), TASK, "requests", &["expected a mapping"]);
 }
 
 #[test]
@@ -699,12 +581,7 @@ fn job_in_a_missing_queue() {
 
 #[test]
 fn queue_with_a_missing_parent() {
-    assert_rejected(
-        &edit("parent: dept", "parent: dpt"),
-        "queue proj-1",
-        "parent",
-        &["names no queue \"dpt\""],
-    );
+    assert_rejected(&edit("parent: dept", "parent: dpt"), "queue proj-1", "parent", &["names no queue \"dpt\""]);
 }
 
 #[test]
@@ -730,12 +607,7 @@ fn job_in_a_queue_with_children() {
 
 #[test]
 fn bad_replica_counts() {
-    assert_rejected(
-        &edit("replicas: 2", "replicas: -1"),
-        TASK,
-        "replicas",
-        &["must not be negative, found -1"],
-    );
+    assert_rejected(&edit("replicas: 2", "replicas: -1"), TASK, "replicas", &["must not be negative, found -1"]);
     assert_rejected(
         &edit("replicas: 2", "replicas: 1.5"),
         TASK,
@@ -748,12 +620,7 @@ fn bad_replica_counts() {
         "replicas",
         &["expected a whole number, found string \"x\""],
     );
-    assert_rejected(
-        &edit("replicas: 2", "replicas: 5000000000"),
-        TASK,
-        "replicas",
-        &["out of range"],
-    );
+    assert_rejected(&edit("replicas: 2", "replicas: 5000000000"), TASK, "replicas", &["out of range"]);
 }
 
 #[test]
@@ -786,12 +653,7 @@ fn min_member_zero_is_allowed_for_a_job_without_pods() {
 
 #[test]
 fn bad_min_available() {
-    assert_rejected(
-        &with_task("        minAvailable: 1.5\n"),
-        TASK,
-        "minAvailable",
-        &["whole number"],
-    );
+    assert_rejected(&with_task("        minAvailable: 1.5\n"), TASK, "minAvailable", &["whole number"]);
     assert_rejected(
         &with_task("        minAvailable: 3\n"),
         TASK,
@@ -804,23 +666,13 @@ fn bad_min_available() {
 fn bad_cycles() {
     assert_rejected(&format!("{BASE}cycles: 0\n"), "scenario", "cycles", &["at least 1"]);
     assert_rejected(&format!("{BASE}cycles: -2\n"), "scenario", "cycles", &["negative"]);
-    assert_rejected(
-        &format!("{BASE}cycles: many\n"),
-        "scenario",
-        "cycles",
-        &["whole number"],
-    );
+    assert_rejected(&format!("{BASE}cycles: many\n"), "scenario", "cycles", &["whole number"]);
 }
 
 #[test]
 fn bad_over_quota_weight() {
     let yaml = edit("parent: dept", "parent: dept\n    overQuotaWeight: -3");
-    assert_rejected(
-        &yaml,
-        "queue proj-1",
-        "overQuotaWeight",
-        &["must not be negative, found -3"],
-    );
+    assert_rejected(&yaml, "queue proj-1", "overQuotaWeight", &["must not be negative, found -3"]);
     let yaml = edit("parent: dept", "parent: dept\n    overQuotaWeight: 0.5");
     assert_rejected(&yaml, "queue proj-1", "overQuotaWeight", &["whole number"]);
 }
@@ -840,22 +692,12 @@ fn a_job_without_tasks() {
 
 #[test]
 fn running_on_a_missing_node() {
-    assert_rejected(
-        &with_task("        running: [n1, n3]\n"),
-        TASK,
-        "running[1]",
-        &["names no node \"n3\"", "n1, n2"],
-    );
+    assert_rejected(&with_task("        running: [n1, n3]\n"), TASK, "running[1]", &["names no node \"n3\"", "n1, n2"]);
 }
 
 #[test]
 fn more_running_pods_than_replicas() {
-    assert_rejected(
-        &with_task("        running: [n1, n1, n2]\n"),
-        TASK,
-        "running",
-        &["3 running pods", "2 replicas"],
-    );
+    assert_rejected(&with_task("        running: [n1, n1, n2]\n"), TASK, "running", &["3 running pods", "2 replicas"]);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -864,36 +706,16 @@ fn more_running_pods_than_replicas() {
 #[test]
 fn missing_required_fields() {
     assert_rejected(&edit("name: base\n", ""), "scenario", "name", &["is required"]);
-    assert_rejected(
-        &edit("  - name: n2\n", "  - labels: {}\n"),
-        "nodes[1]",
-        "name",
-        &["is required"],
-    );
+    assert_rejected(&edit("  - name: n2\n", "  - labels: {}\n"), "nodes[1]", "name", &["is required"]);
     assert_rejected(
         &edit("    allocatable: {cpu: \"8\", memory: 32Gi}\n", ""),
         "node n2",
         "allocatable",
         &["is required"],
     );
-    assert_rejected(
-        &edit("  - name: dept\n", "  - deserved: {}\n"),
-        "queues[0]",
-        "name",
-        &["is required"],
-    );
-    assert_rejected(
-        &edit("  - name: j1\n", "  - namespace: x\n"),
-        "jobs[0]",
-        "name",
-        &["is required"],
-    );
-    assert_rejected(
-        &edit("    queue: proj-1\n", ""),
-        "job default/j1",
-        "queue",
-        &["is required"],
-    );
+    assert_rejected(&edit("  - name: dept\n", "  - deserved: {}\n"), "queues[0]", "name", &["is required"]);
+    assert_rejected(&edit("  - name: j1\n", "  - namespace: x\n"), "jobs[0]", "name", &["is required"]);
+    assert_rejected(&edit("    queue: proj-1\n", ""), "job default/j1", "queue", &["is required"]);
     let no_tasks = format!("{BASE}  - {{name: j2, queue: proj-1}}\n");
     assert_rejected(&no_tasks, "job default/j2", "tasks", &["is required"]);
     assert_rejected(
@@ -903,12 +725,7 @@ fn missing_required_fields() {
         &["is required"],
     );
     assert_rejected(&edit("        replicas: 2\n", ""), TASK, "replicas", &["is required"]);
-    assert_rejected(
-        &format!("{BASE}priorityClasses: [{{name: p}}]\n"),
-        "priority class p",
-        "value",
-        &["is required"],
-    );
+    assert_rejected(&format!("{BASE}priorityClasses: [{{name: p}}]\n"), "priority class p", "value", &["is required"]);
     assert_rejected(&edit("name: base", "name: ~"), "scenario", "name", &["is required"]);
 }
 
@@ -920,18 +737,8 @@ fn names_must_be_non_empty_strings_without_slashes() {
         "name",
         &["expected a string, found number 7"],
     );
-    assert_rejected(
-        &edit("  - name: n2\n", "  - name: \"\"\n"),
-        "nodes[1]",
-        "name",
-        &["must not be empty"],
-    );
-    assert_rejected(
-        &edit("  - name: j1\n", "  - name: a/b\n"),
-        "job default/a/b",
-        "name",
-        &["must not contain `/`"],
-    );
+    assert_rejected(&edit("  - name: n2\n", "  - name: \"\"\n"), "nodes[1]", "name", &["must not be empty"]);
+    assert_rejected(&edit("  - name: j1\n", "  - name: a/b\n"), "job default/a/b", "name", &["must not contain `/`"]);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -939,12 +746,7 @@ fn names_must_be_non_empty_strings_without_slashes() {
 
 #[test]
 fn duplicate_nodes() {
-    assert_rejected(
-        &edit("  - name: n2\n", "  - name: n1\n"),
-        "node n1",
-        "name",
-        &["duplicate node", "nodes[0]"],
-    );
+    assert_rejected(&edit("  - name: n2\n", "  - name: n1\n"), "node n1", "name", &["duplicate node", "nodes[0]"]);
 }
 
 #[test]
@@ -984,10 +786,7 @@ fn duplicate_priority_classes() {
 
 #[test]
 fn duplicate_yaml_keys() {
-    let e = rejected(&edit(
-        "        replicas: 2\n",
-        "        replicas: 2\n        replicas: 3\n",
-    ));
+    let e = rejected(&edit("        replicas: 2\n", "        replicas: 2\n        replicas: 3\n"));
     assert!(e.object.is_empty() && e.message.contains("duplicate"), "{e}");
 }
 
@@ -1021,12 +820,7 @@ fn unknown_priority_class() {
 
 #[test]
 fn an_empty_priority_class_list() {
-    assert_rejected(
-        &format!("{BASE}priorityClasses: []\n"),
-        "scenario",
-        "priorityClasses",
-        &["at least one class"],
-    );
+    assert_rejected(&format!("{BASE}priorityClasses: []\n"), "scenario", "priorityClasses", &["at least one class"]);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1065,28 +859,15 @@ fn invalid_node_affinity() {
 
 #[test]
 fn expectation_for_a_missing_job() {
-    assert_rejected(
-        &with_expect("  jobs: {j9: {running: 1}}\n"),
-        "expect",
-        "jobs.j9",
-        &["names no job", "default/j1"],
-    );
-    assert_rejected(
-        &with_expect("  jobs: {team/j1: {running: 1}}\n"),
-        "expect",
-        "jobs.team/j1",
-        &["names no job"],
-    );
+    assert_rejected(&with_expect("  jobs: {j9: {running: 1}}\n"), "expect", "jobs.j9", &["names no job", "default/j1"]);
+    assert_rejected(&with_expect("  jobs: {team/j1: {running: 1}}\n"), "expect", "jobs.team/j1", &["names no job"]);
 }
 
 #[test]
 fn ambiguous_expectation_for_a_job() {
     let yaml = format!(
         "{}expect:\n  jobs: {{j1: {{running: 1}}}}\n",
-        edit(
-            "jobs:\n",
-            "jobs:\n  - {name: j1, namespace: team, queue: proj-1, tasks: [{name: w, replicas: 1}]}\n"
-        )
+        edit("jobs:\n", "jobs:\n  - {name: j1, namespace: team, queue: proj-1, tasks: [{name: w, replicas: 1}]}\n")
     );
     assert_rejected(&yaml, "expect", "jobs.j1", &["ambiguous", "default/j1", "team/j1"]);
 }
@@ -1094,12 +875,7 @@ fn ambiguous_expectation_for_a_job() {
 #[test]
 fn two_expectations_for_one_job() {
     let yaml = with_expect("  jobs: {j1: {running: 1}, default/j1: {pending: 1}}\n");
-    assert_rejected(
-        &yaml,
-        "expect",
-        "jobs.default/j1",
-        &["default/j1", "`j1` already names"],
-    );
+    assert_rejected(&yaml, "expect", "jobs.default/j1", &["default/j1", "`j1` already names"]);
 }
 
 #[test]
@@ -1138,30 +914,15 @@ fn placement_of_a_missing_pod_or_on_a_missing_node() {
 
 #[test]
 fn evicted_pods_of_the_scenario_must_exist() {
-    assert_rejected(
-        &with_expect("  evicted: [j1-worker-0, j1-worker-5]\n"),
-        "expect",
-        "evicted[1]",
-        &["names no pod"],
-    );
-    assert_rejected(
-        &with_expect("  evicted: [j1-wroker-0]\n"),
-        "expect",
-        "evicted[0]",
-        &["names no pod"],
-    );
+    assert_rejected(&with_expect("  evicted: [j1-worker-0, j1-worker-5]\n"), "expect", "evicted[1]", &["names no pod"]);
+    assert_rejected(&with_expect("  evicted: [j1-wroker-0]\n"), "expect", "evicted[0]", &["names no pod"]);
     assert_rejected(
         &with_expect("  evicted: [j1-worker-0, default/j1-worker-0]\n"),
         "expect",
         "evicted[1]",
         &["already names"],
     );
-    assert_rejected(
-        &with_expect("  evicted: [3]\n"),
-        "expect",
-        "evicted[0]",
-        &["expected a string"],
-    );
+    assert_rejected(&with_expect("  evicted: [3]\n"), "expect", "evicted[0]", &["expected a string"]);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1170,10 +931,7 @@ fn evicted_pods_of_the_scenario_must_exist() {
 #[test]
 fn a_file_that_cannot_be_read() {
     let e = load(std::path::Path::new("/nonexistent/drover/scenario.yaml")).unwrap_err();
-    assert_eq!(
-        (e.file.as_str(), e.object.as_str(), e.field.as_str()),
-        ("/nonexistent/drover/scenario.yaml", "", "")
-    );
+    assert_eq!((e.file.as_str(), e.object.as_str(), e.field.as_str()), ("/nonexistent/drover/scenario.yaml", "", ""));
     assert!(e.message.contains("cannot read"), "{e}");
 }
 
@@ -1200,12 +958,7 @@ fn a_document_that_is_not_a_mapping() {
 
 #[test]
 fn non_string_field_names() {
-    assert_rejected(
-        &format!("{BASE}1: x\n"),
-        "scenario",
-        "",
-        &["field names must be strings"],
-    );
+    assert_rejected(&format!("{BASE}1: x\n"), "scenario", "", &["field names must be strings"]);
 }
 
 // ---------------------------------------------------------------------------------------------

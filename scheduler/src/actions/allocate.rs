@@ -22,7 +22,9 @@ enum Tier {
 /// Runs the action.
 pub fn run(ctx: &mut Ctx) {
     let queues = jobs_by_queue(ctx, |j| {
-        ctx.ssn.job_phase[j] != JobPhase::Pending && ctx.ssn.job_pipelined[j] == 0 && ctx.ssn.pending_pods(j).next().is_some()
+        ctx.ssn.job_phase[j] != JobPhase::Pending
+            && ctx.ssn.job_pipelined[j] == 0
+            && ctx.ssn.pending_pods(j).next().is_some()
     });
     for (tier, bound) in [
         (Tier::Minimum, ShareBound::FairShare),
@@ -123,9 +125,7 @@ fn place_minimum(ctx: &mut Ctx, job: JobId, bound: ShareBound) -> Result<bool, S
 fn place_one_elastic(ctx: &mut Ctx, job: JobId, bound: ShareBound) -> Result<bool, String> {
     let pod = ctx.ssn.pending_pods(job).next().expect("heads have pending pods");
     let req = ctx.ssn.requests(pod).clone();
-    ctx.fw
-        .allocatable(ctx.ssn, job, &req, bound)
-        .map_err(|why| format!("elastic pods wait: {why}"))?;
+    ctx.fw.allocatable(ctx.ssn, job, &req, bound).map_err(|why| format!("elastic pods wait: {why}"))?;
     let st = place_all(ctx, &[pod], Avail::Idle(None)).map_err(|why| format!("elastic pods wait: {why}"))?;
     ctx.ssn.commit(st);
     Ok(ctx.ssn.pending_pods(job).next().is_some())

@@ -102,8 +102,12 @@ pub fn victim_units(ssn: &Session, job: JobId) -> Vec<Victim> {
     }
     let j = &ssn.snap.jobs[job];
     let mut surplus = ssn.job_running[job].saturating_sub(j.min_member);
-    let mut spare: Vec<u32> =
-        j.tasks.iter().enumerate().map(|(t, task)| ssn.task_running[job][t].saturating_sub(task.min_available)).collect();
+    let mut spare: Vec<u32> = j
+        .tasks
+        .iter()
+        .enumerate()
+        .map(|(t, task)| ssn.task_running[job][t].saturating_sub(task.min_available))
+        .collect();
     let mut units = Vec::new();
     for &pod in running.iter().rev() {
         let t = ssn.snap.pods[pod].task;
@@ -184,7 +188,8 @@ fn spare_unneeded(
         for &i in set {
             let v = &candidates[i];
             let still = if v.elastic {
-                ctx.ssn.pod_state[v.pods[0]].running_on().is_some() && ctx.ssn.can_lose_one(v.job, ctx.ssn.snap.pods[v.pods[0]].task)
+                ctx.ssn.pod_state[v.pods[0]].running_on().is_some()
+                    && ctx.ssn.can_lose_one(v.job, ctx.ssn.snap.pods[v.pods[0]].task)
             } else {
                 ctx.ssn.running_pods(v.job).next().is_some()
             };

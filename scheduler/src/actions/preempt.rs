@@ -4,9 +4,9 @@
 //! when they let the starving group reach its minimum; the group is then pipelined onto the
 //! capacity being freed and bound in a later cycle.
 
+use super::{evict_for, jobs_by_queue, starving, victim_units, Ctx};
 use crate::framework::{EvictMode, ShareBound, Victim};
 use crate::res::Res;
-use super::{evict_for, jobs_by_queue, starving, victim_units, Ctx};
 
 /// Runs the action.
 pub fn run(ctx: &mut Ctx) {
@@ -44,7 +44,10 @@ pub fn run(ctx: &mut Ctx) {
                 None => {
                     failed = Some((need, priority));
                     let prior = ctx.ssn.reasons[job].clone().unwrap_or_default();
-                    ctx.ssn.set_reason(job, format!("{prior}; preemption in queue {} cannot free enough", snap.queues[q].name));
+                    ctx.ssn.set_reason(
+                        job,
+                        format!("{prior}; preemption in queue {} cannot free enough", snap.queues[q].name),
+                    );
                 }
             }
         }

@@ -17,7 +17,8 @@ pub fn run(ctx: &mut Ctx) {
     let mut cursor = vec![0usize; by_queue.len()];
     let mut failed: Vec<Option<Res>> = vec![None; by_queue.len()];
     loop {
-        let head = |c: &Ctx, q: usize, cursor: &[usize]| by_queue[q][cursor[q]..].iter().copied().find(|&j| starving(c, j));
+        let head =
+            |c: &Ctx, q: usize, cursor: &[usize]| by_queue[q][cursor[q]..].iter().copied().find(|&j| starving(c, j));
         let Some(q) = select_queue(ctx, &|q| head(ctx, q, &cursor).is_some()) else { break };
         let job: JobId = head(ctx, q, &cursor).expect("selected queue has a starving job");
         cursor[q] = by_queue[q].iter().position(|&j| j == job).expect("job is listed") + 1;
@@ -27,7 +28,8 @@ pub fn run(ctx: &mut Ctx) {
             continue;
         }
         let leaf = &snap.queues[q];
-        let over = (0..need.len()).find(|&r| need[r] > 0 && ctx.ssn.queue_alloc[q][r] + need[r] > ctx.ssn.fair_share[q][r]);
+        let over =
+            (0..need.len()).find(|&r| need[r] > 0 && ctx.ssn.queue_alloc[q][r] + need[r] > ctx.ssn.fair_share[q][r]);
         if let Some(r) = over {
             let prior = ctx.ssn.reasons[job].clone().unwrap_or_default();
             ctx.ssn.set_reason(
@@ -58,7 +60,10 @@ pub fn run(ctx: &mut Ctx) {
             None => {
                 failed[q] = Some(need);
                 let prior = ctx.ssn.reasons[job].clone().unwrap_or_default();
-                ctx.ssn.set_reason(job, format!("{prior}; no other queue has reclaimable resources that would let it start"));
+                ctx.ssn.set_reason(
+                    job,
+                    format!("{prior}; no other queue has reclaimable resources that would let it start"),
+                );
             }
         }
     }

@@ -24,10 +24,7 @@ impl Drf {
 
 /// The largest fraction of cluster capacity `alloc` holds of any resource.
 pub fn dominant_share(alloc: &Res, capacity: &Res) -> f64 {
-    (0..alloc.len())
-        .filter(|&i| capacity[i] > 0)
-        .map(|i| alloc[i] as f64 / capacity[i] as f64)
-        .fold(0.0, f64::max)
+    (0..alloc.len()).filter(|&i| capacity[i] > 0).map(|i| alloc[i] as f64 / capacity[i] as f64).fold(0.0, f64::max)
 }
 
 fn job_alloc(ssn: &Session, job: JobId) -> Res {

@@ -223,7 +223,9 @@ impl Plugin for FairShare {
                 let queue = &snap.queues[q];
                 let alloc = &ssn.queue_alloc_np[q];
                 let deserved = &queue.deserved;
-                if let Some(r) = (0..req.len()).find(|&r| queue.quota_covers(r) && req[r] > 0 && alloc[r] + req[r] > deserved[r]) {
+                if let Some(r) =
+                    (0..req.len()).find(|&r| queue.quota_covers(r) && req[r] > 0 && alloc[r] + req[r] > deserved[r])
+                {
                     return Err(format!(
                         "non-preemptible work may only use queue {name}'s deserved quota ({} {} > {})",
                         snap.resources[r],
