@@ -4,8 +4,9 @@
 //! Four passes, each over all queues: gang minimums within fair share, then elastic pods
 //! within fair share, then gang minimums and elastic pods on idle capacity beyond fair share
 //! (capacity no queue within its fair share could use). A gang's minimum is placed as one
-//! statement or not at all. In a `StrictFIFO` queue, a job that cannot start stops later
-//! jobs of the same class (GPU or CPU-only) for the rest of the pass.
+//! statement or not at all. A `StrictFIFO` queue serves its jobs strictly in order: each
+//! job's minimum and elastic pods before the next job, and a job with a pod that cannot be
+//! placed stops later jobs of the same class (GPU or CPU-only) for the rest of the pass.
 
 use crate::framework::ShareBound;
 use crate::placement::Avail;
@@ -54,6 +55,7 @@ fn run_pass(ctx: &mut Ctx, queues: &[Vec<JobId>], tier: Tier, bound: ShareBound)
     while let Some(q) = select_queue(ctx, &|q| heads[q].is_some()) {
         let job = heads[q].expect("selected queues have a head job");
         let placed = match tier {
+            Tier::Minimum if strict(ctx, q) => place_whole_turn(ctx, job, bound),
             Tier::Minimum => place_minimum(ctx, job, bound),
             Tier::Elastic => place_one_elastic(ctx, job, bound),
         };
@@ -66,7 +68,7 @@ fn run_pass(ctx: &mut Ctx, queues: &[Vec<JobId>], tier: Tier, bound: ShareBound)
             Err(reason) => {
                 ctx.ssn.set_reason(job, reason);
                 pass.done[job] = true;
-                if tier == Tier::Minimum && ctx.ssn.snap.queues[q].strategy == QueueingStrategy::StrictFifo {
+                if tier == Tier::Minimum && strict(ctx, q) {
                     pass.blocker[q][class(ctx, job)] = Some(job);
                 }
             }
@@ -83,9 +85,11 @@ impl Pass<'_> {
             let ready = ctx.fw.job_ready(ctx.ssn, job);
             let applicable = !self.done[job]
                 && ctx.ssn.pending_pods(job).next().is_some()
-                && match tier {
-                    Tier::Minimum => !ready,
-                    Tier::Elastic => ready,
+                && match (tier, strict(ctx, q)) {
+                    (Tier::Minimum, true) => true,
+                    (Tier::Elastic, true) => false,
+                    (Tier::Minimum, false) => !ready,
+                    (Tier::Elastic, false) => ready,
                 };
             if applicable {
                 if let Some(blocker) = self.blocker[q][class(ctx, job)] {
@@ -102,6 +106,25 @@ impl Pass<'_> {
         }
         None
     }
+}
+
+/// Whether the queue starts its jobs strictly in order.
+fn strict(ctx: &Ctx, q: QueueId) -> bool {
+    ctx.ssn.snap.queues[q].strategy == QueueingStrategy::StrictFifo
+}
+
+/// A strictly ordered job's whole turn: its minimum, then every elastic pod, before any later
+/// job of its queue. An elastic pod that cannot be placed ends the turn as a failure, which
+/// blocks the later jobs (Determined's priority scheduler: while higher-priority work waits,
+/// nothing of lower priority starts).
+fn place_whole_turn(ctx: &mut Ctx, job: JobId, bound: ShareBound) -> Result<bool, String> {
+    if !ctx.fw.job_ready(ctx.ssn, job) {
+        place_minimum(ctx, job, bound)?;
+    }
+    while ctx.ssn.pending_pods(job).next().is_some() {
+        place_one_elastic(ctx, job, bound)?;
+    }
+    Ok(false)
 }
 
 /// 0 for GPU jobs, 1 for CPU-only jobs: StrictFIFO blocks each class separately.

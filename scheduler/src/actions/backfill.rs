@@ -7,7 +7,7 @@
 use crate::framework::ShareBound;
 use crate::placement::Avail;
 use crate::res::Res;
-use crate::snapshot::{JobId, JobPhase, NodeId};
+use crate::snapshot::{JobId, JobPhase, NodeId, QueueingStrategy};
 
 use super::{place_all, starving, Ctx};
 
@@ -15,7 +15,7 @@ use super::{place_all, starving, Ctx};
 pub fn run(ctx: &mut Ctx) {
     let snap = ctx.ssn.snap;
     let n = snap.resources.len();
-    let mut jobs: Vec<JobId> = (0..snap.jobs.len()).filter(|&j| starving(ctx, j)).collect();
+    let mut jobs: Vec<JobId> = (0..snap.jobs.len()).filter(|&j| starving(ctx, j) || strict_waiting(ctx, j)).collect();
     jobs.sort_by(|&a, &b| ctx.fw.job_order(ctx.ssn, a, b));
     let mut hold = vec![Res::zero(n); snap.nodes.len()];
     let mut free = Res::zero(n);
@@ -25,6 +25,11 @@ pub fn run(ctx: &mut Ctx) {
         }
     }
     for job in jobs {
+        if strict_waiting(ctx, job) {
+            let waiting: Vec<usize> = ctx.ssn.pending_pods(job).collect();
+            hold_for(ctx, &waiting, &mut hold, &mut free, key_resource(ctx, job));
+            continue;
+        }
         let gang = ctx.ssn.gang_pods(job);
         let need = ctx.ssn.sum_requests(&gang);
         let key = key_resource(ctx, job);
@@ -41,14 +46,31 @@ pub fn run(ctx: &mut Ctx) {
                 ctx.ssn.reasons[job] = None;
                 free.sub(&need);
             }
-            Err(_) => {
-                for &pod in &gang {
-                    if let Some((node, amount)) = reservation(ctx, pod, &hold, key) {
-                        hold[node].add(&amount);
-                        free.sub(&amount);
-                    }
-                }
-            }
+            Err(_) => hold_for(ctx, &gang, &mut hold, &mut free, key),
+        }
+    }
+}
+
+/// A running job of a `StrictFIFO` queue whose elastic pods wait: later jobs of its queue
+/// must not take the capacity it waits for.
+fn strict_waiting(ctx: &Ctx, job: JobId) -> bool {
+    let snap = ctx.ssn.snap;
+    snap.queues[snap.jobs[job].queue].strategy == QueueingStrategy::StrictFifo
+        && ctx.ssn.job_phase[job] != JobPhase::Pending
+        && ctx.ssn.job_pipelined[job] == 0
+        && ctx.fw.job_ready(ctx.ssn, job)
+        && ctx.ssn.pending_pods(job).next().is_some()
+}
+
+/// Sets idle capacity aside for pods that cannot start yet.
+fn hold_for(ctx: &mut Ctx, pods: &[usize], hold: &mut [Res], free: &mut Res, key: usize) {
+    for &pod in pods {
+        if free[key] <= 0 {
+            return;
+        }
+        if let Some((node, amount)) = reservation(ctx, pod, hold, key) {
+            hold[node].add(&amount);
+            free.sub(&amount);
         }
     }
 }

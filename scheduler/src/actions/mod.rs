@@ -80,8 +80,8 @@ pub fn place_all(ctx: &mut Ctx, pods: &[PodId], avail: Avail) -> Result<Statemen
                     Avail::Idle(h) => h,
                     Avail::Future => None,
                 };
-                ctx.ssn.discard(st);
                 let why = ctx.placer.explain(ctx.ssn, ctx.fw, pod, hold);
+                ctx.ssn.discard(st);
                 return Err(if ordered.len() > 1 {
                     format!("gang of {} pods: only {placed} fit; {why}", ordered.len())
                 } else {

@@ -27,21 +27,9 @@ pub fn run(ctx: &mut Ctx) {
         if failed[q].as_ref().is_some_and(|r| r.fits_in(&need)) {
             continue;
         }
-        let leaf = &snap.queues[q];
-        let over =
-            (0..need.len()).find(|&r| need[r] > 0 && ctx.ssn.queue_alloc[q][r] + need[r] > ctx.ssn.fair_share[q][r]);
-        if let Some(r) = over {
-            let prior = ctx.ssn.reasons[job].clone().unwrap_or_default();
-            ctx.ssn.set_reason(
-                job,
-                format!(
-                    "{prior}; queue {} cannot reclaim beyond its fair share ({} {} > {})",
-                    leaf.name,
-                    snap.resources[r],
-                    snap.amount(r, ctx.ssn.queue_alloc[q][r] + need[r]),
-                    snap.amount(r, ctx.ssn.fair_share[q][r])
-                ),
-            );
+        let within_share =
+            (0..need.len()).all(|r| need[r] == 0 || ctx.ssn.queue_alloc[q][r] + need[r] <= ctx.ssn.fair_share[q][r]);
+        if !within_share {
             continue;
         }
         let mut candidates: Vec<Victim> = (0..snap.jobs.len())
@@ -51,7 +39,11 @@ pub fn run(ctx: &mut Ctx) {
             .collect();
         candidates.sort_by(|a, b| ctx.fw.victim_order(ctx.ssn, EvictMode::Reclaim, a, b));
         let fits = |c: &Ctx| c.fw.allocatable(c.ssn, job, &need, ShareBound::FairShare).is_ok();
-        match (!candidates.is_empty()).then(|| evict_for(ctx, job, &candidates, EvictMode::Reclaim, &fits)).flatten() {
+        if candidates.is_empty() {
+            failed[q] = Some(need);
+            continue;
+        }
+        match evict_for(ctx, job, &candidates, EvictMode::Reclaim, &fits) {
             Some(st) => {
                 let evicted = st.len() - gang.len();
                 ctx.ssn.commit(st);

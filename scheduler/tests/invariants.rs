@@ -1,0 +1,798 @@
+//! Property tests of the scheduling core. Random clusters (nodes with taints, cordons and
+//! node pools), queue trees, priority classes and gang workloads, partly running already,
+//! are scheduled for a few cycles; between cycles the outcome is carried into the next
+//! cycle's inputs the way the simulator does it (bindings take effect, evicted and pipelined
+//! pods return to pending). After every cycle one safety invariant of the engine is checked;
+//! each invariant is its own test so that a failure names the broken rule.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use drover_api::{
+    format_amount, tolerates_all, PriorityClass, ResourceList, Taint, TaintEffect, Toleration, TolerationOperator, CPU,
+    GPU, MEMORY, NODE_POOL_LABEL, PODS,
+};
+use drover_scheduler::config::{
+    ConfigOverrides, DrfConfig, FairShareMode, PlacementConfig, PlacementOverride, PlacementStrategy, PoolPlacement,
+    SchedulerConfig,
+};
+use drover_scheduler::cycle::{run_cycle, CycleOutcome};
+use drover_scheduler::res::Res;
+use drover_scheduler::session::PodState;
+use drover_scheduler::snapshot::{
+    self, Constraints, JobInput, JobPhase, NodeInput, PodPhase, PodPhaseInput, QueueInput, QueueingStrategy, Snapshot,
+    TaskInput, ROOT,
+};
+use proptest::collection::vec;
+use proptest::prelude::*;
+use proptest::sample::Index;
+use proptest::strategy::ValueTree;
+use proptest::test_runner::TestRunner;
+
+/// Cycles run per generated case.
+const CYCLES: u32 = 3;
+/// Bytes in a GiB.
+const GIB: i64 = 1 << 30;
+/// Deepest level of the generated queue tree (children of the root are at depth 1).
+const MAX_DEPTH: usize = 3;
+/// Node pools, as values of the node-pool label.
+const POOLS: [&str; 2] = ["a", "b"];
+
+/// A generated scenario: the scheduler's inputs before the first cycle and its configuration.
+#[derive(Clone)]
+struct Case {
+    nodes: Vec<NodeInput>,
+    queues: Vec<QueueInput>,
+    jobs: Vec<JobInput>,
+    overrides: ConfigOverrides,
+}
+
+/// One line per object, so that a shrunk failing case reads like a small scenario.
+impl fmt::Debug for Case {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        writeln!(f, "nodes:")?;
+        for n in &self.nodes {
+            let pool = n.labels.get(NODE_POOL_LABEL).map_or("", String::as_str);
+            let taints: Vec<String> =
+                n.taints.iter().map(|t| format!("{}={}:{:?}", t.key, t.value, t.effect)).collect();
+            writeln!(
+                f,
+                "  {} [{}] pool {pool} taints {taints:?} cordoned {}",
+                n.name,
+                compact(&n.allocatable),
+                n.unschedulable
+            )?;
+        }
+        writeln!(f, "queues:")?;
+        for q in &self.queues {
+            writeln!(
+                f,
+                "  {} parent {} deserved [{}] limit [{}] weight {} reclaimable {} {:?}",
+                q.name,
+                q.parent.as_deref().unwrap_or("-"),
+                compact(&q.deserved),
+                q.limit.as_ref().map_or("-".into(), compact),
+                q.over_quota_weight,
+                q.reclaimable,
+                q.strategy
+            )?;
+        }
+        writeln!(f, "jobs:")?;
+        for j in &self.jobs {
+            writeln!(
+                f,
+                "  {} queue {} priority {} preemptible {} minMember {} {:?}",
+                j.name, j.queue, j.priority, j.preemptible, j.min_member, j.phase
+            )?;
+            for t in &j.tasks {
+                let pods: Vec<&str> = t
+                    .pods
+                    .iter()
+                    .map(|p| match p {
+                        PodPhaseInput::Bound(n) | PodPhaseInput::Releasing(n) => n.as_str(),
+                        PodPhaseInput::Pending => "-",
+                    })
+                    .collect();
+                let c = &t.constraints;
+                let tolerations: Vec<String> =
+                    c.tolerations.iter().map(|t| format!("{}:{:?}={}", t.key, t.operator, t.value)).collect();
+                writeln!(
+                    f,
+                    "    {} minAvailable {} [{}] selector {:?} tolerations {tolerations:?} pods {pods:?}",
+                    t.name,
+                    t.min_available,
+                    compact(&t.requests),
+                    c.node_selector
+                )?;
+            }
+        }
+        write!(f, "config: {:?}", self.overrides)
+    }
+}
+
+/// `cpu 4, memory 16Gi, …` in canonical amounts.
+fn compact(list: &ResourceList) -> String {
+    let parts: Vec<String> = list.0.iter().map(|(k, v)| format!("{k} {}", format_amount(k, *v))).collect();
+    parts.join(", ")
+}
+
+/// A job before it is tied to a leaf queue, a priority class and an initial state.
+#[derive(Debug, Clone)]
+struct JobSpec {
+    queue: Index,
+    class: Index,
+    min_member: Index,
+    start: bool,
+    extra: u32,
+    offset: Index,
+    tasks: Vec<TaskInput>,
+}
+
+/// One cycle's inputs and outcome, as handed to an invariant.
+struct Cycle<'a> {
+    case: &'a Case,
+    config: &'a SchedulerConfig,
+    jobs: &'a [JobInput],
+    snap: &'a Snapshot,
+    out: &'a CycleOutcome,
+}
+
+/// An invariant: `Err` describes the violation.
+type Invariant = fn(&Cycle) -> Result<(), String>;
+
+/// The taints a node may carry.
+fn taint_choices() -> Vec<Taint> {
+    let taint = |key: &str, value: &str, effect| Taint { key: key.into(), value: value.into(), effect };
+    vec![
+        taint("dedicated", "infer", TaintEffect::NoSchedule),
+        taint("dedicated", "train", TaintEffect::NoSchedule),
+        taint("gpu", "", TaintEffect::NoExecute),
+        taint("soft", "", TaintEffect::PreferNoSchedule),
+    ]
+}
+
+/// The tolerations a task may carry.
+fn toleration_choices() -> Vec<Toleration> {
+    let exists = |key: &str| Toleration { key: key.into(), operator: TolerationOperator::Exists, ..Default::default() };
+    vec![
+        Toleration { key: "dedicated".into(), value: "infer".into(), ..Default::default() },
+        exists("dedicated"),
+        exists("gpu"),
+        exists(""),
+    ]
+}
+
+/// A resource list from `(name, amount)` pairs, skipping absent amounts.
+fn list(entries: &[(&str, Option<i64>)]) -> ResourceList {
+    ResourceList(entries.iter().filter_map(|(k, v)| v.map(|v| (k.to_string(), v))).collect())
+}
+
+/// A node (named later): 4-64 cores, 0/4/8 GPUs, 4-110 pod slots, maybe a taint, maybe
+/// cordoned, in one of two pools.
+fn node() -> impl Strategy<Value = NodeInput> {
+    (
+        4i64..=64,
+        16i64..=512,
+        prop_oneof![Just(0i64), Just(4), Just(8)],
+        4i64..=110,
+        prop::option::weighted(0.3, 0..taint_choices().len()),
+        prop::bool::weighted(0.15),
+        0..POOLS.len(),
+    )
+        .prop_map(|(cores, mem, gpus, pods, taint, cordoned, pool)| NodeInput {
+            name: String::new(),
+            allocatable: list(&[
+                (CPU, Some(cores * 1000)),
+                (MEMORY, Some(mem * GIB)),
+                (GPU, (gpus > 0).then_some(gpus)),
+                (PODS, Some(pods)),
+            ]),
+            labels: BTreeMap::from([(NODE_POOL_LABEL.to_string(), POOLS[pool].to_string())]),
+            taints: taint.map(|t| taint_choices()[t].clone()).into_iter().collect(),
+            unschedulable: cordoned,
+        })
+}
+
+/// A queue (named and linked later) with the pick of its parent: random deserved quota over
+/// a random subset of resources, optional limit, weight 0-3, reclaimable, strategy.
+fn queue() -> impl Strategy<Value = (Index, QueueInput)> {
+    let deserved = (
+        prop::option::of((0i64..=128).prop_map(|c| c * 1000)),
+        prop::option::of((0i64..=1024).prop_map(|m| m * GIB)),
+        prop::option::of(0i64..=16),
+    );
+    let limit = prop::option::weighted(
+        0.4,
+        (prop::option::of((4i64..=256).prop_map(|c| c * 1000)), prop::option::of(0i64..=32)),
+    );
+    (any::<Index>(), deserved, limit, 0u32..=3, any::<bool>(), any::<bool>()).prop_map(
+        |(parent, (cpu, mem, gpu), limit, weight, reclaimable, strict)| {
+            let queue = QueueInput {
+                name: String::new(),
+                parent: None,
+                deserved: list(&[(CPU, cpu), (MEMORY, mem), (GPU, gpu)]),
+                limit: limit.map(|(cpu, gpu)| list(&[(CPU, cpu), (GPU, gpu)])),
+                over_quota_weight: weight,
+                reclaimable,
+                strategy: if strict { QueueingStrategy::StrictFifo } else { QueueingStrategy::BestEffortFifo },
+            };
+            (parent, queue)
+        },
+    )
+}
+
+/// A priority class value on either side of the non-preemptible threshold, and sometimes an
+/// explicit preemptibility overriding the threshold.
+fn class() -> impl Strategy<Value = (i32, Option<bool>)> {
+    (0i32..200, prop::option::weighted(0.2, any::<bool>()))
+}
+
+/// A task (named later): 1-8 replicas, optional minAvailable, 0-4 GPUs or CPU only, optional
+/// pool selector and toleration.
+fn task() -> impl Strategy<Value = TaskInput> {
+    (
+        1usize..=8,
+        prop::option::of(any::<Index>()),
+        (1i64..=32).prop_map(|c| c * 500),
+        1i64..=64,
+        prop_oneof![3 => Just(0i64), 2 => 1i64..=4],
+        prop::option::weighted(0.3, 0..POOLS.len()),
+        prop::option::weighted(0.4, 0..toleration_choices().len()),
+    )
+        .prop_map(|(replicas, min_available, cpu, mem, gpus, pool, toleration)| TaskInput {
+            name: String::new(),
+            min_available: min_available.map_or(0, |i| i.index(replicas + 1) as u32),
+            requests: list(&[(CPU, Some(cpu)), (MEMORY, Some(mem * GIB)), (GPU, (gpus > 0).then_some(gpus))]),
+            constraints: Constraints {
+                node_selector: pool.map(|p| (NODE_POOL_LABEL.to_string(), POOLS[p].to_string())).into_iter().collect(),
+                tolerations: toleration.map(|t| toleration_choices()[t].clone()).into_iter().collect(),
+                affinity: Vec::new(),
+            },
+            pods: vec![PodPhaseInput::Pending; replicas],
+        })
+}
+
+/// A job of one or two tasks, with whether (and how far beyond its minimum) it runs initially.
+fn job() -> impl Strategy<Value = JobSpec> {
+    (
+        any::<Index>(),
+        any::<Index>(),
+        any::<Index>(),
+        prop::bool::weighted(0.5),
+        0u32..4,
+        any::<Index>(),
+        vec(task(), 1..=2),
+    )
+        .prop_map(|(queue, class, min_member, start, extra, offset, tasks)| JobSpec {
+            queue,
+            class,
+            min_member,
+            start,
+            extra,
+            offset,
+            tasks,
+        })
+}
+
+/// The configuration overrides: fair-share mode, placement per workload class, DRF ordering.
+fn overrides() -> impl Strategy<Value = ConfigOverrides> {
+    let strategy = || prop_oneof![Just(PlacementStrategy::Binpack), Just(PlacementStrategy::Spread)];
+    (any::<bool>(), strategy(), strategy(), any::<bool>(), any::<bool>()).prop_map(
+        |(proportional, gpu, cpu, job_order, queue_order)| ConfigOverrides {
+            actions: None,
+            placement: Some(PlacementOverride::Full(PlacementConfig {
+                default: PoolPlacement { gpu, cpu },
+                pools: BTreeMap::new(),
+            })),
+            fair_share: Some(if proportional { FairShareMode::DemandProportional } else { FairShareMode::MaxMin }),
+            drf: Some(DrfConfig { job_order, queue_order }),
+        },
+    )
+}
+
+/// A whole case: 1-12 nodes, 1-6 queues, 0-8 priority classes, 1-15 jobs.
+fn case() -> impl Strategy<Value = Case> {
+    (vec(node(), 1..=12), vec(queue(), 1..=6), vec(class(), 0..=8), vec(job(), 1..=15), overrides())
+        .prop_map(|(nodes, queues, classes, jobs, overrides)| assemble(nodes, queues, &classes, jobs, overrides))
+}
+
+/// Names the generated objects, links the queue tree, ties jobs to leaf queues and classes,
+/// and starts some jobs on nodes where they fit.
+fn assemble(
+    mut nodes: Vec<NodeInput>,
+    queues: Vec<(Index, QueueInput)>,
+    classes: &[(i32, Option<bool>)],
+    specs: Vec<JobSpec>,
+    overrides: ConfigOverrides,
+) -> Case {
+    for (i, n) in nodes.iter_mut().enumerate() {
+        n.name = format!("n{i}");
+    }
+    let queues = link_queues(queues);
+    let leaves: Vec<&QueueInput> =
+        queues.iter().filter(|q| !queues.iter().any(|c| c.parent.as_ref() == Some(&q.name))).collect();
+    let classes: Vec<PriorityClass> =
+        classes.iter().enumerate().map(|(i, &(value, p))| PriorityClass::new(&format!("p{i}"), value, p)).collect();
+    let mut usage = Usage { nodes: vec![ResourceList::default(); nodes.len()], queues: BTreeMap::new() };
+    let mut jobs = Vec::with_capacity(specs.len());
+    for (i, spec) in specs.into_iter().enumerate() {
+        let class = (!classes.is_empty()).then(|| &classes[spec.class.index(classes.len())]);
+        let mut tasks = spec.tasks;
+        for (t, task) in tasks.iter_mut().enumerate() {
+            task.name = format!("t{t}");
+        }
+        let total: usize = tasks.iter().map(|t| t.pods.len()).sum();
+        let mut job = JobInput {
+            name: format!("j{i}"),
+            namespace: "ns".into(),
+            queue: leaves[spec.queue.index(leaves.len())].name.clone(),
+            priority_class: class.map_or("default".into(), |c| c.name.clone()),
+            priority: class.map_or(0, |c| c.value),
+            preemptible: class.is_none_or(|c| c.preemptible),
+            min_member: 1 + spec.min_member.index(total) as u32,
+            created_at: i as i64,
+            phase: JobPhase::Pending,
+            tasks,
+        };
+        if spec.start {
+            let counts = start_counts(&job, spec.extra);
+            start_job(&mut job, &counts, &nodes, &queues, &mut usage, spec.offset.index(nodes.len()));
+        }
+        jobs.push(job);
+    }
+    Case { nodes, queues, jobs, overrides }
+}
+
+/// Names queues `q0..` and hangs each under the root or an earlier queue (its pick), falling
+/// back to the root where the tree would get deeper than `MAX_DEPTH`.
+fn link_queues(specs: Vec<(Index, QueueInput)>) -> Vec<QueueInput> {
+    let mut depth: Vec<usize> = Vec::with_capacity(specs.len());
+    let mut out = Vec::with_capacity(specs.len());
+    for (i, (pick, mut q)) in specs.into_iter().enumerate() {
+        let parent = pick.index(i + 1).checked_sub(1).filter(|&p| depth[p] < MAX_DEPTH);
+        depth.push(parent.map_or(1, |p| depth[p] + 1));
+        q.name = format!("q{i}");
+        q.parent = parent.map(|p| format!("q{p}"));
+        out.push(q);
+    }
+    out
+}
+
+/// Resources held while the initial state is built: per node, and per queue name.
+struct Usage {
+    nodes: Vec<ResourceList>,
+    queues: BTreeMap<String, ResourceList>,
+}
+
+/// Adds `b` to `a`, resource by resource.
+fn add_list(a: &mut ResourceList, b: &ResourceList) {
+    for (k, v) in &b.0 {
+        *a.0.entry(k.clone()).or_insert(0) += v;
+    }
+}
+
+/// Whether `used + req` stays within `cap`; a resource `cap` does not name counts as `missing`.
+fn within(used: &ResourceList, req: &ResourceList, cap: &ResourceList, missing: i64) -> bool {
+    req.0
+        .iter()
+        .all(|(k, v)| *v == 0 || used.0.get(k).copied().unwrap_or(0) + v <= cap.0.get(k).copied().unwrap_or(missing))
+}
+
+/// Whether a node admits pods with these constraints: not cordoned, taints tolerated,
+/// node selector and required affinity matched.
+fn admits(unschedulable: bool, labels: &BTreeMap<String, String>, taints: &[Taint], c: &Constraints) -> bool {
+    !unschedulable
+        && tolerates_all(&c.tolerations, taints).is_ok()
+        && c.node_selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+        && c.affinity.iter().all(|r| r.matches(labels))
+}
+
+/// Pods to start per task: each task's minAvailable, then more in task order up to the
+/// job's minMember, then up to `extra` elastic pods.
+fn start_counts(job: &JobInput, extra: u32) -> Vec<u32> {
+    let mut counts: Vec<u32> = job.tasks.iter().map(|t| t.min_available).collect();
+    let mut have: u32 = counts.iter().sum();
+    let want = job.min_member.max(have) + extra;
+    for (t, task) in job.tasks.iter().enumerate() {
+        let add = want.saturating_sub(have).min(task.pods.len() as u32 - counts[t]);
+        counts[t] += add;
+        have += add;
+    }
+    counts
+}
+
+/// Binds `counts[t]` pods of each task first-fit on nodes that admit them (starting at node
+/// `offset`), within node allocatable and the limit of every queue on the job's path. The
+/// job becomes Running when every pod fits and stays Pending (all pods pending) otherwise.
+fn start_job(
+    job: &mut JobInput,
+    counts: &[u32],
+    nodes: &[NodeInput],
+    queues: &[QueueInput],
+    usage: &mut Usage,
+    offset: usize,
+) {
+    let path = queue_path(queues, &job.queue);
+    let mut nodes_used = usage.nodes.clone();
+    let mut queues_used = usage.queues.clone();
+    let mut placed: Vec<Vec<PodPhaseInput>> = Vec::with_capacity(job.tasks.len());
+    for (task, &count) in job.tasks.iter().zip(counts) {
+        let mut req = task.requests.clone();
+        req.0.insert(PODS.into(), 1);
+        let mut pods = vec![PodPhaseInput::Pending; task.pods.len()];
+        for pod in pods.iter_mut().take(count as usize) {
+            let queues_ok = path.iter().all(|q| {
+                let limit = q.limit.clone().unwrap_or_default();
+                within(queues_used.get(&q.name).unwrap_or(&ResourceList::default()), &req, &limit, i64::MAX)
+            });
+            let node = (0..nodes.len()).map(|i| (i + offset) % nodes.len()).find(|&i| {
+                let n = &nodes[i];
+                admits(n.unschedulable, &n.labels, &n.taints, &task.constraints)
+                    && within(&nodes_used[i], &req, &n.allocatable, 0)
+            });
+            let Some(node) = node.filter(|_| queues_ok) else {
+                return;
+            };
+            add_list(&mut nodes_used[node], &req);
+            for q in &path {
+                add_list(queues_used.entry(q.name.clone()).or_default(), &req);
+            }
+            *pod = PodPhaseInput::Bound(nodes[node].name.clone());
+        }
+        placed.push(pods);
+    }
+    for (task, pods) in job.tasks.iter_mut().zip(placed) {
+        task.pods = pods;
+    }
+    job.phase = JobPhase::Running;
+    usage.nodes = nodes_used;
+    usage.queues = queues_used;
+}
+
+/// The queue named `leaf` and its ancestors.
+fn queue_path<'q>(queues: &'q [QueueInput], leaf: &str) -> Vec<&'q QueueInput> {
+    let by_name = |name: &str| queues.iter().find(|q| q.name == name);
+    std::iter::successors(by_name(leaf), |q| q.parent.as_deref().and_then(by_name)).collect()
+}
+
+/// The scheduler configuration of a case.
+fn config_of(case: &Case) -> SchedulerConfig {
+    let mut config = SchedulerConfig::default();
+    config.apply(&case.overrides);
+    config
+}
+
+/// Runs `CYCLES` cycles of the case, checking `invariant` after each and carrying each
+/// outcome into the next cycle's inputs.
+fn run_checked(case: &Case, invariant: Invariant) -> Result<(), TestCaseError> {
+    let config = config_of(case);
+    let mut jobs = case.jobs.clone();
+    for number in 1..=CYCLES {
+        let snap = snapshot::build(&case.nodes, &case.queues, &jobs)
+            .map_err(|e| TestCaseError::fail(format!("generated inputs are inconsistent: {e}")))?;
+        let out = run_cycle(&snap, &config);
+        let cycle = Cycle { case, config: &config, jobs: &jobs, snap: &snap, out: &out };
+        invariant(&cycle).map_err(|e| TestCaseError::fail(format!("cycle {number}: {e}")))?;
+        advance(&mut jobs, &snap, &out);
+    }
+    Ok(())
+}
+
+/// Carries an outcome into the next cycle's inputs as the simulator does: bound and newly
+/// allocated pods are bound, evicted and pipelined pods pending; job phases as decided.
+fn advance(jobs: &mut [JobInput], snap: &Snapshot, out: &CycleOutcome) {
+    for (p, state) in out.pod_state.iter().enumerate() {
+        let pod = &snap.pods[p];
+        jobs[pod.job].tasks[pod.task].pods[pod.index as usize] = match *state {
+            PodState::Bound(n) | PodState::Allocated(n) => PodPhaseInput::Bound(snap.nodes[n].name.clone()),
+            PodState::Releasing(_) | PodState::Pending | PodState::Pipelined(_) => PodPhaseInput::Pending,
+        };
+    }
+    for (j, phase) in out.job_phase.iter().enumerate() {
+        jobs[j].phase = *phase;
+    }
+}
+
+/// Requests of one pod (including its pod slot).
+fn requests(snap: &Snapshot, pod: usize) -> &Res {
+    let p = &snap.pods[pod];
+    &snap.jobs[p.job].tasks[p.task].requests
+}
+
+/// `namespace/job-task-index` of a pod.
+fn pod_name(snap: &Snapshot, pod: usize) -> String {
+    let p = &snap.pods[pod];
+    let job = &snap.jobs[p.job];
+    format!("{}-{}-{}", job.key(), job.tasks[p.task].name, p.index)
+}
+
+/// Per node and resource: requests of pods holding it (bound, allocated, releasing) plus
+/// pipelined requests beyond what releasing pods free, never above allocatable.
+fn nodes_not_over_committed(c: &Cycle) -> Result<(), String> {
+    let snap = c.snap;
+    let zero = vec![Res::zero(snap.resources.len()); snap.nodes.len()];
+    let (mut held, mut releasing, mut pipelined) = (zero.clone(), zero.clone(), zero);
+    for (p, state) in c.out.pod_state.iter().enumerate() {
+        let req = requests(snap, p);
+        match *state {
+            PodState::Bound(n) | PodState::Allocated(n) => held[n].add(req),
+            PodState::Releasing(n) => {
+                held[n].add(req);
+                releasing[n].add(req);
+            }
+            PodState::Pipelined(n) => pipelined[n].add(req),
+            PodState::Pending => {}
+        }
+    }
+    for (n, node) in snap.nodes.iter().enumerate() {
+        for r in 0..snap.resources.len() {
+            let committed = held[n][r] + (pipelined[n][r] - releasing[n][r]).max(0);
+            if committed > node.allocatable[r] {
+                return Err(format!(
+                    "node {} over-committed in {}: {} held + {} pipelined - {} releasing > {} allocatable",
+                    node.name, snap.resources[r], held[n][r], pipelined[n][r], releasing[n][r], node.allocatable[r]
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Running (bound or allocated) pods per job and per task after the cycle.
+fn running_counts(snap: &Snapshot, out: &CycleOutcome) -> Vec<Vec<u32>> {
+    let mut counts: Vec<Vec<u32>> = snap.jobs.iter().map(|j| vec![0; j.tasks.len()]).collect();
+    for (p, state) in out.pod_state.iter().enumerate() {
+        if state.running_on().is_some() {
+            counts[snap.pods[p].job][snap.pods[p].task] += 1;
+        }
+    }
+    counts
+}
+
+/// Every job with a running pod after the cycle (evictions counted) runs at least minMember
+/// pods, and each of its tasks at least minAvailable.
+fn gangs_at_or_above_minimum(c: &Cycle) -> Result<(), String> {
+    let snap = c.snap;
+    for (j, tasks) in running_counts(snap, c.out).iter().enumerate() {
+        let job = &snap.jobs[j];
+        let running: u32 = tasks.iter().sum();
+        if running == 0 {
+            continue;
+        }
+        let evicted = c.out.decisions.evictions.iter().filter(|(p, _)| snap.pods[*p].job == j).count();
+        let short_task = job.tasks.iter().zip(tasks).find(|(t, &n)| n < t.min_available);
+        if running < job.min_member || short_task.is_some() {
+            return Err(format!(
+                "job {} runs {running} pods per task {tasks:?} (minMember {}, minAvailable {:?}) after {evicted} eviction(s)",
+                job.key(),
+                job.min_member,
+                job.tasks.iter().map(|t| t.min_available).collect::<Vec<_>>()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// No pod of a non-preemptible job is evicted.
+fn only_preemptible_evicted(c: &Cycle) -> Result<(), String> {
+    let snap = c.snap;
+    match c.out.decisions.evictions.iter().find(|(p, _)| !snap.jobs[snap.pods[*p].job].preemptible) {
+        Some(&(p, reason)) => {
+            let job = &snap.jobs[snap.pods[p].job];
+            Err(format!(
+                "{reason:?} evicted {} of non-preemptible job {} (priority {})",
+                pod_name(snap, p),
+                job.key(),
+                job.priority
+            ))
+        }
+        None => Ok(()),
+    }
+}
+
+/// The resources of running pods of every queue, including its descendants' (index 0: all).
+fn queue_usage(snap: &Snapshot, out: &CycleOutcome) -> Vec<Res> {
+    let mut usage = vec![Res::zero(snap.resources.len()); snap.queues.len()];
+    for (p, state) in out.pod_state.iter().enumerate() {
+        if state.running_on().is_some() {
+            let leaf = snap.jobs[snap.pods[p].job].queue;
+            for q in snap.ancestry(leaf).chain([ROOT]) {
+                usage[q].add(requests(snap, p));
+            }
+        }
+    }
+    usage
+}
+
+/// No queue's running pods (its own and its descendants') exceed its limit.
+fn queues_within_limits(c: &Cycle) -> Result<(), String> {
+    let snap = c.snap;
+    for (q, used) in queue_usage(snap, c.out).iter().enumerate() {
+        let limit = &snap.queues[q].limit;
+        if let Some(r) = used.first_exceeding(limit) {
+            return Err(format!(
+                "queue {} runs {} {} > limit {}",
+                snap.queues[q].name, snap.resources[r], used[r], limit[r]
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Fair shares nest: children's shares sum to at most their parent's, the root's to at most
+/// the allocatable of schedulable nodes, and no queue's share exceeds its limit.
+fn fair_shares_consistent(c: &Cycle) -> Result<(), String> {
+    let snap = c.snap;
+    let fair = &c.out.fair_share;
+    let mut capacity = Res::zero(snap.resources.len());
+    for node in snap.nodes.iter().filter(|n| !n.unschedulable) {
+        capacity.add(&node.allocatable);
+    }
+    if let Some(r) = fair[ROOT].first_exceeding(&capacity) {
+        return Err(format!("root fair share {} {} > capacity {}", snap.resources[r], fair[ROOT][r], capacity[r]));
+    }
+    for (q, queue) in snap.queues.iter().enumerate() {
+        let mut children = Res::zero(snap.resources.len());
+        for &child in &queue.children {
+            children.add(&fair[child]);
+        }
+        if let Some(r) = children.first_exceeding(&fair[q]) {
+            return Err(format!(
+                "children of queue {:?} share {} {} > its fair share {}",
+                queue.name, snap.resources[r], children[r], fair[q][r]
+            ));
+        }
+        if let Some(r) = fair[q].first_exceeding(&queue.limit) {
+            return Err(format!(
+                "queue {} fair share {} {} > limit {}",
+                queue.name, snap.resources[r], fair[q][r], queue.limit[r]
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Every newly bound or pipelined pod's node is schedulable, its taints tolerated and its
+/// labels matching the task's node selector.
+fn placements_respect_predicates(c: &Cycle) -> Result<(), String> {
+    let snap = c.snap;
+    let placed = c
+        .out
+        .decisions
+        .binds
+        .iter()
+        .map(|b| ("bound", b))
+        .chain(c.out.decisions.pipelined.iter().map(|b| ("pipelined", b)));
+    for (how, &(p, n)) in placed {
+        let pod = &snap.pods[p];
+        let constraints = &snap.jobs[pod.job].tasks[pod.task].constraints;
+        let node = &snap.nodes[n];
+        if !admits(node.unschedulable, &node.labels, &node.taints, constraints) {
+            return Err(format!(
+                "{} {how} to node {} (cordoned {}, taints {:?}, labels {:?}) against its constraints {constraints:?}",
+                pod_name(snap, p),
+                node.name,
+                node.unschedulable,
+                node.taints,
+                node.labels
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Every bound pod was pending at the start of the cycle, is bound once, and ends the cycle
+/// allocated to the node it was bound to.
+fn binds_unique_and_from_pending(c: &Cycle) -> Result<(), String> {
+    let snap = c.snap;
+    let mut seen = vec![false; snap.pods.len()];
+    for &(p, n) in &c.out.decisions.binds {
+        let name = pod_name(snap, p);
+        if std::mem::replace(&mut seen[p], true) {
+            return Err(format!("{name} bound twice"));
+        }
+        if snap.pods[p].phase != PodPhase::Pending {
+            return Err(format!("{name} bound to {} while {:?} at the start", snap.nodes[n].name, snap.pods[p].phase));
+        }
+        if c.out.pod_state[p] != PodState::Allocated(n) {
+            return Err(format!("{name} bound to {} but ends {:?}", snap.nodes[n].name, c.out.pod_state[p]));
+        }
+    }
+    Ok(())
+}
+
+/// The same inputs, built into a fresh snapshot and scheduled again, give the same outcome.
+fn deterministic(c: &Cycle) -> Result<(), String> {
+    let snap = snapshot::build(&c.case.nodes, &c.case.queues, c.jobs).map_err(|e| e.to_string())?;
+    let again = run_cycle(&snap, c.config);
+    let parts = |o: &CycleOutcome| {
+        [
+            ("binds", format!("{:?}", o.decisions.binds)),
+            ("evictions", format!("{:?}", o.decisions.evictions)),
+            ("pipelined", format!("{:?}", o.decisions.pipelined)),
+            ("pod states", format!("{:?}", o.pod_state)),
+            ("job phases", format!("{:?}", o.job_phase)),
+            ("reasons", format!("{:?}", o.reasons)),
+        ]
+    };
+    for ((what, first), (_, second)) in parts(c.out).into_iter().zip(parts(&again)) {
+        if first != second {
+            return Err(format!("{what} differ between two runs: {first} vs {second}"));
+        }
+    }
+    Ok(())
+}
+
+/// 256 cases per property, no regression files written next to the sources.
+fn proptest_config() -> ProptestConfig {
+    ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() }
+}
+
+proptest! {
+    #![proptest_config(proptest_config())]
+
+    #[test]
+    fn nodes_are_never_over_committed(case in case()) {
+        run_checked(&case, nodes_not_over_committed)?;
+    }
+
+    #[test]
+    fn gangs_never_run_below_their_minimum(case in case()) {
+        run_checked(&case, gangs_at_or_above_minimum)?;
+    }
+
+    #[test]
+    fn non_preemptible_pods_are_never_evicted(case in case()) {
+        run_checked(&case, only_preemptible_evicted)?;
+    }
+
+    #[test]
+    fn queues_never_exceed_their_limit(case in case()) {
+        run_checked(&case, queues_within_limits)?;
+    }
+
+    #[test]
+    fn fair_shares_nest_within_capacity_and_limits(case in case()) {
+        run_checked(&case, fair_shares_consistent)?;
+    }
+
+    #[test]
+    fn placements_respect_node_predicates(case in case()) {
+        run_checked(&case, placements_respect_predicates)?;
+    }
+
+    #[test]
+    fn pods_are_bound_once_and_only_from_pending(case in case()) {
+        run_checked(&case, binds_unique_and_from_pending)?;
+    }
+
+    #[test]
+    fn cycles_are_deterministic(case in case()) {
+        run_checked(&case, deterministic)?;
+    }
+}
+
+/// Guards against vacuous properties: over as many cases as each property runs, the
+/// generated workloads must bind, pipeline and evict pods and start some jobs initially.
+#[test]
+fn generated_cases_exercise_binding_and_eviction() {
+    let mut runner = TestRunner::new(proptest_config());
+    let strategy = case();
+    let (mut started, mut binds, mut pipelined, mut evictions) = (0, 0, 0, 0);
+    for _ in 0..256 {
+        let case = strategy.new_tree(&mut runner).expect("a case").current();
+        started += case.jobs.iter().filter(|j| j.phase == JobPhase::Running).count();
+        let config = config_of(&case);
+        let mut jobs = case.jobs.clone();
+        for _ in 0..CYCLES {
+            let snap = snapshot::build(&case.nodes, &case.queues, &jobs).expect("consistent inputs");
+            let out = run_cycle(&snap, &config);
+            binds += out.decisions.binds.len();
+            pipelined += out.decisions.pipelined.len();
+            evictions += out.decisions.evictions.len();
+            advance(&mut jobs, &snap, &out);
+        }
+    }
+    eprintln!("started {started} jobs; {binds} binds, {pipelined} pipelined, {evictions} evictions");
+    assert!(started > 0 && binds > 0 && pipelined > 0 && evictions > 0);
+}
