@@ -1,0 +1,130 @@
+//! The `drover` binary as users run it: exit codes, error messages naming file, object and
+//! field, deterministic output, and the `--check`, `--cycles` and `--output` flags.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn drover(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_drover")).args(args).output().expect("the drover binary runs")
+}
+
+fn repo(path: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(path).display().to_string()
+}
+
+fn write_temp(name: &str, text: &str) -> String {
+    let dir = std::env::temp_dir().join(format!("drover-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+const BASE: &str = r#"name: t
+nodes:
+  - {name: n1, allocatable: {cpu: "8", nvidia.com/gpu: "4"}}
+queues:
+  - {name: q}
+jobs:
+  - name: j1
+    queue: q
+    tasks:
+      - {name: w, replicas: 2, requests: {nvidia.com/gpu: "1"}}
+expect:
+  jobs:
+    j1: {running: 2}
+"#;
+
+#[test]
+fn bundled_example_passes_its_check() {
+    let out = drover(&["sim", &repo("scenarios/example.yaml"), "--check"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("default/owner") && table.contains("evictions:"), "{table}");
+}
+
+#[test]
+fn json_output_is_identical_across_runs_and_sorted() {
+    let a = drover(&["sim", &repo("scenarios/example.yaml"), "--output", "json"]);
+    let b = drover(&["sim", &repo("scenarios/example.yaml"), "--output", "json"]);
+    assert!(a.status.success());
+    assert_eq!(a.stdout, b.stdout);
+    let text = String::from_utf8(a.stdout).unwrap();
+    let keys: Vec<usize> = ["\"cycles\"", "\"evictions\"", "\"jobs\"", "\"pods\"", "\"queues\"", "\"scenario\""]
+        .iter()
+        .map(|k| text.find(k).unwrap_or_else(|| panic!("{k} in output")))
+        .collect();
+    assert!(keys.windows(2).all(|w| w[0] < w[1]), "top-level keys are sorted: {text}");
+    assert!(
+        text.contains("\"default/owner-worker-0\": {\n      \"node\": \"n1\",\n      \"state\": \"Bound\""),
+        "{text}"
+    );
+}
+
+#[test]
+fn check_mismatch_exits_one_and_names_it() {
+    let path = write_temp("mismatch.yaml", &BASE.replace("j1: {running: 2}", "j1: {running: 3}"));
+    let out = drover(&["sim", &path, "--check"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("job default/j1: running is 2, expected 3"), "{err}");
+}
+
+#[test]
+fn cycles_flag_overrides_the_scenario() {
+    let one = drover(&["sim", &repo("scenarios/example.yaml"), "--cycles", "1", "--output", "json"]);
+    let text = String::from_utf8_lossy(&one.stdout);
+    assert!(text.contains("\"cycles\": 1"), "{text}");
+    assert!(text.contains("\"state\": \"Evicted\""), "after one cycle the reclaimed pods are still evicting: {text}");
+    assert_eq!(drover(&["sim", &repo("scenarios/example.yaml"), "--cycles", "0"]).status.code(), Some(2));
+}
+
+/// Each bad input gets exit code 2 and a message naming the file, the object and the field.
+#[test]
+fn bad_input_exits_two_naming_file_object_and_field() {
+    let cases: [(&str, String, &[&str]); 7] = [
+        ("unknown-field.yaml", BASE.replace("replicas: 2", "replica: 2"), &["job default/j1 task w", "replica"]),
+        (
+            "bad-quantity.yaml",
+            BASE.replace("nvidia.com/gpu: \"1\"}", "nvidia.com/gpu: \"lots\"}"),
+            &["job default/j1 task w", "requests.nvidia.com/gpu", "lots"],
+        ),
+        ("missing-queue.yaml", BASE.replace("queue: q", "queue: nope"), &["job default/j1", "queue", "nope"]),
+        ("negative-replicas.yaml", BASE.replace("replicas: 2", "replicas: -1"), &["job default/j1 task w", "replicas"]),
+        (
+            "fractional-replicas.yaml",
+            BASE.replace("replicas: 2", "replicas: 1.5"),
+            &["job default/j1 task w", "replicas"],
+        ),
+        (
+            "queue-cycle.yaml",
+            BASE.replace("  - {name: q}", "  - {name: q}\n  - {name: a, parent: b}\n  - {name: b, parent: a}"),
+            &["queue a", "parent"],
+        ),
+        (
+            "running-missing-node.yaml",
+            BASE.replace("requests: {nvidia.com/gpu: \"1\"}}", "requests: {nvidia.com/gpu: \"1\"}, running: [n9]}"),
+            &["job default/j1 task w", "running[0]", "n9"],
+        ),
+    ];
+    for (file, text, needles) in cases {
+        let path = write_temp(file, &text);
+        let out = drover(&["sim", &path]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{file}: {err}");
+        assert!(err.contains(file), "{file}: the error names the file: {err}");
+        for needle in needles {
+            assert!(err.contains(needle), "{file}: the error mentions {needle:?}: {err}");
+        }
+        assert!(!err.contains("panicked"), "{file}: {err}");
+    }
+}
+
+#[test]
+fn unreadable_file_and_bad_config_exit_two() {
+    assert_eq!(drover(&["sim", "/nonexistent/scenario.yaml"]).status.code(), Some(2));
+    let config = write_temp("bad-config.yaml", "actions: [allocate, teleport]\nplugins: []\n");
+    let out = drover(&["sim", &repo("scenarios/example.yaml"), "--config", &config]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bad-config.yaml"));
+}
