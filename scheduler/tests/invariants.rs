@@ -681,8 +681,7 @@ fn placements_respect_predicates(c: &Cycle) -> Result<(), String> {
     Ok(())
 }
 
-/// Every bound pod was pending at the start of the cycle, is bound once, and ends the cycle
-/// allocated to the node it was bound to.
+/// Every bound pod was pending at the start of the cycle and is bound once.
 fn binds_unique_and_from_pending(c: &Cycle) -> Result<(), String> {
     let snap = c.snap;
     let mut seen = vec![false; snap.pods.len()];
@@ -694,8 +693,23 @@ fn binds_unique_and_from_pending(c: &Cycle) -> Result<(), String> {
         if snap.pods[p].phase != PodPhase::Pending {
             return Err(format!("{name} bound to {} while {:?} at the start", snap.nodes[n].name, snap.pods[p].phase));
         }
+    }
+    Ok(())
+}
+
+/// Every pod bound by the cycle ends it allocated to that node: no pod is bound and then
+/// evicted (or moved) within one cycle.
+fn binds_stand(c: &Cycle) -> Result<(), String> {
+    let snap = c.snap;
+    for &(p, n) in &c.out.decisions.binds {
         if c.out.pod_state[p] != PodState::Allocated(n) {
-            return Err(format!("{name} bound to {} but ends {:?}", snap.nodes[n].name, c.out.pod_state[p]));
+            let evictions: Vec<_> = c.out.decisions.evictions.iter().filter(|(e, _)| *e == p).collect();
+            return Err(format!(
+                "{} bound to {} but ends {:?} (evictions {evictions:?})",
+                pod_name(snap, p),
+                snap.nodes[n].name,
+                c.out.pod_state[p]
+            ));
         }
     }
     Ok(())
@@ -764,6 +778,11 @@ proptest! {
     #[test]
     fn pods_are_bound_once_and_only_from_pending(case in case()) {
         run_checked(&case, binds_unique_and_from_pending)?;
+    }
+
+    #[test]
+    fn pods_bound_in_a_cycle_are_not_evicted_in_it(case in case()) {
+        run_checked(&case, binds_stand)?;
     }
 
     #[test]
