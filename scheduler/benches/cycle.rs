@@ -2,7 +2,7 @@
 //! backfill) on synthetic clusters built in memory.
 //!
 //! Run with `cargo bench -p drover-scheduler --bench cycle` (optionally followed by `-- A` or
-//! `-- B` to run one size only). It prints min/median/max milliseconds of snapshot building
+//! `-- B` to run one size only; `DROVER_BENCH_RUNS=n` sets the number of timed runs). It prints min/median/max milliseconds of snapshot building
 //! and of `run_cycle`, the decisions of the cycle, a per-action breakdown of one instrumented
 //! cycle, and a one-line summary per size. Timings are reported, never asserted; the bench
 //! only asserts that the cycle made progress (binds > 0), so a broken engine is noticed.
@@ -45,10 +45,7 @@ struct Lcg(u64);
 
 impl Lcg {
     fn next(&mut self) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         self.0 >> 33
     }
 
@@ -106,10 +103,7 @@ fn leaf_name(d: usize, p: usize) -> String {
 /// `pending` pending one-GPU pods in gangs of 10 (minMember 10).
 fn plan(nodes: usize, running: usize, pending: usize) -> Plan {
     let total_gpu = nodes as i64 * GPUS_PER_NODE;
-    assert!(
-        running as i64 <= total_gpu,
-        "{running} running one-GPU pods do not fit {nodes} nodes"
-    );
+    assert!(running as i64 <= total_gpu, "{running} running one-GPU pods do not fit {nodes} nodes");
     let mut rng = Lcg(0x5eed_d20e);
     let mut queues = Vec::new();
     let dept_gpu = total_gpu / DEPARTMENTS as i64;
@@ -118,24 +112,14 @@ fn plan(nodes: usize, running: usize, pending: usize) -> Plan {
         let name = format!("dept-{d}");
         // Department 4 may borrow at most half its quota again.
         let limit_gpu = (d == 4).then_some(deserved * 3 / 2);
-        queues.push(PlanQueue {
-            name: name.clone(),
-            parent: None,
-            deserved_gpu: deserved,
-            limit_gpu,
-        });
+        queues.push(PlanQueue { name: name.clone(), parent: None, deserved_gpu: deserved, limit_gpu });
         let shares: Vec<i64> = PROJECT_QUOTA.iter().map(|w| deserved * w / 20).collect();
         let rest = deserved - shares.iter().sum::<i64>();
         for (p, share) in shares.into_iter().enumerate() {
             let deserved_gpu = share + if p == 0 { rest } else { 0 };
             // Project 5 of every department is capped at twice its quota.
             let limit_gpu = (p == 5).then_some(deserved_gpu * 2);
-            queues.push(PlanQueue {
-                name: leaf_name(d, p),
-                parent: Some(name.clone()),
-                deserved_gpu,
-                limit_gpu,
-            });
+            queues.push(PlanQueue { name: leaf_name(d, p), parent: Some(name.clone()), deserved_gpu, limit_gpu });
         }
     }
 
@@ -162,11 +146,7 @@ fn plan(nodes: usize, running: usize, pending: usize) -> Plan {
             queue: leaf_name(d, p),
             priority_class: if hot { "interactive-preemptible" } else { "train" },
             priority: if hot { 75 } else { 50 },
-            min_member: if elastic {
-                replicas.min(8) as u32
-            } else {
-                replicas as u32
-            },
+            min_member: if elastic { replicas.min(8) as u32 } else { replicas as u32 },
             created_at: j as i64,
             replicas: replicas as u32,
             running: on,
@@ -196,12 +176,7 @@ fn plan(nodes: usize, running: usize, pending: usize) -> Plan {
 // ---------------------------------------------------------------------------------------
 
 fn list(entries: &[(&str, i64)]) -> ResourceList {
-    ResourceList(
-        entries
-            .iter()
-            .map(|(k, v)| (k.to_string(), *v))
-            .collect::<BTreeMap<_, _>>(),
-    )
+    ResourceList(entries.iter().map(|(k, v)| (k.to_string(), *v)).collect::<BTreeMap<_, _>>())
 }
 
 fn gpu_list(gpu: i64) -> ResourceList {
@@ -244,11 +219,7 @@ fn inputs(plan: &Plan) -> Inputs {
         .iter()
         .map(|j| {
             let pods = (0..j.replicas as usize)
-                .map(|i| {
-                    j.running
-                        .get(i)
-                        .map_or(PodPhaseInput::Pending, |&n| PodPhaseInput::Bound(node_name(n)))
-                })
+                .map(|i| j.running.get(i).map_or(PodPhaseInput::Pending, |&n| PodPhaseInput::Bound(node_name(n))))
                 .collect();
             let running = j.running.len() as u32;
             JobInput {
@@ -316,16 +287,9 @@ fn instrumented_cycle(snap: &Snapshot, config: &SchedulerConfig) -> Vec<(String,
     let mut placer = Placer::default();
     for action in &config.actions {
         let t = Instant::now();
-        let (binds, evictions, pipelined) = (
-            ssn.decisions.binds.len(),
-            ssn.decisions.evictions.len(),
-            ssn.decisions.pipelined.len(),
-        );
-        let mut ctx = Ctx {
-            ssn: &mut ssn,
-            fw: &fw,
-            placer: &mut placer,
-        };
+        let (binds, evictions, pipelined) =
+            (ssn.decisions.binds.len(), ssn.decisions.evictions.len(), ssn.decisions.pipelined.len());
+        let mut ctx = Ctx { ssn: &mut ssn, fw: &fw, placer: &mut placer };
         match action {
             ActionName::Enqueue => actions::enqueue::run(&mut ctx),
             ActionName::Allocate => actions::allocate::run(&mut ctx),
@@ -349,6 +313,7 @@ fn instrumented_cycle(snap: &Snapshot, config: &SchedulerConfig) -> Vec<(String,
     phases
 }
 
+#[derive(Clone, Copy)]
 struct Size {
     label: &'static str,
     nodes: usize,
@@ -385,12 +350,7 @@ fn bench(size: &Size, config: &SchedulerConfig) -> f64 {
         cycle.push(t.elapsed());
         let d = &outcome.decisions;
         let c = (d.binds.len(), d.evictions.len(), d.pipelined.len());
-        println!(
-            "  run {}: build {:8.1} ms, cycle {:8.1} ms",
-            run + 1,
-            ms(build[run]),
-            ms(cycle[run])
-        );
+        println!("  run {}: build {:8.1} ms, cycle {:8.1} ms", run + 1, ms(build[run]), ms(cycle[run]));
         assert!(c.0 > 0, "size {}: the cycle bound nothing", size.label);
         if let Some(prev) = counts {
             assert_eq!(prev, c, "size {}: the cycle is not deterministic", size.label);
@@ -413,29 +373,20 @@ fn bench(size: &Size, config: &SchedulerConfig) -> f64 {
 
 fn main() {
     let sizes = [
-        Size {
-            label: "A",
-            nodes: 1_000,
-            running: 5_000,
-            pending: 10_000,
-            runs: 5,
-        },
-        Size {
-            label: "B",
-            nodes: 5_000,
-            running: 25_000,
-            pending: 50_000,
-            runs: 3,
-        },
+        Size { label: "A", nodes: 1_000, running: 5_000, pending: 10_000, runs: 5 },
+        Size { label: "B", nodes: 5_000, running: 25_000, pending: 50_000, runs: 3 },
     ];
     let wanted: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    // `DROVER_BENCH_RUNS=n` overrides the number of timed runs per size (e.g. 1 under a profiler).
+    let runs: Option<usize> = std::env::var("DROVER_BENCH_RUNS").ok().and_then(|r| r.parse().ok()).filter(|&r| r > 0);
     let config = SchedulerConfig::default();
     let mut summary = Vec::new();
     for size in &sizes {
         if !wanted.is_empty() && !wanted.iter().any(|w| w.eq_ignore_ascii_case(size.label)) {
             continue;
         }
-        let median = bench(size, &config);
+        let size = Size { runs: runs.unwrap_or(size.runs), ..*size };
+        let median = bench(&size, &config);
         summary.push(format!("size {}: cycle median {median:.1} ms", size.label));
         println!();
     }

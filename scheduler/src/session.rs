@@ -341,6 +341,22 @@ impl<'s> Session<'s> {
             && j.tasks.iter().enumerate().all(|(t, task)| self.task_running[job][t] >= task.min_available)
     }
 
+    /// Whether the job's pending pods, with its running ones, can reach its gang minimum
+    /// (they cannot while some of its pods are still terminating).
+    pub fn min_reachable(&self, job: JobId) -> bool {
+        let j = &self.snap.jobs[job];
+        let mut total = 0;
+        for (t, task) in j.tasks.iter().enumerate() {
+            let pending = task.pods.iter().filter(|&&p| self.pod_state[p] == PodState::Pending).count() as u32;
+            let have = self.task_running[job][t] + pending;
+            if have < task.min_available {
+                return false;
+            }
+            total += have;
+        }
+        total >= j.min_member
+    }
+
     /// Whether the job would stay at or above its minimum after losing one pod of `task`.
     pub fn can_lose_one(&self, job: JobId, task: usize) -> bool {
         let j = &self.snap.jobs[job];

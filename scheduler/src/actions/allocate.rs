@@ -88,7 +88,7 @@ impl Pass<'_> {
                 && match (tier, strict(ctx, q)) {
                     (Tier::Minimum, true) => true,
                     (Tier::Elastic, true) => false,
-                    (Tier::Minimum, false) => !ready,
+                    (Tier::Minimum, false) => !ready && ctx.ssn.min_reachable(job),
                     (Tier::Elastic, false) => ready,
                 };
             if applicable {
@@ -134,6 +134,9 @@ fn class(ctx: &Ctx, job: JobId) -> usize {
 
 /// Places the job's gang minimum; `Ok(false)`: the job needs nothing more this pass.
 fn place_minimum(ctx: &mut Ctx, job: JobId, bound: ShareBound) -> Result<bool, String> {
+    if !ctx.ssn.min_reachable(job) {
+        return Err("waiting for evicted pods to terminate before the gang can start again".into());
+    }
     let pods = ctx.ssn.gang_pods(job);
     let req = ctx.ssn.sum_requests(&pods);
     ctx.fw.allocatable(ctx.ssn, job, &req, bound)?;

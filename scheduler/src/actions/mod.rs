@@ -30,6 +30,7 @@ pub fn starving(ctx: &Ctx, job: JobId) -> bool {
         && ssn.job_pipelined[job] == 0
         && !ctx.fw.job_ready(ssn, job)
         && ssn.pending_pods(job).next().is_some()
+        && ssn.min_reachable(job)
 }
 
 /// Jobs of each leaf queue matching `keep`, in the framework's job order.
