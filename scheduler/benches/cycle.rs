@@ -2,9 +2,10 @@
 //! backfill) on synthetic clusters built in memory.
 //!
 //! Run with `cargo bench -p drover-scheduler --bench cycle` (optionally followed by `-- A` or
-//! `-- B` to run one size only; `DROVER_BENCH_RUNS=n` sets the number of timed runs). It prints min/median/max milliseconds of snapshot building
-//! and of `run_cycle`, the decisions of the cycle, a per-action breakdown of one instrumented
-//! cycle, and a one-line summary per size. Timings are reported, never asserted; the bench
+//! `-- B` to run one size only; `DROVER_BENCH_RUNS=n` sets the number of timed runs). It
+//! prints min/median/max milliseconds of snapshot building and of `run_cycle`, the decisions
+//! of the cycle, a per-action breakdown of one instrumented cycle, and a one-line summary per
+//! size. Timings are reported, never asserted; the bench
 //! only asserts that the cycle made progress (binds > 0), so a broken engine is noticed.
 //!
 //! The cluster generator is kept in step with `sim/examples/gen_scale_scenario.rs`, which

@@ -174,8 +174,9 @@ fn render(plan: &Plan, name: &str) -> String {
     let _ = writeln!(y, "name: {name}");
     let _ = writeln!(
         y,
-        "description: >\n  Synthetic scale scenario written by sim/examples/gen_scale_scenario.rs: {} nodes x \
-         {GPUS_PER_NODE} GPUs,\n  {} queues, {running_jobs} running jobs, {} pending gangs ({hot} of them at priority 75).",
+        "description: >\n  Synthetic scale scenario written by sim/examples/gen_scale_scenario.rs:\n  \
+         {} nodes x {GPUS_PER_NODE} GPUs, {} queues, {running_jobs} running jobs,\n  \
+         {} pending gangs ({hot} of them at priority 75).",
         plan.nodes,
         plan.queues.len(),
         plan.jobs.len() - running_jobs
@@ -185,7 +186,8 @@ fn render(plan: &Plan, name: &str) -> String {
     for i in 0..plan.nodes {
         let _ = writeln!(
             y,
-            "  - {{name: {}, allocatable: {{cpu: \"64\", memory: 512Gi, nvidia.com/gpu: \"{GPUS_PER_NODE}\", pods: \"110\"}}}}",
+            "  - {{name: {}, allocatable: \
+             {{cpu: \"64\", memory: 512Gi, nvidia.com/gpu: \"{GPUS_PER_NODE}\", pods: \"110\"}}}}",
             node_name(i)
         );
     }
