@@ -3,7 +3,7 @@
 //! the pool's placement order until a node fits. When nothing fits, an explanation in
 //! kube-scheduler's style counts why each node was rejected.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -19,8 +19,9 @@ use crate::snapshot::{NodeId, PodId};
 pub enum Avail<'a> {
     /// Idle capacity now, less optional per-node holds (backfill reservations).
     Idle(Option<&'a [Res]>),
-    /// Capacity once releasing pods terminate (preempt and reclaim pipelining).
-    Future,
+    /// Capacity of these nodes once their releasing pods terminate (preempt and reclaim
+    /// pipelining), else idle capacity anywhere.
+    Future(&'a [NodeId]),
 }
 
 /// Nodes a task may ever use.
@@ -49,6 +50,7 @@ const LINEAR_SCAN_MAX: usize = 64;
 #[derive(Default)]
 pub struct Placer {
     cache: HashMap<usize, Rc<Feasibility>>,
+    explained: HashMap<(usize, Res, bool), (u64, String)>,
 }
 
 impl Placer {
@@ -97,10 +99,10 @@ impl Placer {
         let key_res = if task.gpu { ssn.snap.gpu.unwrap_or(ssn.snap.cpu) } else { ssn.snap.cpu };
         let strategy = |n: NodeId| fw.placement(&ssn.snap.pools[ssn.snap.nodes[n].pool], task.gpu);
         match avail {
-            Avail::Future => {
+            Avail::Future(nodes) => {
                 let best = best_of(
-                    ssn.releasing_nodes.iter().copied().filter(|&n| feas.ok(n) && ssn.fits_future(n, req)),
-                    |n| ssn.future_idle(n)[key_res],
+                    nodes.iter().copied().filter(|&n| feas.ok(n) && ssn.fits_future(n, req)),
+                    |n| ssn.future_of(n, key_res),
                     strategy,
                 );
                 best.or_else(|| self.find(ssn, fw, pod, Avail::Idle(None)))
@@ -110,46 +112,60 @@ impl Placer {
                 if feas.nodes.len() <= LINEAR_SCAN_MAX || hold.is_some() {
                     return best_of(
                         feas.nodes.iter().copied().filter(|&n| ssn.fits_idle(n, req, held(n))),
-                        |n| ssn.idle(n)[key_res] - held(n).map_or(0, |h| h[key_res]),
+                        |n| ssn.idle_of(n, key_res) - held(n).map_or(0, |h| h[key_res]),
                         strategy,
                     );
                 }
                 let class = if task.gpu { Class::Gpu } else { Class::Cpu };
                 feas.pools.iter().find_map(|&pool| {
                     let s = fw.placement(&ssn.snap.pools[pool], task.gpu);
-                    ssn.index
-                        .candidates(pool, class, req[key_res], s)
-                        .find(|&n| feas.ok(n) && ssn.fits_idle(n, req, None))
+                    ssn.index.candidates(pool, class, req[key_res], s).find(|&n| feas.ok(n) && ssn.fits_idle(n, req, None))
                 })
             }
         }
     }
 
     /// Why no node fits the pod: `0/N nodes are available: 3 Insufficient nvidia.com/gpu, ...`.
+    /// Reused while the session is unchanged, since gangs that fail alike fail in a row.
     pub fn explain(&mut self, ssn: &Session, fw: &Framework, pod: PodId, hold: Option<&[Res]>) -> String {
         let feas = self.feasibility(ssn, fw, pod);
         let req = ssn.requests(pod);
-        let mut counts: BTreeMap<String, usize> = BTreeMap::new();
-        for n in 0..ssn.snap.nodes.len() {
-            let reason = match feas.excluded[n] {
-                Some(i) => feas.reasons[i].clone(),
-                None => {
-                    let idle = ssn.idle(n);
-                    match req.first_exceeding(&idle) {
-                        Some(r) => format!("Insufficient {}", ssn.snap.resources[r]),
-                        None if hold.is_some_and(|h| !ssn.fits_idle(n, req, Some(&h[n]))) => {
-                            "node(s) held for earlier gangs".to_string()
-                        }
-                        None => continue,
-                    }
-                }
-            };
-            *counts.entry(reason).or_default() += 1;
+        let key = (Arc::as_ptr(&ssn.snap.jobs[ssn.snap.pods[pod].job].tasks[ssn.snap.pods[pod].task].constraints) as usize, req.clone(), hold.is_some());
+        if let Some((version, text)) = self.explained.get(&key) {
+            if *version == ssn.version && hold.is_none() {
+                return text.clone();
+            }
         }
-        let mut parts: Vec<(usize, String)> = counts.into_iter().map(|(r, c)| (c, r)).collect();
+        let statics = feas.reasons.len();
+        let resources = ssn.snap.resources.len();
+        let mut counts = vec![0usize; statics + resources + 1];
+        for n in 0..ssn.snap.nodes.len() {
+            let slot = match feas.excluded[n] {
+                Some(i) => i,
+                None => match (0..resources).find(|&r| req[r] > ssn.idle_of(n, r)) {
+                    Some(r) => statics + r,
+                    None if hold.is_some_and(|h| !ssn.fits_idle(n, req, Some(&h[n]))) => statics + resources,
+                    None => continue,
+                },
+            };
+            counts[slot] += 1;
+        }
+        let label = |slot: usize| {
+            if slot < statics {
+                feas.reasons[slot].clone()
+            } else if slot < statics + resources {
+                format!("Insufficient {}", ssn.snap.resources[slot - statics])
+            } else {
+                "node(s) held for earlier gangs".to_string()
+            }
+        };
+        let mut parts: Vec<(usize, String)> =
+            counts.iter().enumerate().filter(|(_, &c)| c > 0).map(|(slot, &c)| (c, label(slot))).collect();
         parts.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
         let list: Vec<String> = parts.into_iter().map(|(c, r)| format!("{c} {r}")).collect();
-        format!("0/{} nodes are available: {}", ssn.snap.nodes.len(), list.join(", "))
+        let text = format!("0/{} nodes are available: {}", ssn.snap.nodes.len(), list.join(", "));
+        self.explained.insert(key, (ssn.version, text.clone()));
+        text
     }
 }
 

@@ -3,8 +3,6 @@
 //! through a [`Statement`] so that a gang's placements (or a preemption's evictions) commit
 //! or roll back as one.
 
-use std::collections::BTreeSet;
-
 use crate::node_index::NodeIndex;
 use crate::res::Res;
 use crate::snapshot::{JobId, JobPhase, NodeId, PodId, PodPhase, QueueId, Snapshot};
@@ -118,8 +116,8 @@ pub struct Session<'s> {
     pub reasons: Vec<Option<String>>,
     /// Idle capacity index for placement.
     pub index: NodeIndex,
-    /// Nodes with releasing pods, where preemptors can be pipelined.
-    pub releasing_nodes: BTreeSet<NodeId>,
+    /// Bumped by every change, so that results computed on an unchanged state can be reused.
+    pub version: u64,
     /// Decisions committed so far.
     pub decisions: Decisions,
 }
@@ -144,7 +142,7 @@ impl<'s> Session<'s> {
             demand: vec![Res::zero(n); snap.queues.len()],
             reasons: vec![None; snap.jobs.len()],
             index: NodeIndex::new(snap.nodes.iter().map(|n| n.pool).collect(), snap.pools.len().max(1)),
-            releasing_nodes: BTreeSet::new(),
+            version: 0,
             decisions: Decisions::default(),
         };
         for (pod_id, pod) in snap.pods.iter().enumerate() {
@@ -205,21 +203,21 @@ impl<'s> Session<'s> {
         (0..req.len()).all(|r| req[r] <= alloc[r] - used[r] + rel[r] - pip[r])
     }
 
-    /// Resources a node will have once releasing pods terminate, minus pipelined promises.
-    pub fn future_idle(&self, node: NodeId) -> Res {
-        self.snap.nodes[node]
-            .allocatable
-            .minus(&self.node_used[node])
-            .plus(&self.node_releasing[node])
-            .minus(&self.node_pipelined[node])
+    /// Idle amount of one resource on a node now.
+    pub fn idle_of(&self, node: NodeId, r: usize) -> i64 {
+        let (rel, pip) = (self.node_releasing[node][r], self.node_pipelined[node][r]);
+        self.snap.nodes[node].allocatable[r] - self.node_used[node][r] - (pip - rel).max(0)
+    }
+
+    /// Amount of one resource a node will have once releasing pods terminate, minus
+    /// pipelined promises.
+    pub fn future_of(&self, node: NodeId, r: usize) -> i64 {
+        self.snap.nodes[node].allocatable[r] - self.node_used[node][r] + self.node_releasing[node][r]
+            - self.node_pipelined[node][r]
     }
 
     fn reindex(&mut self, node: NodeId) {
-        if self.node_releasing[node].is_zero() {
-            self.releasing_nodes.remove(&node);
-        } else {
-            self.releasing_nodes.insert(node);
-        }
+        self.version += 1;
         let n = &self.snap.nodes[node];
         if n.unschedulable {
             return;

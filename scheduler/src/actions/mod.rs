@@ -11,7 +11,7 @@ pub mod reclaim;
 use crate::framework::{EvictMode, Framework, Victim};
 use crate::placement::{Avail, Placer};
 use crate::session::{EvictReason, Session, Statement};
-use crate::snapshot::{JobId, JobPhase, PodId, QueueId, ROOT};
+use crate::snapshot::{JobId, JobPhase, NodeId, PodId, QueueId, ROOT};
 
 /// Everything an action works with.
 pub struct Ctx<'a, 's> {
@@ -67,6 +67,15 @@ fn select_below(ctx: &Ctx, q: QueueId, eligible: &dyn Fn(QueueId) -> bool) -> Op
 
 /// Places every pod of `pods` (in task order) or none. On failure, returns why.
 pub fn place_all(ctx: &mut Ctx, pods: &[PodId], avail: Avail) -> Result<Statement, String> {
+    place_or_explain(ctx, pods, avail, true).map_err(|why| why.unwrap_or_default())
+}
+
+/// Like [`place_all`], without working out why when it fails (for trial placements).
+pub fn try_place_all(ctx: &mut Ctx, pods: &[PodId], avail: Avail) -> Option<Statement> {
+    place_or_explain(ctx, pods, avail, false).ok()
+}
+
+fn place_or_explain(ctx: &mut Ctx, pods: &[PodId], avail: Avail, explain: bool) -> Result<Statement, Option<String>> {
     let mut st = Statement::new();
     let mut ordered = pods.to_vec();
     ordered.sort_by(|&a, &b| ctx.fw.task_order(ctx.ssn, a, b));
@@ -74,20 +83,23 @@ pub fn place_all(ctx: &mut Ctx, pods: &[PodId], avail: Avail) -> Result<Statemen
         match ctx.placer.find(ctx.ssn, ctx.fw, pod, avail) {
             Some(node) => match avail {
                 Avail::Idle(_) => ctx.ssn.allocate(&mut st, pod, node),
-                Avail::Future => ctx.ssn.pipeline(&mut st, pod, node),
+                Avail::Future(_) => ctx.ssn.pipeline(&mut st, pod, node),
             },
             None => {
-                let hold = match avail {
-                    Avail::Idle(h) => h,
-                    Avail::Future => None,
-                };
-                let why = ctx.placer.explain(ctx.ssn, ctx.fw, pod, hold);
-                ctx.ssn.discard(st);
-                return Err(if ordered.len() > 1 {
-                    format!("gang of {} pods: only {placed} fit; {why}", ordered.len())
-                } else {
-                    why
+                let why = explain.then(|| {
+                    let hold = match avail {
+                        Avail::Idle(h) => h,
+                        Avail::Future(_) => None,
+                    };
+                    let nodes = ctx.placer.explain(ctx.ssn, ctx.fw, pod, hold);
+                    if ordered.len() > 1 {
+                        format!("gang of {} pods: only {placed} fit; {nodes}", ordered.len())
+                    } else {
+                        nodes
+                    }
                 });
+                ctx.ssn.discard(st);
+                return Err(why);
             }
         }
     }
@@ -139,6 +151,7 @@ pub fn evict_for(
         EvictMode::Reclaim => EvictReason::Reclaim,
     };
     let mut chosen: Vec<usize> = Vec::new();
+    let mut nodes: Vec<NodeId> = Vec::new();
     let mut st = Statement::new();
     for (i, v) in candidates.iter().enumerate() {
         if !v.pods.iter().any(|&p| ctx.ssn.pod_state[p].running_on().is_some_and(|n| feas.ok(n))) {
@@ -147,12 +160,12 @@ pub fn evict_for(
         if !ctx.fw.may_evict(ctx.ssn, mode, job, v) {
             continue;
         }
-        evict_unit(ctx.ssn, &mut st, v, reason);
+        evict_unit(ctx.ssn, &mut st, v, reason, &mut nodes);
         chosen.push(i);
         if !fits(ctx) {
             continue;
         }
-        if let Ok(pipe) = place_all(ctx, &gang, Avail::Future) {
+        if let Some(pipe) = try_place_all(ctx, &gang, Avail::Future(&nodes)) {
             ctx.ssn.discard(pipe);
             ctx.ssn.discard(st);
             return spare_unneeded(ctx, &gang, candidates, chosen, reason, fits);
@@ -162,14 +175,16 @@ pub fn evict_for(
     None
 }
 
-fn evict_unit(ssn: &mut Session, st: &mut Statement, v: &Victim, reason: EvictReason) {
-    if v.elastic {
-        ssn.evict(st, v.pods[0], reason);
-    } else {
-        let running: Vec<PodId> = ssn.running_pods(v.job).collect();
-        for p in running {
-            ssn.evict(st, p, reason);
+/// Evicts a victim unit, adding the nodes it frees to `nodes` (kept sorted, no duplicates).
+fn evict_unit(ssn: &mut Session, st: &mut Statement, v: &Victim, reason: EvictReason, nodes: &mut Vec<NodeId>) {
+    let pods: Vec<PodId> = if v.elastic { vec![v.pods[0]] } else { ssn.running_pods(v.job).collect() };
+    for p in pods {
+        if let Some(n) = ssn.pod_state[p].running_on() {
+            if let Err(at) = nodes.binary_search(&n) {
+                nodes.insert(at, n);
+            }
         }
+        ssn.evict(st, p, reason);
     }
 }
 
@@ -186,6 +201,7 @@ fn spare_unneeded(
     const MAX_PRUNE: usize = 32;
     let attempt = |ctx: &mut Ctx, set: &[usize]| -> Option<Statement> {
         let mut st = Statement::new();
+        let mut nodes = Vec::new();
         for &i in set {
             let v = &candidates[i];
             let still = if v.elastic {
@@ -195,11 +211,11 @@ fn spare_unneeded(
                 ctx.ssn.running_pods(v.job).next().is_some()
             };
             if still {
-                evict_unit(ctx.ssn, &mut st, v, reason);
+                evict_unit(ctx.ssn, &mut st, v, reason, &mut nodes);
             }
         }
         if fits(ctx) {
-            if let Ok(pipe) = place_all(ctx, gang, Avail::Future) {
+            if let Some(pipe) = try_place_all(ctx, gang, Avail::Future(&nodes)) {
                 ctx.ssn.absorb(&mut st, pipe);
                 return Some(st);
             }

@@ -12,6 +12,7 @@ use crate::res::Res;
 pub fn run(ctx: &mut Ctx) {
     let snap = ctx.ssn.snap;
     let starving_jobs = jobs_by_queue(ctx, |j| starving(ctx, j));
+    let running = jobs_by_queue(ctx, |j| ctx.ssn.job_running[j] > 0);
     for (q, jobs) in starving_jobs.iter().enumerate() {
         let mut failed: Option<(Res, i32)> = None;
         for &job in jobs {
@@ -24,8 +25,10 @@ pub fn run(ctx: &mut Ctx) {
             if failed.as_ref().is_some_and(|(r, p)| r.fits_in(&need) && priority <= *p) {
                 continue;
             }
-            let mut candidates: Vec<Victim> = (0..snap.jobs.len())
-                .filter(|&o| o != job && snap.jobs[o].queue == q && ctx.ssn.job_running[o] > 0)
+            let mut candidates: Vec<Victim> = running[q]
+                .iter()
+                .copied()
+                .filter(|&o| o != job && ctx.ssn.job_running[o] > 0)
                 .flat_map(|o| victim_units(ctx.ssn, o))
                 .filter(|v| ctx.fw.may_evict(ctx.ssn, EvictMode::Preempt, job, v))
                 .collect();

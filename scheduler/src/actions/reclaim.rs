@@ -14,6 +14,7 @@ use super::{evict_for, jobs_by_queue, select_queue, starving, victim_units, Ctx}
 pub fn run(ctx: &mut Ctx) {
     let snap = ctx.ssn.snap;
     let by_queue = jobs_by_queue(ctx, |j| starving(ctx, j));
+    let running = jobs_by_queue(ctx, |j| ctx.ssn.job_running[j] > 0);
     let mut cursor = vec![0usize; by_queue.len()];
     let mut failed: Vec<Option<Res>> = vec![None; by_queue.len()];
     loop {
@@ -32,8 +33,10 @@ pub fn run(ctx: &mut Ctx) {
         if !within_share {
             continue;
         }
-        let mut candidates: Vec<Victim> = (0..snap.jobs.len())
-            .filter(|&o| snap.jobs[o].queue != q && ctx.ssn.job_running[o] > 0)
+        let mut candidates: Vec<Victim> = (0..running.len())
+            .filter(|&v| v != q && !running[v].is_empty() && snap.queues[v].over_quota(&ctx.ssn.queue_alloc[v]))
+            .flat_map(|v| running[v].iter().copied())
+            .filter(|&o| ctx.ssn.job_running[o] > 0)
             .flat_map(|o| victim_units(ctx.ssn, o))
             .filter(|v| ctx.fw.may_evict(ctx.ssn, EvictMode::Reclaim, job, v))
             .collect();
