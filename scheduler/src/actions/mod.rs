@@ -10,7 +10,7 @@ pub mod reclaim;
 
 use crate::framework::{EvictMode, Framework, Victim};
 use crate::placement::{Avail, Placer};
-use crate::session::{EvictReason, Session, Statement};
+use crate::session::{EvictReason, PodState, Session, Statement};
 use crate::snapshot::{JobId, JobPhase, NodeId, PodId, QueueId, ROOT};
 
 /// Everything an action works with.
@@ -107,9 +107,11 @@ fn place_or_explain(ctx: &mut Ctx, pods: &[PodId], avail: Avail, explain: bool) 
 }
 
 /// Eviction units of a running job: its pods above the gang minimum one by one (newest
-/// index first), then all of it.
+/// index first), then all of it. Pods bound by this very cycle are never victims: a binding
+/// the cycle decided stands.
 pub fn victim_units(ssn: &Session, job: JobId) -> Vec<Victim> {
     let running: Vec<PodId> = ssn.running_pods(job).collect();
+    let bound_before = |p: &PodId| matches!(ssn.pod_state[*p], PodState::Bound(_));
     if running.is_empty() {
         return Vec::new();
     }
@@ -122,7 +124,7 @@ pub fn victim_units(ssn: &Session, job: JobId) -> Vec<Victim> {
         .map(|(t, task)| ssn.task_running[job][t].saturating_sub(task.min_available))
         .collect();
     let mut units = Vec::new();
-    for &pod in running.iter().rev() {
+    for &pod in running.iter().rev().filter(|p| bound_before(p)) {
         let t = ssn.snap.pods[pod].task;
         if surplus > 0 && spare[t] > 0 {
             surplus -= 1;
@@ -130,7 +132,9 @@ pub fn victim_units(ssn: &Session, job: JobId) -> Vec<Victim> {
             units.push(Victim { job, pods: vec![pod], elastic: true });
         }
     }
-    units.push(Victim { job, pods: running, elastic: false });
+    if running.iter().all(bound_before) {
+        units.push(Victim { job, pods: running, elastic: false });
+    }
     units
 }
 
