@@ -2,8 +2,9 @@
 //! node pools), queue trees, priority classes and gang workloads, partly running already,
 //! are scheduled for a few cycles; between cycles the outcome is carried into the next
 //! cycle's inputs the way the simulator does it (bindings take effect, evicted and pipelined
-//! pods return to pending). After every cycle one safety invariant of the engine is checked;
-//! each invariant is its own test so that a failure names the broken rule.
+//! pods return to pending; in half the cases evicted pods terminate only after one more
+//! cycle, as in a real cluster). After every cycle one safety invariant of the engine is
+//! checked; each invariant is its own test so that a failure names the broken rule.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -18,7 +19,7 @@ use drover_scheduler::config::{
 };
 use drover_scheduler::cycle::{run_cycle, CycleOutcome};
 use drover_scheduler::res::Res;
-use drover_scheduler::session::PodState;
+use drover_scheduler::session::{EvictReason, PodState};
 use drover_scheduler::snapshot::{
     self, Constraints, JobInput, JobPhase, NodeInput, PodPhase, PodPhaseInput, QueueInput, QueueingStrategy, Snapshot,
     TaskInput, ROOT,
@@ -45,6 +46,9 @@ struct Case {
     queues: Vec<QueueInput>,
     jobs: Vec<JobInput>,
     overrides: ConfigOverrides,
+    /// Evicted pods stay terminating (releasing their node) through the next cycle, as in a
+    /// real cluster, instead of returning to pending at once as in the simulator.
+    slow_termination: bool,
 }
 
 /// One line per object, so that a shrunk failing case reads like a small scenario.
@@ -106,7 +110,7 @@ impl fmt::Debug for Case {
                 )?;
             }
         }
-        write!(f, "config: {:?}", self.overrides)
+        write!(f, "config: {:?}, slow termination {}", self.overrides, self.slow_termination)
     }
 }
 
@@ -292,8 +296,10 @@ fn overrides() -> impl Strategy<Value = ConfigOverrides> {
 
 /// A whole case: 1-12 nodes, 1-6 queues, 0-8 priority classes, 1-15 jobs.
 fn case() -> impl Strategy<Value = Case> {
-    (vec(node(), 1..=12), vec(queue(), 1..=6), vec(class(), 0..=8), vec(job(), 1..=15), overrides())
-        .prop_map(|(nodes, queues, classes, jobs, overrides)| assemble(nodes, queues, &classes, jobs, overrides))
+    (vec(node(), 1..=12), vec(queue(), 1..=6), vec(class(), 0..=8), vec(job(), 1..=15), overrides(), any::<bool>())
+        .prop_map(|(nodes, queues, classes, jobs, overrides, slow)| {
+            assemble(nodes, queues, &classes, jobs, overrides, slow)
+        })
 }
 
 /// Names the generated objects, links the queue tree, ties jobs to leaf queues and classes,
@@ -304,6 +310,7 @@ fn assemble(
     classes: &[(i32, Option<bool>)],
     specs: Vec<JobSpec>,
     overrides: ConfigOverrides,
+    slow_termination: bool,
 ) -> Case {
     for (i, n) in nodes.iter_mut().enumerate() {
         n.name = format!("n{i}");
@@ -340,7 +347,7 @@ fn assemble(
         }
         jobs.push(job);
     }
-    Case { nodes, queues, jobs, overrides }
+    Case { nodes, queues, jobs, overrides, slow_termination }
 }
 
 /// Names queues `q0..` and hangs each under the root or an earlier queue (its pick), falling
@@ -473,18 +480,23 @@ fn run_checked(case: &Case, invariant: Invariant) -> Result<(), TestCaseError> {
         let out = run_cycle(&snap, &config);
         let cycle = Cycle { case, config: &config, jobs: &jobs, snap: &snap, out: &out };
         invariant(&cycle).map_err(|e| TestCaseError::fail(format!("cycle {number}: {e}")))?;
-        advance(&mut jobs, &snap, &out);
+        advance(&mut jobs, &snap, &out, case.slow_termination);
     }
     Ok(())
 }
 
 /// Carries an outcome into the next cycle's inputs as the simulator does: bound and newly
 /// allocated pods are bound, evicted and pipelined pods pending; job phases as decided.
-fn advance(jobs: &mut [JobInput], snap: &Snapshot, out: &CycleOutcome) {
+/// With `slow_termination`, pods evicted in this cycle are still releasing in the next.
+fn advance(jobs: &mut [JobInput], snap: &Snapshot, out: &CycleOutcome, slow_termination: bool) {
     for (p, state) in out.pod_state.iter().enumerate() {
         let pod = &snap.pods[p];
+        let name = |n: usize| snap.nodes[n].name.clone();
         jobs[pod.job].tasks[pod.task].pods[pod.index as usize] = match *state {
-            PodState::Bound(n) | PodState::Allocated(n) => PodPhaseInput::Bound(snap.nodes[n].name.clone()),
+            PodState::Bound(n) | PodState::Allocated(n) => PodPhaseInput::Bound(name(n)),
+            PodState::Releasing(n) if slow_termination && matches!(pod.phase, PodPhase::Bound(_)) => {
+                PodPhaseInput::Releasing(name(n))
+            }
             PodState::Releasing(_) | PodState::Pending | PodState::Pipelined(_) => PodPhaseInput::Pending,
         };
     }
@@ -737,9 +749,11 @@ fn deterministic(c: &Cycle) -> Result<(), String> {
     Ok(())
 }
 
-/// 256 cases per property, no regression files written next to the sources.
+/// 256 cases per property (`PROPTEST_CASES` overrides, for longer soak runs), and no
+/// regression files written next to the sources.
 fn proptest_config() -> ProptestConfig {
-    ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() }
+    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(256);
+    ProptestConfig { cases, failure_persistence: None, ..ProptestConfig::default() }
 }
 
 proptest! {
@@ -809,9 +823,89 @@ fn generated_cases_exercise_binding_and_eviction() {
             binds += out.decisions.binds.len();
             pipelined += out.decisions.pipelined.len();
             evictions += out.decisions.evictions.len();
-            advance(&mut jobs, &snap, &out);
+            advance(&mut jobs, &snap, &out, case.slow_termination);
         }
     }
     eprintln!("started {started} jobs; {binds} binds, {pipelined} pipelined, {evictions} evictions");
     assert!(started > 0 && binds > 0 && pipelined > 0 && evictions > 0);
+}
+
+/// A hand-made case: one node in pool `a`, one queue limited to 2 CPUs, and a
+/// non-preemptible gang of five 1-CPU pods (minMember 2) that selects pool `b`.
+fn tiny_case() -> Case {
+    Case {
+        nodes: vec![NodeInput {
+            name: "n0".into(),
+            allocatable: list(&[(CPU, Some(4000)), (PODS, Some(8))]),
+            labels: BTreeMap::from([(NODE_POOL_LABEL.to_string(), "a".to_string())]),
+            taints: Vec::new(),
+            unschedulable: false,
+        }],
+        queues: vec![QueueInput {
+            name: "q0".into(),
+            parent: None,
+            deserved: list(&[(CPU, Some(4000))]),
+            limit: Some(list(&[(CPU, Some(2000))])),
+            over_quota_weight: 1,
+            reclaimable: true,
+            strategy: QueueingStrategy::BestEffortFifo,
+        }],
+        jobs: vec![JobInput {
+            name: "j0".into(),
+            namespace: "ns".into(),
+            queue: "q0".into(),
+            priority_class: "build".into(),
+            priority: 100,
+            preemptible: false,
+            min_member: 2,
+            created_at: 0,
+            phase: JobPhase::Pending,
+            tasks: vec![TaskInput {
+                name: "t0".into(),
+                min_available: 0,
+                requests: list(&[(CPU, Some(1000))]),
+                constraints: Constraints {
+                    node_selector: BTreeMap::from([(NODE_POOL_LABEL.to_string(), "b".to_string())]),
+                    ..Constraints::default()
+                },
+                pods: vec![PodPhaseInput::Pending; 5],
+            }],
+        }],
+        overrides: ConfigOverrides::default(),
+        slow_termination: false,
+    }
+}
+
+/// An invariant's name, the invariant, and a change to an outcome that must break it.
+type Corruption = (&'static str, Invariant, fn(&mut CycleOutcome));
+
+/// Every invariant holds on a clean outcome and fails on one corrupted to break it, so no
+/// property above can pass vacuously.
+#[test]
+fn every_invariant_detects_a_violation() {
+    let case = tiny_case();
+    let config = config_of(&case);
+    let snap = snapshot::build(&case.nodes, &case.queues, &case.jobs).expect("consistent inputs");
+    let clean = run_cycle(&snap, &config);
+    let corruptions: [Corruption; 9] = [
+        ("over-commit", nodes_not_over_committed, |o| o.pod_state.fill(PodState::Allocated(0))),
+        ("gang below minimum", gangs_at_or_above_minimum, |o| o.pod_state[0] = PodState::Bound(0)),
+        ("non-preemptible eviction", only_preemptible_evicted, |o| {
+            o.decisions.evictions.push((0, EvictReason::Preempt))
+        }),
+        ("queue over limit", queues_within_limits, |o| o.pod_state.fill(PodState::Allocated(0))),
+        ("fair share over parent", fair_shares_consistent, |o| o.fair_share[1] = o.fair_share[ROOT].times(2)),
+        ("predicate ignored", placements_respect_predicates, |o| o.decisions.binds.push((0, 0))),
+        ("double bind", binds_unique_and_from_pending, |o| o.decisions.binds.extend([(0, 0), (0, 0)])),
+        ("bind undone", binds_stand, |o| o.decisions.binds.push((0, 0))),
+        ("nondeterminism", deterministic, |o| o.decisions.binds.push((0, 0))),
+    ];
+    for (what, invariant, corrupt) in corruptions {
+        let check =
+            |out: &CycleOutcome| invariant(&Cycle { case: &case, config: &config, jobs: &case.jobs, snap: &snap, out });
+        assert_eq!(check(&clean), Ok(()), "{what}: the clean outcome violates the invariant");
+        let mut bad = clean.clone();
+        corrupt(&mut bad);
+        assert!(check(&bad).is_err(), "{what}: the corrupted outcome passes");
+    }
 }
