@@ -119,7 +119,9 @@ impl Placer {
                 let class = if task.gpu { Class::Gpu } else { Class::Cpu };
                 feas.pools.iter().find_map(|&pool| {
                     let s = fw.placement(&ssn.snap.pools[pool], task.gpu);
-                    ssn.index.candidates(pool, class, req[key_res], s).find(|&n| feas.ok(n) && ssn.fits_idle(n, req, None))
+                    ssn.index
+                        .candidates(pool, class, req[key_res], s)
+                        .find(|&n| feas.ok(n) && ssn.fits_idle(n, req, None))
                 })
             }
         }
@@ -130,7 +132,11 @@ impl Placer {
     pub fn explain(&mut self, ssn: &Session, fw: &Framework, pod: PodId, hold: Option<&[Res]>) -> String {
         let feas = self.feasibility(ssn, fw, pod);
         let req = ssn.requests(pod);
-        let key = (Arc::as_ptr(&ssn.snap.jobs[ssn.snap.pods[pod].job].tasks[ssn.snap.pods[pod].task].constraints) as usize, req.clone(), hold.is_some());
+        let key = (
+            Arc::as_ptr(&ssn.snap.jobs[ssn.snap.pods[pod].job].tasks[ssn.snap.pods[pod].task].constraints) as usize,
+            req.clone(),
+            hold.is_some(),
+        );
         if let Some((version, text)) = self.explained.get(&key) {
             if *version == ssn.version && hold.is_none() {
                 return text.clone();
