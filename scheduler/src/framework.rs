@@ -108,6 +108,7 @@ pub trait Plugin {
 pub struct Framework {
     plugins: Vec<Box<dyn Plugin>>,
     victim_precedence: Vec<usize>,
+    job_name_rank: Vec<usize>,
 }
 
 impl Framework {
@@ -134,11 +135,18 @@ impl Framework {
         for name in ["fairshare", "gang", "priority"] {
             victim_precedence.extend(plugins.iter().position(|p| p.name() == name));
         }
-        Framework { plugins, victim_precedence }
+        Framework { plugins, victim_precedence, job_name_rank: Vec::new() }
     }
 
     /// Runs every plugin's `on_open`.
     pub fn open(&mut self, ssn: &mut Session) {
+        let jobs = &ssn.snap.jobs;
+        let mut by_name: Vec<usize> = (0..jobs.len()).collect();
+        by_name.sort_by(|&a, &b| (&jobs[a].namespace, &jobs[a].name).cmp(&(&jobs[b].namespace, &jobs[b].name)));
+        self.job_name_rank = vec![0; jobs.len()];
+        for (rank, &j) in by_name.iter().enumerate() {
+            self.job_name_rank[j] = rank;
+        }
         for p in &mut self.plugins {
             p.on_open(ssn);
         }
@@ -178,21 +186,17 @@ impl Framework {
         self.plugins.iter().all(|p| p.may_evict(ssn, mode, preemptor, v))
     }
 
-    /// Orders victims: by fair-share tier, then gang (elastic pods first), then priority,
-    /// then newest job first, then highest pod index first.
-    pub fn victim_order(&self, ssn: &Session, mode: EvictMode, a: &Victim, b: &Victim) -> Ordering {
-        for &i in &self.victim_precedence {
-            let p = &self.plugins[i];
-            let o = p.victim_rank(ssn, mode, a).cmp(&p.victim_rank(ssn, mode, b));
-            if o != Ordering::Equal {
-                return o;
-            }
-        }
-        let (ja, jb) = (&ssn.snap.jobs[a.job], &ssn.snap.jobs[b.job]);
-        jb.created_at
-            .cmp(&ja.created_at)
-            .then_with(|| (&jb.namespace, &jb.name).cmp(&(&ja.namespace, &ja.name)))
-            .then_with(|| b.pods.cmp(&a.pods))
+    /// Sorts victims: by fair-share tier, then gang (elastic pods first), then priority,
+    /// then newest job first (ties by namespace/name, last first), then highest pod first.
+    /// Each victim's key is computed once.
+    pub fn sort_victims(&self, ssn: &Session, mode: EvictMode, victims: &mut [Victim]) {
+        use std::cmp::Reverse;
+        victims.sort_by_cached_key(|v| {
+            let ranks: Vec<i64> =
+                self.victim_precedence.iter().map(|&i| self.plugins[i].victim_rank(ssn, mode, v)).collect();
+            let job = &ssn.snap.jobs[v.job];
+            (ranks, Reverse(job.created_at), Reverse(self.job_name_rank[v.job]), Reverse(v.pods[0]))
+        });
     }
 
     /// Whether the job is ready; without an opinion from any plugin, when anything runs.

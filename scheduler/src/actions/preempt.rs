@@ -36,7 +36,7 @@ pub fn run(ctx: &mut Ctx) {
                 failed = Some((need, priority));
                 continue;
             }
-            candidates.sort_by(|a, b| ctx.fw.victim_order(ctx.ssn, EvictMode::Preempt, a, b));
+            ctx.fw.sort_victims(ctx.ssn, EvictMode::Preempt, &mut candidates);
             let fits = |c: &Ctx| c.fw.allocatable(c.ssn, job, &need, ShareBound::Idle).is_ok();
             match evict_for(ctx, job, &candidates, EvictMode::Preempt, &fits) {
                 Some(st) => {

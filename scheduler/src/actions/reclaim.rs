@@ -40,7 +40,7 @@ pub fn run(ctx: &mut Ctx) {
             .flat_map(|o| victim_units(ctx.ssn, o))
             .filter(|v| ctx.fw.may_evict(ctx.ssn, EvictMode::Reclaim, job, v))
             .collect();
-        candidates.sort_by(|a, b| ctx.fw.victim_order(ctx.ssn, EvictMode::Reclaim, a, b));
+        ctx.fw.sort_victims(ctx.ssn, EvictMode::Reclaim, &mut candidates);
         let fits = |c: &Ctx| c.fw.allocatable(c.ssn, job, &need, ShareBound::FairShare).is_ok();
         if candidates.is_empty() {
             failed[q] = Some(need);
