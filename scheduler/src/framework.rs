@@ -28,6 +28,8 @@ pub struct Victim {
     pub pods: Vec<PodId>,
     /// Whether this is a single pod above the job's minimum.
     pub elastic: bool,
+    /// What evicting the unit frees.
+    pub freed: Res,
 }
 
 /// Which fair-share bound an allocation must respect.
@@ -189,7 +191,7 @@ impl Framework {
     /// Sorts victims: by fair-share tier, then gang (elastic pods first), then priority,
     /// then newest job first (ties by namespace/name, last first), then highest pod first.
     /// Each victim's key is computed once.
-    pub fn sort_victims(&self, ssn: &Session, mode: EvictMode, victims: &mut [Victim]) {
+    pub fn sort_victims(&self, ssn: &Session, mode: EvictMode, victims: &mut [&Victim]) {
         use std::cmp::Reverse;
         victims.sort_by_cached_key(|v| {
             let ranks: Vec<i64> =

@@ -129,13 +129,48 @@ pub fn victim_units(ssn: &Session, job: JobId) -> Vec<Victim> {
         if surplus > 0 && spare[t] > 0 {
             surplus -= 1;
             spare[t] -= 1;
-            units.push(Victim { job, pods: vec![pod], elastic: true });
+            units.push(Victim { job, pods: vec![pod], elastic: true, freed: ssn.requests(pod).clone() });
         }
     }
     if running.iter().all(bound_before) {
-        units.push(Victim { job, pods: running, elastic: false });
+        let freed = ssn.sum_requests(&running);
+        units.push(Victim { job, pods: running, elastic: false, freed });
     }
     units
+}
+
+/// Eviction units per job, formed on first use and formed again after the job loses pods.
+#[derive(Default)]
+pub struct VictimCache {
+    units: Vec<Option<Vec<Victim>>>,
+}
+
+impl VictimCache {
+    /// A cache for the session's jobs.
+    pub fn new(jobs: usize) -> VictimCache {
+        VictimCache { units: vec![None; jobs] }
+    }
+
+    /// Forms the units of these jobs if not yet formed.
+    pub fn fill(&mut self, ssn: &Session, jobs: impl Iterator<Item = JobId>) {
+        for j in jobs {
+            if self.units[j].is_none() {
+                self.units[j] = Some(victim_units(ssn, j));
+            }
+        }
+    }
+
+    /// The units of a job (empty unless filled).
+    pub fn of(&self, job: JobId) -> &[Victim] {
+        self.units[job].as_deref().unwrap_or(&[])
+    }
+
+    /// Forgets the units of jobs that lost pods in decisions from index `since` on.
+    pub fn forget_evicted(&mut self, ssn: &Session, since: usize) {
+        for &(pod, _) in &ssn.decisions.evictions[since..] {
+            self.units[ssn.snap.pods[pod].job] = None;
+        }
+    }
 }
 
 /// Tries to make room for `job`'s gang by evicting candidates in order, then pipelines the
@@ -144,7 +179,7 @@ pub fn victim_units(ssn: &Session, job: JobId) -> Vec<Victim> {
 pub fn evict_for(
     ctx: &mut Ctx,
     job: JobId,
-    candidates: &[Victim],
+    candidates: &[&Victim],
     mode: EvictMode,
     fits: &dyn Fn(&Ctx) -> bool,
 ) -> Option<Statement> {
@@ -197,7 +232,7 @@ fn evict_unit(ssn: &mut Session, st: &mut Statement, v: &Victim, reason: EvictRe
 fn spare_unneeded(
     ctx: &mut Ctx,
     gang: &[PodId],
-    candidates: &[Victim],
+    candidates: &[&Victim],
     mut chosen: Vec<usize>,
     reason: EvictReason,
     fits: &dyn Fn(&Ctx) -> bool,
@@ -207,7 +242,7 @@ fn spare_unneeded(
         let mut st = Statement::new();
         let mut nodes = Vec::new();
         for &i in set {
-            let v = &candidates[i];
+            let v = candidates[i];
             let still = if v.elastic {
                 ctx.ssn.pod_state[v.pods[0]].running_on().is_some()
                     && ctx.ssn.can_lose_one(v.job, ctx.ssn.snap.pods[v.pods[0]].task)

@@ -4,7 +4,7 @@
 //! when they let the starving group reach its minimum; the group is then pipelined onto the
 //! capacity being freed and bound in a later cycle.
 
-use super::{evict_for, jobs_by_queue, starving, victim_units, Ctx};
+use super::{evict_for, jobs_by_queue, starving, Ctx, VictimCache};
 use crate::framework::{EvictMode, ShareBound, Victim};
 use crate::res::Res;
 
@@ -13,6 +13,7 @@ pub fn run(ctx: &mut Ctx) {
     let snap = ctx.ssn.snap;
     let starving_jobs = jobs_by_queue(ctx, |j| starving(ctx, j));
     let running = jobs_by_queue(ctx, |j| ctx.ssn.job_running[j] > 0);
+    let mut cache = VictimCache::new(snap.jobs.len());
     for (q, jobs) in starving_jobs.iter().enumerate() {
         let mut failed: Option<(Res, i32)> = None;
         for &job in jobs {
@@ -25,11 +26,10 @@ pub fn run(ctx: &mut Ctx) {
             if failed.as_ref().is_some_and(|(r, p)| r.fits_in(&need) && priority <= *p) {
                 continue;
             }
-            let mut candidates: Vec<Victim> = running[q]
-                .iter()
-                .copied()
-                .filter(|&o| o != job && ctx.ssn.job_running[o] > 0)
-                .flat_map(|o| victim_units(ctx.ssn, o))
+            let others = || running[q].iter().copied().filter(|&o| o != job && ctx.ssn.job_running[o] > 0);
+            cache.fill(ctx.ssn, others());
+            let mut candidates: Vec<&Victim> = others()
+                .flat_map(|o| cache.of(o))
                 .filter(|v| ctx.fw.may_evict(ctx.ssn, EvictMode::Preempt, job, v))
                 .collect();
             if candidates.is_empty() {
@@ -41,7 +41,9 @@ pub fn run(ctx: &mut Ctx) {
             match evict_for(ctx, job, &candidates, EvictMode::Preempt, &fits) {
                 Some(st) => {
                     let evicted = st.len() - gang.len();
+                    let since = ctx.ssn.decisions.evictions.len();
                     ctx.ssn.commit(st);
+                    cache.forget_evicted(ctx.ssn, since);
                     ctx.ssn.set_reason(job, format!("waiting for {evicted} preempted pod(s) to terminate"));
                 }
                 None => {

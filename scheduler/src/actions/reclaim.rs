@@ -8,13 +8,14 @@ use crate::framework::{EvictMode, ShareBound, Victim};
 use crate::res::Res;
 use crate::snapshot::JobId;
 
-use super::{evict_for, jobs_by_queue, select_queue, starving, victim_units, Ctx};
+use super::{evict_for, jobs_by_queue, select_queue, starving, Ctx, VictimCache};
 
 /// Runs the action.
 pub fn run(ctx: &mut Ctx) {
     let snap = ctx.ssn.snap;
     let by_queue = jobs_by_queue(ctx, |j| starving(ctx, j));
     let running = jobs_by_queue(ctx, |j| ctx.ssn.job_running[j] > 0);
+    let mut cache = VictimCache::new(snap.jobs.len());
     let mut cursor = vec![0usize; by_queue.len()];
     let mut failed: Vec<Option<Res>> = vec![None; by_queue.len()];
     loop {
@@ -33,11 +34,15 @@ pub fn run(ctx: &mut Ctx) {
         if !within_share {
             continue;
         }
-        let mut candidates: Vec<Victim> = (0..running.len())
-            .filter(|&v| v != q && !running[v].is_empty() && snap.queues[v].over_quota(&ctx.ssn.queue_alloc[v]))
-            .flat_map(|v| running[v].iter().copied())
-            .filter(|&o| ctx.ssn.job_running[o] > 0)
-            .flat_map(|o| victim_units(ctx.ssn, o))
+        let others = || {
+            (0..running.len())
+                .filter(|&v| v != q && !running[v].is_empty() && snap.queues[v].over_quota(&ctx.ssn.queue_alloc[v]))
+                .flat_map(|v| running[v].iter().copied())
+                .filter(|&o| ctx.ssn.job_running[o] > 0)
+        };
+        cache.fill(ctx.ssn, others());
+        let mut candidates: Vec<&Victim> = others()
+            .flat_map(|o| cache.of(o))
             .filter(|v| ctx.fw.may_evict(ctx.ssn, EvictMode::Reclaim, job, v))
             .collect();
         ctx.fw.sort_victims(ctx.ssn, EvictMode::Reclaim, &mut candidates);
@@ -49,7 +54,9 @@ pub fn run(ctx: &mut Ctx) {
         match evict_for(ctx, job, &candidates, EvictMode::Reclaim, &fits) {
             Some(st) => {
                 let evicted = st.len() - gang.len();
+                let since = ctx.ssn.decisions.evictions.len();
                 ctx.ssn.commit(st);
+                cache.forget_evicted(ctx.ssn, since);
                 ctx.ssn.set_reason(job, format!("waiting for {evicted} reclaimed pod(s) to terminate"));
             }
             None => {

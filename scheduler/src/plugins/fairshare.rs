@@ -304,7 +304,7 @@ impl Plugin for FairShare {
         if pq == vq {
             return false;
         }
-        let freed = ssn.sum_requests(&v.pods);
+        let freed = &v.freed;
         let mut reclaimable = true;
         for q in snap.ancestry(vq).filter(|&q| !ssn.in_subtree(pq, q)) {
             let queue = &snap.queues[q];
