@@ -65,11 +65,6 @@ impl Res {
         self.0.iter().zip(&avail.0).all(|(a, b)| a <= b)
     }
 
-    /// Whether every entry is zero.
-    pub fn is_zero(&self) -> bool {
-        self.0.iter().all(|a| *a == 0)
-    }
-
     /// Entry-wise maximum with zero.
     pub fn clamp_non_negative(&mut self) {
         for a in &mut self.0 {

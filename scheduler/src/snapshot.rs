@@ -216,19 +216,6 @@ impl Snapshot {
         std::iter::successors(Some(q), move |&q| self.queues[q].parent).take_while(|&q| q != ROOT)
     }
 
-    /// Human form of a resource vector: `nvidia.com/gpu 4, cpu 2`, skipping zeros.
-    pub fn describe(&self, r: &Res) -> String {
-        let parts: Vec<String> = (0..r.len())
-            .filter(|&i| r[i] != 0 && r[i] != UNLIMITED)
-            .map(|i| format!("{} {}", self.resources[i], drover_api::format_amount(&self.resources[i], r[i])))
-            .collect();
-        if parts.is_empty() {
-            "nothing".into()
-        } else {
-            parts.join(", ")
-        }
-    }
-
     /// Amount of resource `i` in canonical text.
     pub fn amount(&self, i: usize, v: i64) -> String {
         drover_api::format_amount(&self.resources[i], v)

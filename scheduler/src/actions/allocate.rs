@@ -3,7 +3,8 @@
 //!
 //! Four passes, each over all queues: gang minimums within fair share, then elastic pods
 //! within fair share, then gang minimums and elastic pods on idle capacity beyond fair share
-//! (capacity no queue within its fair share could use). A gang's minimum is placed as one
+//! (capacity no queue within its fair share could use); queues that plugins find overused
+//! sit out the fair-share passes. A gang's minimum is placed as one
 //! statement or not at all. A `StrictFIFO` queue serves its jobs strictly in order: each
 //! job's minimum and elastic pods before the next job, and a job with a pod that cannot be
 //! placed stops later jobs of the same class (GPU or CPU-only) for the rest of the pass.
@@ -52,7 +53,8 @@ fn run_pass(ctx: &mut Ctx, queues: &[Vec<JobId>], tier: Tier, bound: ShareBound)
         blocker: vec![[None, None]; queues.len()],
     };
     let mut heads: Vec<Option<JobId>> = (0..queues.len()).map(|q| pass.head(ctx, q, tier)).collect();
-    while let Some(q) = select_queue(ctx, &|q| heads[q].is_some()) {
+    let fair = bound == ShareBound::FairShare;
+    while let Some(q) = select_queue(ctx, &|q| heads[q].is_some() && !(fair && ctx.fw.overused(ctx.ssn, q))) {
         let job = heads[q].expect("selected queues have a head job");
         let placed = match tier {
             Tier::Minimum if strict(ctx, q) => place_whole_turn(ctx, job, bound),
