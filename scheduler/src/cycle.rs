@@ -1,6 +1,8 @@
 //! One scheduling cycle: open a session on a snapshot, let plugins prepare (fair shares),
 //! run the configured actions in order, and return what was decided and why the rest waits.
 
+use std::time::{Duration, Instant};
+
 use crate::actions::{self, Ctx};
 use crate::config::{ActionName, SchedulerConfig};
 use crate::framework::Framework;
@@ -28,6 +30,16 @@ pub struct CycleOutcome {
 
 /// Runs one cycle of `config` on `snap`.
 pub fn run_cycle(snap: &Snapshot, config: &SchedulerConfig) -> CycleOutcome {
+    run_cycle_observed(snap, config, &mut |_, _, _| {})
+}
+
+/// Runs one cycle, telling `observe` after each action how long it took and the decisions so
+/// far (for per-action latency metrics and benchmarks).
+pub fn run_cycle_observed(
+    snap: &Snapshot,
+    config: &SchedulerConfig,
+    observe: &mut dyn FnMut(ActionName, Duration, &Decisions),
+) -> CycleOutcome {
     let mut fw = Framework::new(config);
     let mut ssn = Session::open(snap);
     fw.open(&mut ssn);
@@ -39,7 +51,8 @@ pub fn run_cycle(snap: &Snapshot, config: &SchedulerConfig) -> CycleOutcome {
         }
     }
     let mut placer = Placer::default();
-    for action in &config.actions {
+    for &action in &config.actions {
+        let started = Instant::now();
         let mut ctx = Ctx { ssn: &mut ssn, fw: &fw, placer: &mut placer };
         match action {
             ActionName::Enqueue => actions::enqueue::run(&mut ctx),
@@ -48,6 +61,7 @@ pub fn run_cycle(snap: &Snapshot, config: &SchedulerConfig) -> CycleOutcome {
             ActionName::Reclaim => actions::reclaim::run(&mut ctx),
             ActionName::Backfill => actions::backfill::run(&mut ctx),
         }
+        observe(action, started.elapsed(), &ssn.decisions);
     }
     close(&fw, ssn)
 }

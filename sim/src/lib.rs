@@ -6,3 +6,4 @@ pub mod check;
 pub mod report;
 pub mod run;
 pub mod scenario;
+pub mod synthetic;

@@ -49,11 +49,24 @@ pub struct SimResult {
     pub evictions: Vec<Eviction>,
 }
 
+/// A scenario's cluster as inputs of `snapshot::build`.
+pub struct Inputs {
+    /// Nodes.
+    pub nodes: Vec<NodeInput>,
+    /// Queues.
+    pub queues: Vec<QueueInput>,
+    /// Jobs with their pods' initial phases.
+    pub jobs: Vec<JobInput>,
+}
+
+/// Converts a scenario's cluster into snapshot inputs.
+pub fn inputs(scenario: &Scenario) -> Inputs {
+    Inputs { nodes: node_inputs(scenario), queues: queue_inputs(scenario), jobs: job_inputs(scenario) }
+}
+
 /// Runs `cycles` cycles of `config` on the scenario.
 pub fn simulate(scenario: &Scenario, config: &SchedulerConfig, cycles: u32) -> Result<SimResult, SnapshotError> {
-    let nodes = node_inputs(scenario);
-    let queues = queue_inputs(scenario);
-    let mut jobs = job_inputs(scenario);
+    let Inputs { nodes, queues, mut jobs } = inputs(scenario);
     let mut evictions = Vec::new();
     let mut cycle = 0;
     loop {
