@@ -173,10 +173,43 @@ impl VictimCache {
     }
 }
 
+/// Sorts the candidates, evicts what makes room for `job`'s gang and pipelines the gang, or,
+/// when nothing works, adds `failure` to the job's reason. On success, returns where its
+/// evictions start in the session's decisions.
+pub fn make_room(
+    ctx: &mut Ctx,
+    job: JobId,
+    mut candidates: Vec<&Victim>,
+    mode: EvictMode,
+    fits: &dyn Fn(&Ctx) -> bool,
+    failure: &str,
+) -> Option<usize> {
+    ctx.fw.sort_victims(ctx.ssn, mode, &mut candidates);
+    let gang = ctx.ssn.gang_pods(job).len();
+    match evict_for(ctx, job, &candidates, mode, fits) {
+        Some(st) => {
+            let evicted = st.len() - gang;
+            let since = ctx.ssn.decisions.evictions.len();
+            ctx.ssn.commit(st);
+            let what = match mode {
+                EvictMode::Preempt => "preempted",
+                EvictMode::Reclaim => "reclaimed",
+            };
+            ctx.ssn.set_reason(job, format!("waiting for {evicted} {what} pod(s) to terminate"));
+            Some(since)
+        }
+        None => {
+            let prior = ctx.ssn.reasons[job].clone().unwrap_or_default();
+            ctx.ssn.set_reason(job, format!("{prior}; {failure}"));
+            None
+        }
+    }
+}
+
 /// Tries to make room for `job`'s gang by evicting candidates in order, then pipelines the
 /// gang onto the freed capacity. Victims that turn out unnecessary are spared. Returns the
 /// statement holding evictions and pipelined pods, or `None` when no set of candidates helps.
-pub fn evict_for(
+fn evict_for(
     ctx: &mut Ctx,
     job: JobId,
     candidates: &[&Victim],

@@ -4,7 +4,7 @@
 //! when they let the starving group reach its minimum; the group is then pipelined onto the
 //! capacity being freed and bound in a later cycle.
 
-use super::{evict_for, jobs_by_queue, starving, Ctx, VictimCache};
+use super::{jobs_by_queue, make_room, starving, Ctx, VictimCache};
 use crate::framework::{EvictMode, ShareBound, Victim};
 use crate::res::Res;
 
@@ -28,7 +28,7 @@ pub fn run(ctx: &mut Ctx) {
             }
             let others = || running[q].iter().copied().filter(|&o| o != job && ctx.ssn.job_running[o] > 0);
             cache.fill(ctx.ssn, others());
-            let mut candidates: Vec<&Victim> = others()
+            let candidates: Vec<&Victim> = others()
                 .flat_map(|o| cache.of(o))
                 .filter(|v| ctx.fw.may_evict(ctx.ssn, EvictMode::Preempt, job, v))
                 .collect();
@@ -36,24 +36,11 @@ pub fn run(ctx: &mut Ctx) {
                 failed = Some((need, priority));
                 continue;
             }
-            ctx.fw.sort_victims(ctx.ssn, EvictMode::Preempt, &mut candidates);
             let fits = |c: &Ctx| c.fw.allocatable(c.ssn, job, &need, ShareBound::Idle).is_ok();
-            match evict_for(ctx, job, &candidates, EvictMode::Preempt, &fits) {
-                Some(st) => {
-                    let evicted = st.len() - gang.len();
-                    let since = ctx.ssn.decisions.evictions.len();
-                    ctx.ssn.commit(st);
-                    cache.forget_evicted(ctx.ssn, since);
-                    ctx.ssn.set_reason(job, format!("waiting for {evicted} preempted pod(s) to terminate"));
-                }
-                None => {
-                    failed = Some((need, priority));
-                    let prior = ctx.ssn.reasons[job].clone().unwrap_or_default();
-                    ctx.ssn.set_reason(
-                        job,
-                        format!("{prior}; preemption in queue {} cannot free enough", snap.queues[q].name),
-                    );
-                }
+            let failure = format!("preemption in queue {} cannot free enough", snap.queues[q].name);
+            match make_room(ctx, job, candidates, EvictMode::Preempt, &fits, &failure) {
+                Some(since) => cache.forget_evicted(ctx.ssn, since),
+                None => failed = Some((need, priority)),
             }
         }
     }

@@ -8,7 +8,7 @@ use crate::framework::{EvictMode, ShareBound, Victim};
 use crate::res::Res;
 use crate::snapshot::JobId;
 
-use super::{evict_for, jobs_by_queue, select_queue, starving, Ctx, VictimCache};
+use super::{jobs_by_queue, make_room, select_queue, starving, Ctx, VictimCache};
 
 /// Runs the action.
 pub fn run(ctx: &mut Ctx) {
@@ -41,32 +41,19 @@ pub fn run(ctx: &mut Ctx) {
                 .filter(|&o| ctx.ssn.job_running[o] > 0)
         };
         cache.fill(ctx.ssn, others());
-        let mut candidates: Vec<&Victim> = others()
+        let candidates: Vec<&Victim> = others()
             .flat_map(|o| cache.of(o))
             .filter(|v| ctx.fw.may_evict(ctx.ssn, EvictMode::Reclaim, job, v))
             .collect();
-        ctx.fw.sort_victims(ctx.ssn, EvictMode::Reclaim, &mut candidates);
-        let fits = |c: &Ctx| c.fw.allocatable(c.ssn, job, &need, ShareBound::FairShare).is_ok();
         if candidates.is_empty() {
             failed[q] = Some(need);
             continue;
         }
-        match evict_for(ctx, job, &candidates, EvictMode::Reclaim, &fits) {
-            Some(st) => {
-                let evicted = st.len() - gang.len();
-                let since = ctx.ssn.decisions.evictions.len();
-                ctx.ssn.commit(st);
-                cache.forget_evicted(ctx.ssn, since);
-                ctx.ssn.set_reason(job, format!("waiting for {evicted} reclaimed pod(s) to terminate"));
-            }
-            None => {
-                failed[q] = Some(need);
-                let prior = ctx.ssn.reasons[job].clone().unwrap_or_default();
-                ctx.ssn.set_reason(
-                    job,
-                    format!("{prior}; no other queue has reclaimable resources that would let it start"),
-                );
-            }
+        let fits = |c: &Ctx| c.fw.allocatable(c.ssn, job, &need, ShareBound::FairShare).is_ok();
+        let failure = "reclaiming from other queues would not let it start";
+        match make_room(ctx, job, candidates, EvictMode::Reclaim, &fits, failure) {
+            Some(since) => cache.forget_evicted(ctx.ssn, since),
+            None => failed[q] = Some(need),
         }
     }
 }
