@@ -22,7 +22,7 @@ pub struct CycleOutcome {
     pub job_phase: Vec<JobPhase>,
     /// Why each job with waiting pods waits.
     pub reasons: Vec<Option<String>>,
-    /// Allocation per queue after the cycle.
+    /// Resources of running pods per queue after the cycle.
     pub queue_alloc: Vec<Res>,
     /// Fair share per queue.
     pub fair_share: Vec<Res>,
@@ -95,12 +95,13 @@ fn close(fw: &Framework, mut ssn: Session) -> CycleOutcome {
             ssn.job_phase[j] = if ssn.job_running[j] == 0 { JobPhase::Pending } else { JobPhase::Inqueue };
         }
     }
+    let queue_alloc = ssn.running_alloc();
     CycleOutcome {
         decisions: ssn.decisions,
         pod_state: ssn.pod_state,
         job_phase: ssn.job_phase,
         reasons: ssn.reasons,
-        queue_alloc: ssn.queue_alloc,
+        queue_alloc,
         fair_share: ssn.fair_share,
     }
 }

@@ -96,7 +96,8 @@ pub struct Session<'s> {
     pub node_releasing: Vec<Res>,
     /// Resources promised to pipelined pods on each node.
     pub node_pipelined: Vec<Res>,
-    /// Resources of running pods per queue, including descendants (index 0 = whole cluster).
+    /// Resources of running and pipelined pods per queue, including descendants (index 0 =
+    /// whole cluster).
     pub queue_alloc: Vec<Res>,
     /// Same, counting only non-preemptible jobs.
     pub queue_alloc_np: Vec<Res>,
@@ -227,23 +228,30 @@ impl<'s> Session<'s> {
         self.index.set(node, Some([gpu, idle[self.snap.cpu]]));
     }
 
-    fn account_running(&mut self, pod: PodId, add: bool) {
+    /// Adds (or removes) a pod's requests to its queues' allocation: running pods, and
+    /// pipelined pods, which have a claim on capacity being freed for them.
+    fn account_queues(&mut self, pod: PodId, add: bool) {
         let p = &self.snap.pods[pod];
         let job = &self.snap.jobs[p.job];
         let req = &job.tasks[p.task].requests;
         for q in self.snap.ancestry(job.queue).chain(std::iter::once(crate::snapshot::ROOT)) {
-            if add {
-                self.queue_alloc[q].add(req);
-                if !job.preemptible {
-                    self.queue_alloc_np[q].add(req);
-                }
-            } else {
-                self.queue_alloc[q].sub(req);
-                if !job.preemptible {
-                    self.queue_alloc_np[q].sub(req);
+            let mut targets = vec![&mut self.queue_alloc[q]];
+            if !job.preemptible {
+                targets.push(&mut self.queue_alloc_np[q]);
+            }
+            for t in targets {
+                if add {
+                    t.add(req);
+                } else {
+                    t.sub(req);
                 }
             }
         }
+    }
+
+    fn account_running(&mut self, pod: PodId, add: bool) {
+        self.account_queues(pod, add);
+        let p = &self.snap.pods[pod];
         if add {
             self.job_running[p.job] += 1;
             self.task_running[p.job][p.task] += 1;
@@ -251,6 +259,20 @@ impl<'s> Session<'s> {
             self.job_running[p.job] -= 1;
             self.task_running[p.job][p.task] -= 1;
         }
+    }
+
+    /// Resources of running pods per queue: the allocation without pipelined claims.
+    pub fn running_alloc(&self) -> Vec<Res> {
+        let mut alloc = self.queue_alloc.clone();
+        for (pod, state) in self.pod_state.iter().enumerate() {
+            if let PodState::Pipelined(_) = state {
+                let job = &self.snap.jobs[self.snap.pods[pod].job];
+                for q in self.snap.ancestry(job.queue).chain(std::iter::once(crate::snapshot::ROOT)) {
+                    alloc[q].sub(self.requests(pod));
+                }
+            }
+        }
+        alloc
     }
 
     /// Places a pending pod on a node.
@@ -271,6 +293,7 @@ impl<'s> Session<'s> {
         self.node_pipelined[node].add(req);
         self.pod_state[pod] = PodState::Pipelined(node);
         self.job_pipelined[self.snap.pods[pod].job] += 1;
+        self.account_queues(pod, true);
         self.reindex(node);
         st.ops.push(Op::Pipeline(pod, node));
     }
@@ -303,6 +326,7 @@ impl<'s> Session<'s> {
                     self.node_pipelined[node].sub(req);
                     self.pod_state[pod] = PodState::Pending;
                     self.job_pipelined[self.snap.pods[pod].job] -= 1;
+                    self.account_queues(pod, false);
                     self.reindex(node);
                 }
                 Op::Evict(pod, node, prev, _) => {
