@@ -1,0 +1,2 @@
+//! `drover-apiserver`: the Kubernetes API emulator as a process.
+fn main() {}
