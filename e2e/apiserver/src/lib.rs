@@ -5,3 +5,6 @@
 //! A fake kubelet registers nodes and runs bound pods. See `docs/apiserver.md` for exactly
 //! what is emulated. Drover itself targets real Kubernetes and must not depend on anything
 //! only this emulator does.
+
+pub mod kubelet;
+pub mod validation;

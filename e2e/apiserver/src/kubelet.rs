@@ -1,0 +1,1 @@
+//! The fake kubelet (being written).

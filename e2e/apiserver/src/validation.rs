@@ -1,0 +1,1 @@
+//! Custom resource validation against a CRD's openAPIV3Schema (being written).
