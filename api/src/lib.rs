@@ -4,6 +4,7 @@
 //! fit checks never depend on floating-point rounding.
 
 pub mod constraints;
+pub mod crd;
 pub mod priority;
 pub mod quantity;
 pub mod resources;

@@ -21,6 +21,8 @@ struct Cli {
 enum Command {
     /// Run the scheduler on a scenario file, without Kubernetes.
     Sim(SimArgs),
+    /// Print Drover's CustomResourceDefinitions as YAML (for `kubectl apply -f -`).
+    Crds,
 }
 
 #[derive(clap::Args)]
@@ -51,6 +53,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Sim(args) => sim(args),
+        Command::Crds => {
+            print!("{}", drover_api::crd::all_yaml());
+            ExitCode::SUCCESS
+        }
     }
 }
 

@@ -128,3 +128,19 @@ fn unreadable_file_and_bad_config_exit_two() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("bad-config.yaml"));
 }
+
+#[test]
+fn crds_prints_every_custom_resource_definition() {
+    let out = drover(&["crds"]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    for name in [
+        "queues.scheduling.drover.dev",
+        "podgroups.scheduling.drover.dev",
+        "projects.scheduling.drover.dev",
+        "departments.scheduling.drover.dev",
+        "jobs.batch.drover.dev",
+    ] {
+        assert!(text.contains(&format!("name: {name}")), "{name} in {text}");
+    }
+}

@@ -1,0 +1,44 @@
+//! `Department`: the upper level of Run:ai's two-level quota hierarchy. Cluster-scoped. The
+//! controller turns it into one queue per node pool.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+use super::project::NodePoolQuota;
+
+/// Desired state of a department.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[kube(
+    group = "scheduling.drover.dev",
+    version = "v1alpha1",
+    kind = "Department",
+    plural = "departments",
+    shortname = "dept",
+    category = "drover",
+    status = "DepartmentStatus",
+    printcolumn(name = "Pools", type_ = "string", json_path = ".spec.nodePools[*].name"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[x_kube(validation = Rule::new("self.nodePools.all(p, self.nodePools.exists_one(q, q.name == p.name))").message("node pool names must be unique"))]
+#[serde(rename_all = "camelCase")]
+pub struct DepartmentSpec {
+    /// Quota per node pool.
+    #[schemars(length(min = 1))]
+    pub node_pools: Vec<NodePoolQuota>,
+}
+
+/// Observed state of a department.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DepartmentStatus {
+    /// Queues made for it, one per node pool.
+    #[serde(default)]
+    pub queues: Vec<String>,
+    /// The generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Conditions.
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+}

@@ -1,0 +1,176 @@
+//! `Job` (`batch.drover.dev`): an elastic batch job of one or more tasks. The controller makes
+//! its pods, a PodGroup and a headless Service; replicas above `minAvailable` are elastic and
+//! may be scaled by patching a task's replicas. Lifecycle policies map pod and task events to
+//! job actions.
+
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use schemars::{json_schema, Schema, SchemaGenerator};
+use serde::{Deserialize, Serialize};
+
+/// Desired state of a job.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[kube(
+    group = "batch.drover.dev",
+    version = "v1alpha1",
+    kind = "Job",
+    plural = "jobs",
+    shortname = "djob",
+    category = "drover",
+    namespaced,
+    status = "JobStatus",
+    printcolumn(name = "State", type_ = "string", json_path = ".status.state"),
+    printcolumn(name = "Min", type_ = "integer", json_path = ".spec.minAvailable"),
+    printcolumn(name = "Running", type_ = "integer", json_path = ".status.running"),
+    printcolumn(name = "Succeeded", type_ = "integer", json_path = ".status.succeeded"),
+    printcolumn(name = "Retries", type_ = "integer", json_path = ".status.retryCount"),
+    printcolumn(name = "Queue", type_ = "string", json_path = ".spec.queue"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[x_kube(validation = Rule::new("!has(self.minAvailable) || self.minAvailable <= self.tasks.map(t, t.replicas).sum()").message("minAvailable must not exceed the total replicas of the tasks"))]
+#[x_kube(validation = Rule::new("self.tasks.all(t, self.tasks.exists_one(u, u.name == t.name))").message("task names must be unique"))]
+#[serde(rename_all = "camelCase")]
+pub struct JobSpec {
+    /// Pods that must run together (the gang size); absent = all replicas. Replicas above it
+    /// are elastic.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub min_available: Option<u32>,
+    /// The leaf queue; absent = the namespace's project queue, else `default`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    /// The priority class of the job's pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
+    /// The tasks: groups of identical pods.
+    #[schemars(length(min = 1))]
+    pub tasks: Vec<TaskSpec>,
+    /// Event -> action rules for the whole job.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub policies: Vec<LifecyclePolicy>,
+    /// Restarts allowed before the job fails.
+    #[serde(default = "three")]
+    pub max_retry: u32,
+    /// Seconds after finishing before the job is deleted; absent = kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_seconds_after_finished: Option<u32>,
+}
+
+fn three() -> u32 {
+    3
+}
+
+/// A group of identical pods within a job.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, KubeSchema)]
+#[x_kube(validation = Rule::new("!has(self.minAvailable) || self.minAvailable <= self.replicas").message("minAvailable must not exceed replicas"))]
+#[serde(rename_all = "camelCase")]
+pub struct TaskSpec {
+    /// Task name; pods are named `<job>-<task>-<index>`.
+    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
+    pub name: String,
+    /// Number of pods.
+    #[schemars(range(min = 0))]
+    pub replicas: u32,
+    /// Pods of this task that must run for the job to run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_available: Option<u32>,
+    /// The pod template.
+    #[schemars(schema_with = "pod_template_schema")]
+    pub template: PodTemplateSpec,
+    /// Event -> action rules for this task (before the job's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub policies: Vec<LifecyclePolicy>,
+}
+
+/// Pod templates are validated by the API server when pods are created, not in the CRD.
+fn pod_template_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({"type": "object", "x-kubernetes-preserve-unknown-fields": true})
+}
+
+/// An event -> action rule.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
+pub struct LifecyclePolicy {
+    /// What happened.
+    pub event: JobEvent,
+    /// What to do about it.
+    pub action: JobAction,
+}
+
+/// Events a lifecycle policy reacts to.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
+pub enum JobEvent {
+    /// A pod failed.
+    PodFailed,
+    /// A pod was evicted (preempted or reclaimed).
+    PodEvicted,
+    /// Every pod of a task succeeded.
+    TaskCompleted,
+    /// Any of the above.
+    Any,
+}
+
+/// Actions a lifecycle policy takes.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
+pub enum JobAction {
+    /// Delete every pod and start again (counts as a retry).
+    RestartJob,
+    /// Recreate the pods of the task (counts as a retry).
+    RestartTask,
+    /// Stop the job, keep it Aborted.
+    AbortJob,
+    /// Stop the remaining pods and mark the job Completed.
+    CompleteJob,
+    /// Stop the job and mark it Failed.
+    TerminateJob,
+}
+
+/// Lifecycle state of a job.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, schemars::JsonSchema)]
+pub enum JobState {
+    /// Waiting for its pod group to be scheduled.
+    #[default]
+    Pending,
+    /// At least its minimum runs.
+    Running,
+    /// Pods are being recreated after a restart action.
+    Restarting,
+    /// Remaining pods are being stopped after a complete action.
+    Completing,
+    /// Finished successfully.
+    Completed,
+    /// Stopped by an abort action.
+    Aborted,
+    /// Failed: out of retries, or terminated.
+    Failed,
+}
+
+/// Observed state of a job, written by the job controller.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JobStatus {
+    /// Lifecycle state.
+    #[serde(default)]
+    pub state: JobState,
+    /// Pods waiting for a node.
+    #[serde(default)]
+    pub pending: u32,
+    /// Running pods.
+    #[serde(default)]
+    pub running: u32,
+    /// Pods that succeeded.
+    #[serde(default)]
+    pub succeeded: u32,
+    /// Pods that failed.
+    #[serde(default)]
+    pub failed: u32,
+    /// Restarts so far.
+    #[serde(default)]
+    pub retry_count: u32,
+    /// The generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Conditions, e.g. `Valid` false with the reason a job cannot work.
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+}

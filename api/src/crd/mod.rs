@@ -1,0 +1,106 @@
+//! Drover's custom resources, as Rust types from which the CRDs are generated (kube derive +
+//! schemars), with schema validation (types, enums, minimums, CEL rules) so that bad objects
+//! are refused at apply time with the field named.
+
+pub mod department;
+pub mod job;
+pub mod podgroup;
+pub mod project;
+pub mod queue;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::core::crd::merge_crds;
+use kube::CustomResourceExt;
+
+/// The API group of the scheduling resources.
+pub const SCHEDULING_GROUP: &str = "scheduling.drover.dev";
+/// The API group of the batch Job.
+pub const BATCH_GROUP: &str = "batch.drover.dev";
+
+/// Every Drover CRD, in installation order (queues before the objects that name them).
+pub fn all() -> Vec<CustomResourceDefinition> {
+    let crds = vec![
+        queue::Queue::crd(),
+        department::Department::crd(),
+        project::Project::crd(),
+        podgroup::PodGroup::crd(),
+        job::Job::crd(),
+    ];
+    crds.into_iter().map(|c| merge_crds(vec![c], "v1alpha1").expect("one version per CRD")).collect()
+}
+
+/// Every CRD as one multi-document YAML stream, as `drover crds` prints it for `kubectl apply -f -`.
+pub fn all_yaml() -> String {
+    all().iter().map(|crd| serde_yaml::to_string(crd).expect("CRDs serialize")).collect::<Vec<_>>().join("---\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    fn crd_json(kind: &str) -> Value {
+        let crd = all().into_iter().find(|c| c.spec.names.kind == kind).expect("CRD exists");
+        serde_json::to_value(crd).unwrap()
+    }
+
+    fn schema(kind: &str) -> Value {
+        crd_json(kind)["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone()
+    }
+
+    #[test]
+    fn every_crd_has_its_group_scope_names_and_status_subresource() {
+        let expect = [
+            ("Queue", SCHEDULING_GROUP, "Cluster", "dq"),
+            ("PodGroup", SCHEDULING_GROUP, "Namespaced", "pg"),
+            ("Project", SCHEDULING_GROUP, "Cluster", "proj"),
+            ("Department", SCHEDULING_GROUP, "Cluster", "dept"),
+            ("Job", BATCH_GROUP, "Namespaced", "djob"),
+        ];
+        for (kind, group, scope, short) in expect {
+            let crd = crd_json(kind);
+            assert_eq!(crd["spec"]["group"], group, "{kind}");
+            assert_eq!(crd["spec"]["scope"], scope, "{kind}");
+            assert_eq!(crd["spec"]["names"]["shortNames"][0], short, "{kind}");
+            assert_eq!(crd["spec"]["names"]["categories"][0], "drover", "{kind}");
+            assert!(
+                crd["spec"]["versions"][0]["subresources"]["status"].is_object(),
+                "{kind} has a status subresource"
+            );
+            assert!(
+                crd["spec"]["versions"][0]["additionalPrinterColumns"].as_array().is_some_and(|c| c.len() >= 2),
+                "{kind}"
+            );
+        }
+    }
+
+    #[test]
+    fn schemas_carry_validation_rules_and_defaults() {
+        let job = schema("Job");
+        let rules = job["properties"]["spec"]["x-kubernetes-validations"].to_string();
+        assert!(rules.contains("self.minAvailable <= self.tasks.map(t, t.replicas).sum()"), "{rules}");
+        assert!(rules.contains("task names must be unique"), "{rules}");
+        let task = &job["properties"]["spec"]["properties"]["tasks"]["items"];
+        assert!(task["x-kubernetes-validations"].to_string().contains("self.minAvailable <= self.replicas"), "{task}");
+        assert_eq!(task["properties"]["template"]["x-kubernetes-preserve-unknown-fields"], true);
+        assert_eq!(job["properties"]["spec"]["properties"]["maxRetry"]["default"], 3);
+        let queue = schema("Queue");
+        let spec = &queue["properties"]["spec"]["properties"];
+        assert_eq!(spec["overQuotaWeight"]["default"], 1);
+        assert_eq!(spec["reclaimable"]["default"], true);
+        assert_eq!(spec["queueingStrategy"]["enum"], serde_json::json!(["BestEffortFIFO", "StrictFIFO"]));
+        let pg = schema("PodGroup");
+        assert_eq!(pg["properties"]["spec"]["properties"]["minMember"]["minimum"].as_f64(), Some(1.0));
+        assert_eq!(pg["properties"]["status"]["properties"]["phase"]["enum"].as_array().map(Vec::len), Some(5));
+    }
+
+    #[test]
+    fn yaml_stream_has_one_document_per_crd() {
+        let yaml = all_yaml();
+        assert_eq!(yaml.matches("kind: CustomResourceDefinition").count(), 5);
+        for doc in yaml.split("---\n") {
+            let v: Value = serde_yaml::from_str(doc).expect("each document parses");
+            assert_eq!(v["apiVersion"], "apiextensions.k8s.io/v1");
+        }
+    }
+}

@@ -1,0 +1,96 @@
+//! `PodGroup`: a gang of pods scheduled all-or-nothing, in a queue, with a priority class.
+//! Namespaced. Jobs create one; the controller creates one-pod groups for plain pods.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+/// Desired state of a pod group.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[kube(
+    group = "scheduling.drover.dev",
+    version = "v1alpha1",
+    kind = "PodGroup",
+    plural = "podgroups",
+    shortname = "pg",
+    category = "drover",
+    namespaced,
+    status = "PodGroupStatus",
+    printcolumn(name = "Queue", type_ = "string", json_path = ".spec.queue"),
+    printcolumn(name = "Min", type_ = "integer", json_path = ".spec.minMember"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Running", type_ = "integer", json_path = ".status.running"),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Unschedulable\")].message",
+        priority = 1
+    ),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct PodGroupSpec {
+    /// Pods that must run together for the group to run (the gang size).
+    #[schemars(range(min = 1))]
+    pub min_member: u32,
+    /// Per-task minimums (task name -> pods), within `minMember`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub min_task_member: BTreeMap<String, u32>,
+    /// Resources of the minimum, for admission before the pods exist.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_resources: Option<BTreeMap<String, Quantity>>,
+    /// The leaf queue; absent = the namespace's project queue, else `default`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    /// The priority class of the group's pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
+    /// Seconds the group may wait unschedulable before it is marked so in an Event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub schedule_timeout_seconds: Option<u32>,
+}
+
+/// Lifecycle phase of a pod group.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, schemars::JsonSchema)]
+pub enum PodGroupPhase {
+    /// Not yet admitted by the scheduler.
+    #[default]
+    Pending,
+    /// Admitted; waiting for its minimum to be placed.
+    Inqueue,
+    /// At least its minimum runs.
+    Running,
+    /// Finished successfully.
+    Completed,
+    /// Finished unsuccessfully.
+    Failed,
+}
+
+/// Observed state of a pod group, written by the scheduler and the controllers.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodGroupStatus {
+    /// Phase.
+    #[serde(default)]
+    pub phase: PodGroupPhase,
+    /// Running pods.
+    #[serde(default)]
+    pub running: u32,
+    /// Pods that succeeded.
+    #[serde(default)]
+    pub succeeded: u32,
+    /// Pods that failed.
+    #[serde(default)]
+    pub failed: u32,
+    /// The generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Conditions; `Unschedulable` carries the reason the scheduler gives (the same reason
+    /// `drover sim` prints).
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+}

@@ -1,0 +1,130 @@
+//! `Queue`: a node of the hierarchical queue tree with guaranteed quota, a hard limit and a
+//! share of unused capacity. Cluster-scoped.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+/// Desired state of a queue.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[kube(
+    group = "scheduling.drover.dev",
+    version = "v1alpha1",
+    kind = "Queue",
+    plural = "queues",
+    shortname = "dq",
+    category = "drover",
+    status = "QueueStatus",
+    printcolumn(name = "Parent", type_ = "string", json_path = ".spec.parent"),
+    printcolumn(name = "State", type_ = "string", json_path = ".status.queueState"),
+    printcolumn(name = "Allocated", type_ = "string", json_path = ".status.allocated", priority = 1),
+    printcolumn(name = "Fair share", type_ = "string", json_path = ".status.fairShare", priority = 1),
+    printcolumn(name = "Running", type_ = "integer", json_path = ".status.podGroups.running"),
+    printcolumn(name = "Pending", type_ = "integer", json_path = ".status.podGroups.pending"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[x_kube(validation = Rule::new("!has(self.parent) || self.parent != ''").message("parent must be a queue name or absent"))]
+#[serde(rename_all = "camelCase")]
+pub struct QueueSpec {
+    /// The parent queue; absent for a top-level queue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    /// Guaranteed quota per resource (e.g. `nvidia.com/gpu: 8`); absent resources are 0.
+    #[serde(default)]
+    pub deserved: BTreeMap<String, Quantity>,
+    /// Hard cap per resource; absent = no cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<BTreeMap<String, Quantity>>,
+    /// Share of unused capacity relative to sibling queues; 0 = none.
+    #[serde(default = "one")]
+    #[schemars(range(min = 0))]
+    pub over_quota_weight: u32,
+    /// Whether other queues may reclaim what this queue uses beyond its deserved quota.
+    #[serde(default = "yes")]
+    pub reclaimable: bool,
+    /// Start order of the queue's jobs.
+    #[serde(default)]
+    pub queueing_strategy: QueueingStrategy,
+    /// Open queues accept new pod groups; closed ones keep running what they have.
+    #[serde(default)]
+    pub state: QueueOpenState,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// How a queue orders the start of its jobs.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, schemars::JsonSchema)]
+pub enum QueueingStrategy {
+    /// Later jobs may start when an earlier one cannot (Volcano's behaviour).
+    #[default]
+    BestEffortFIFO,
+    /// Nothing starts while an earlier job of the same class waits (Determined's priority scheduler).
+    StrictFIFO,
+}
+
+/// Whether a queue accepts new work.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, schemars::JsonSchema)]
+pub enum QueueOpenState {
+    /// Accepts new pod groups.
+    #[default]
+    Open,
+    /// Accepts none; running work continues.
+    Closed,
+}
+
+/// Observed state of a queue, written by the scheduler.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueStatus {
+    /// Resources of running pods of the queue and its descendants.
+    #[serde(default)]
+    pub allocated: BTreeMap<String, Quantity>,
+    /// Guaranteed quota as the scheduler applies it.
+    #[serde(default)]
+    pub deserved: BTreeMap<String, Quantity>,
+    /// Deserved quota plus the queue's share of unused capacity.
+    #[serde(default)]
+    pub fair_share: BTreeMap<String, Quantity>,
+    /// `InQuota`, `OverQuota` or `OverFairShare`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_state: Option<String>,
+    /// Pod groups of the queue by phase.
+    #[serde(default)]
+    pub pod_groups: PodGroupCounts,
+    /// The generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Conditions, e.g. `Valid` false when the parent is missing or the tree has a cycle.
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+}
+
+/// Counts of pod groups by phase.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodGroupCounts {
+    /// Not yet admitted.
+    #[serde(default)]
+    pub pending: u32,
+    /// Admitted, waiting for their minimum.
+    #[serde(default)]
+    pub inqueue: u32,
+    /// At least their minimum runs.
+    #[serde(default)]
+    pub running: u32,
+    /// Finished successfully.
+    #[serde(default)]
+    pub completed: u32,
+    /// Finished unsuccessfully.
+    #[serde(default)]
+    pub failed: u32,
+}
