@@ -2,6 +2,9 @@
 //! schemars), with schema validation (types, enums, minimums, CEL rules) so that bad objects
 //! are refused at apply time with the field named.
 
+// kube's `printcolumn(name = .., type_ = ..)` attributes repeat their keys by design.
+#![allow(clippy::duplicated_attributes)]
+
 pub mod department;
 pub mod job;
 pub mod podgroup;
