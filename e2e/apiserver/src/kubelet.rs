@@ -1,1 +1,0 @@
-//! The fake kubelet (being written).

@@ -1,1 +1,0 @@
-//! Custom resource validation against a CRD's openAPIV3Schema (being written).
