@@ -1,0 +1,631 @@
+//! Kubernetes objects to scheduling snapshot inputs.
+//!
+//! [`convert`] turns the contents of the scheduler's reflector stores (Nodes, Pods,
+//! PodGroups, Queues, PriorityClasses) into the name-based inputs of
+//! [`drover_scheduler::snapshot::build`], plus a [`PodRef`] for every pod it hands over (to
+//! write decisions back), pod counts per group (for PodGroup status) and a list of
+//! [`Problem`]s: objects it had to leave out or read only in part, with a CamelCase reason
+//! for Events and conditions. It is pure and synchronous, never panics on any object, and
+//! never produces inputs that `snapshot::build` rejects: one bad object is reported and left
+//! out instead of breaking the cycle for everyone.
+//!
+//! # Rules
+//!
+//! **Determinism.** Every list is sorted by name (`namespace/name`). Of objects with the
+//! same key (a store never holds two, but a caller might pass them) the one with the
+//! smallest uid, then resourceVersion, then serialized content is kept. Shuffling the
+//! inputs never changes the output.
+//!
+//! **Nodes.** Allocatable from `status.allocatable` (an unparseable quantity is a
+//! `Node`/`InvalidQuantity` problem and counts as 0), labels, `spec.taints` (an unknown
+//! effect is reported and taken as `NoSchedule`, the safe side), `spec.unschedulable`.
+//! Capacity held by bound, not terminated (phase neither `Succeeded` nor `Failed`) pods that
+//! are *not handed to the core* is subtracted from the node's allocatable (never below 0),
+//! so the core never over-commits a node. That covers other schedulers' pods and
+//! DaemonSets, Drover pods without a PodGroup, and the pods of groups that are left out
+//! (finished, bad queue, unknown class...). Pods bound to a node the store does not hold
+//! are ignored for this.
+//!
+//! **Pod membership.** A pod belongs to the PodGroup named by its annotation
+//! [`POD_GROUP_ANNOTATION`] in its own namespace when its `spec.schedulerName` is the
+//! scheduler's name. Scheduler pods without the annotation are skipped silently (the
+//! controllers create their groups); those naming a group that does not exist are skipped
+//! and reported (`Pod`/`PodGroupNotFound`). Pods of other schedulers are never members,
+//! whatever they are annotated with.
+//!
+//! **Requests** are counted as kube-scheduler counts them: the larger of the sum of the
+//! containers and each init container, where sidecars (init containers with
+//! `restartPolicy: Always`) add to the containers' sum and to every later init container;
+//! pod-level `spec.resources` replace the cpu/memory/hugepages sums when set; then
+//! `spec.overhead`; then one `pods`. For every resource a container has a limit but no
+//! request for, the limit is the request (the API server defaults it so; this is how a
+//! `nvidia.com/gpu` limit becomes a GPU request). Zero amounts are dropped. Amounts use
+//! [`ResourceList::parse_amount`] (cpu in millicores, everything else whole units).
+//!
+//! **Pod phases.** Unbound → `Pending`; bound (`spec.nodeName`) → `Bound(node)`; bound with
+//! `metadata.deletionTimestamp` → `Releasing(node)` (it still holds the node). Left out of
+//! the job: `Succeeded`/`Failed` pods (they hold nothing, but are counted in
+//! [`Converted::pod_counts`]), unbound pods being deleted, unbound pods with
+//! `spec.schedulingGates` (kube-scheduler does not schedule them either), and pods bound to
+//! a node the store does not hold (`Pod`/`NodeNotFound`, until the store catches up).
+//!
+//! **Tasks.** A pod's task is its label [`TASK_LABEL`] (default [`DEFAULT_TASK`], `main`).
+//! Within a task, pods are ordered by the label [`TASK_INDEX_LABEL`] (pods with an index
+//! first, by index; a label that is not a non-negative integer is reported,
+//! `InvalidTaskIndex`, and ignored), then creation time, then name; that order is the
+//! core's pod index, and [`Converted::pods`] lists the pods in exactly the order
+//! `snapshot::build` numbers them (job, task, index).
+//! Pods of one task whose requests or constraints differ are split into separate tasks,
+//! in order of first appearance: `worker`, `worker#2`, `worker#3`... The task's
+//! `minTaskMember` minimum is spread over its parts in that order, each taking what it can
+//! hold; a minimum larger than the task's pods stays on the first part (the gang waits for
+//! its pods, like Volcano). A `minTaskMember` entry naming a task without pods becomes an
+//! empty task with that minimum, so the group waits for those pods to exist.
+//!
+//! **Constraints** per task from the pod spec: `nodeSelector`, tolerations (an unknown
+//! operator or effect is reported and the toleration dropped), and required node affinity.
+//! The core evaluates one term of ANDed `matchExpressions`; several (ORed)
+//! `nodeSelectorTerms` or `matchFields` are reported (`UnsupportedAffinity`) and only the
+//! first term's `matchExpressions` are used: with ORed terms that is stricter than the
+//! pod asks (it may wait for nodes only a later term allows, but never lands where the
+//! pod may not run); ignoring `matchFields` is looser (the kubelet then rejects a wrong
+//! node). An unknown or malformed expression is reported (`InvalidAffinity`) and dropped.
+//! Preferred affinity and pod (anti-)affinity are ignored. Per-pod findings about requests
+//! and constraints are reported once per task part, on its first pod.
+//!
+//! **PodGroups → jobs.** `minMember`, per-task minimums from `minTaskMember`, queue from
+//! `spec.queue` (else [`DEFAULT_QUEUE`]), phase from `status.phase` (`Pending` when
+//! absent; `Completed`/`Failed` groups are left out silently), creation time in seconds.
+//! A group whose queue does not exist is left out (`QueueNotFound`), so is one whose
+//! queue was left out (`QueueInvalid`) or has child queues (`QueueNotLeaf`), and a
+//! `Pending` group in a closed queue (`QueueClosed`: never admitted; `Inqueue` and
+//! `Running` groups stay in). A group with no pods yet is handed over (enqueue may admit
+//! it, so that controllers that wait for admission create its pods).
+//!
+//! **Priority.** The group's `spec.priorityClassName`, resolved against PriorityClass
+//! objects and then Drover's built-in classes (`train`, `interactive-preemptible`, `build`,
+//! `inference`); an unknown name leaves the group out (`PriorityClassNotFound`). Without
+//! one, the first pod (in pod order) that names a class or carries a non-zero
+//! `spec.priority`: its class resolved the same way, else its `spec.priority` (the value
+//! admission resolved, kept when the class object is gone). A pod with priority 0 and no
+//! class name is what admission writes for a pod without a class, so it counts as no
+//! class. Without any, the lowest built-in class (`train`), as in the simulator.
+//! Preemptible: the PriorityClass annotation [`PREEMPTIBLE_ANNOTATION`] (`"true"` or
+//! `"false"`, any case; anything else is a `PriorityClass`/`InvalidAnnotation` problem and
+//! ignored) when present, else value < 100. Kubernetes' `preemptionPolicy` is not read.
+//!
+//! **Queues.** From `QueueSpec`: deserved and limit quantities (an invalid entry is a
+//! `Queue`/`InvalidQuantity` problem and that entry is ignored, not taken as 0), parent,
+//! weight, reclaimable, strategy. A queue whose parent does not exist (`ParentNotFound`),
+//! that is on a parent cycle (`QueueCycle`), or below such a queue (`ParentInvalid`) is
+//! left out with its groups. A queue is closed when it or an ancestor has
+//! `state: Closed`. If no Queue named `default` exists, an implicit `default` top-level
+//! leaf queue is added (no deserved quota, weight 1, reclaimable, BestEffortFIFO) so that
+//! groups without a queue still schedule, as in Volcano, whose `default` queue always
+//! exists; a Queue object named `default` replaces it.
+//!
+//! **Problems** carry the kind `Node`, `Pod`, `PodGroup`, `Queue` or `PriorityClass` and
+//! are sorted and deduplicated. Not reported here: a gang larger than the cluster (the core
+//! says so in the group's reason every cycle).
+
+mod pod;
+mod priority;
+mod queue;
+
+use std::collections::btree_map::Entry;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use drover_api::crd::podgroup::{PodGroup, PodGroupPhase};
+use drover_api::crd::queue::Queue;
+use drover_api::ResourceList;
+use drover_scheduler::snapshot::{Constraints, JobInput, JobPhase, NodeInput, PodPhaseInput, QueueInput, TaskInput};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::Serialize;
+
+use pod::Finding;
+use priority::{Classes, Resolved};
+use queue::QueueState;
+
+/// Pod annotation naming the pod's PodGroup (same namespace).
+pub const POD_GROUP_ANNOTATION: &str = "scheduling.drover.dev/pod-group";
+/// Pod label naming the pod's task within its group.
+pub const TASK_LABEL: &str = "scheduling.drover.dev/task";
+/// Pod label giving the pod's index within its task.
+pub const TASK_INDEX_LABEL: &str = "scheduling.drover.dev/task-index";
+/// PriorityClass annotation overriding whether the class is preemptible (`"true"`/`"false"`).
+pub const PREEMPTIBLE_ANNOTATION: &str = "scheduling.drover.dev/preemptible";
+/// The queue of groups that name none.
+pub const DEFAULT_QUEUE: &str = "default";
+/// The task of pods without the task label.
+pub const DEFAULT_TASK: &str = "main";
+
+/// The store contents of one cycle.
+#[derive(Debug, Clone, Copy)]
+pub struct Objects<'a> {
+    /// Nodes.
+    pub nodes: &'a [Arc<Node>],
+    /// Pods: the scheduler's own and every pod bound to a node.
+    pub pods: &'a [Arc<Pod>],
+    /// PodGroups.
+    pub pod_groups: &'a [Arc<PodGroup>],
+    /// Queues.
+    pub queues: &'a [Arc<Queue>],
+    /// PriorityClasses.
+    pub priority_classes: &'a [Arc<PriorityClass>],
+}
+
+/// The pod behind one pod of the snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodRef {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// `metadata.uid`, for preconditions on bindings and evictions.
+    pub uid: Option<String>,
+    /// `metadata.resourceVersion` the decision was made on.
+    pub resource_version: Option<String>,
+}
+
+/// Pods of one PodGroup by outcome, for its status.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PodCounts {
+    /// Pods in phase `Running`.
+    pub running: u32,
+    /// Pods in phase `Succeeded`.
+    pub succeeded: u32,
+    /// Pods in phase `Failed`.
+    pub failed: u32,
+}
+
+/// Something about an object that the conversion could not take as written.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Problem {
+    /// `Node`, `Pod`, `PodGroup`, `Queue` or `PriorityClass`.
+    pub kind: &'static str,
+    /// Namespace of namespaced objects.
+    pub namespace: Option<String>,
+    /// Object name.
+    pub name: String,
+    /// CamelCase reason, e.g. `QueueNotFound`.
+    pub reason: String,
+    /// Human-readable explanation.
+    pub message: String,
+}
+
+/// The inputs of `snapshot::build`, and what is needed to act on its decisions.
+#[derive(Debug, Clone, Default)]
+pub struct Converted {
+    /// Nodes, by name, with the usage of pods not handed to the core subtracted.
+    pub nodes: Vec<NodeInput>,
+    /// Queues, by name.
+    pub queues: Vec<QueueInput>,
+    /// Jobs, by `namespace/name`.
+    pub jobs: Vec<JobInput>,
+    /// One per pod of `jobs`, in job, task, index order: index `i` is the snapshot's pod `i`.
+    pub pods: Vec<PodRef>,
+    /// Pod counts of every existing PodGroup (handed over or not), by (namespace, name).
+    pub pod_counts: BTreeMap<(String, String), PodCounts>,
+    /// Problems, sorted.
+    pub problems: Vec<Problem>,
+}
+
+/// One non-terminated pod.
+struct PodInfo<'a> {
+    pod: &'a Pod,
+    namespace: String,
+    name: String,
+    node: Option<String>,
+    deleting: bool,
+    requests: BTreeMap<String, i64>,
+    findings: Vec<Finding>,
+}
+
+impl PodInfo<'_> {
+    fn problem(&self, reason: &str, message: String) -> Problem {
+        Problem {
+            kind: "Pod",
+            namespace: Some(self.namespace.clone()),
+            name: self.name.clone(),
+            reason: reason.to_string(),
+            message,
+        }
+    }
+}
+
+/// A node before the usage of foreign pods is subtracted.
+struct NodeDraft {
+    allocatable: BTreeMap<String, i64>,
+    labels: BTreeMap<String, String>,
+    taints: Vec<drover_api::Taint>,
+    unschedulable: bool,
+}
+
+fn name_of(meta: &ObjectMeta) -> Option<&str> {
+    meta.name.as_deref().filter(|n| !n.is_empty())
+}
+
+fn key_of(meta: &ObjectMeta) -> Option<(String, String)> {
+    Some((meta.namespace.clone().unwrap_or_default(), name_of(meta)?.to_string()))
+}
+
+/// The objects by `(namespace, name)`, one per key (see "Determinism"); nameless ones are
+/// dropped.
+pub(crate) fn unique<T: Serialize>(
+    objects: &[Arc<T>],
+    meta: impl Fn(&T) -> &ObjectMeta,
+) -> BTreeMap<(String, String), &T> {
+    let mut out: BTreeMap<(String, String), &T> = BTreeMap::new();
+    for o in objects {
+        let Some(key) = key_of(meta(o)) else { continue };
+        match out.entry(key) {
+            Entry::Vacant(e) => {
+                e.insert(o);
+            }
+            Entry::Occupied(mut e) => {
+                let rank = |x: &T| {
+                    let m = meta(x);
+                    (m.uid.clone(), m.resource_version.clone(), serde_json::to_string(x).unwrap_or_default())
+                };
+                if rank(o) < rank(e.get()) {
+                    e.insert(o);
+                }
+            }
+        }
+    }
+    out
+}
+
+fn created(meta: &ObjectMeta) -> i64 {
+    meta.creation_timestamp.as_ref().map_or(0, |t| t.0.as_second())
+}
+
+/// Converts the store contents into snapshot inputs; see the module docs for the rules.
+pub fn convert(objects: &Objects, scheduler_name: &str) -> Converted {
+    let mut problems = Vec::new();
+    let classes = Classes::new(objects.priority_classes, &mut problems);
+    let mut nodes = convert_nodes(objects.nodes, &mut problems);
+    let (queues, queue_state) = queue::convert(objects.queues, &mut problems);
+
+    let groups = unique(objects.pod_groups, |g| &g.metadata);
+    let pods = unique(objects.pods, |p| &p.metadata);
+
+    let mut pod_counts: BTreeMap<(String, String), PodCounts> =
+        groups.keys().map(|k| (k.clone(), PodCounts::default())).collect();
+    let mut members: BTreeMap<(String, String), Vec<PodInfo>> = BTreeMap::new();
+    let mut orphans: Vec<(PodInfo, String)> = Vec::new();
+    let mut foreign: Vec<PodInfo> = Vec::new();
+    for ((namespace, name), pod) in pods {
+        let spec = pod.spec.as_ref();
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("");
+        let group = pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(POD_GROUP_ANNOTATION))
+            .filter(|g| !g.is_empty() && spec.and_then(|s| s.scheduler_name.as_deref()) == Some(scheduler_name));
+        let group_key = group.map(|g| (namespace.clone(), g.clone()));
+        if let Some(counts) = group_key.as_ref().and_then(|k| pod_counts.get_mut(k)) {
+            match phase {
+                "Running" => counts.running += 1,
+                "Succeeded" => counts.succeeded += 1,
+                "Failed" => counts.failed += 1,
+                _ => {}
+            }
+        }
+        if phase == "Succeeded" || phase == "Failed" {
+            continue;
+        }
+        let mut findings = Vec::new();
+        let info = PodInfo {
+            pod,
+            node: spec.and_then(|s| s.node_name.clone()).filter(|n| !n.is_empty()),
+            deleting: pod.metadata.deletion_timestamp.is_some(),
+            requests: pod::requests(pod, &mut findings),
+            findings,
+            namespace,
+            name,
+        };
+        match group_key {
+            Some(k) if groups.contains_key(&k) => members.entry(k).or_default().push(info),
+            Some((_, group)) => orphans.push((info, group)),
+            None => foreign.push(info),
+        }
+    }
+
+    let mut jobs = Vec::new();
+    let mut refs = Vec::new();
+    for (key, group) in &groups {
+        let pods = members.remove(key).unwrap_or_default();
+        match group_job(group, key, pods, &nodes, &queue_state, &classes, &mut problems) {
+            Ok((job, job_refs)) => {
+                jobs.push(job);
+                refs.extend(job_refs);
+            }
+            Err(left_out) => foreign.extend(left_out),
+        }
+    }
+    for (info, group) in orphans {
+        problems.push(info.problem(
+            "PodGroupNotFound",
+            format!("pod group {group:?} does not exist (yet); the pod is not scheduled until it does"),
+        ));
+        foreign.push(info);
+    }
+
+    for info in foreign {
+        let Some(draft) = info.node.as_ref().and_then(|n| nodes.get_mut(n)) else { continue };
+        for (reason, message) in &info.findings {
+            problems.push(info.problem(reason, message.clone()));
+        }
+        for (resource, amount) in &info.requests {
+            if let Some(free) = draft.allocatable.get_mut(resource) {
+                *free = free.saturating_sub(*amount).max(0);
+            }
+        }
+    }
+
+    problems.sort();
+    problems.dedup();
+    Converted {
+        nodes: nodes
+            .into_iter()
+            .map(|(name, d)| NodeInput {
+                name,
+                allocatable: ResourceList(d.allocatable),
+                labels: d.labels,
+                taints: d.taints,
+                unschedulable: d.unschedulable,
+            })
+            .collect(),
+        queues,
+        jobs,
+        pods: refs,
+        pod_counts,
+        problems,
+    }
+}
+
+fn convert_nodes(objects: &[Arc<Node>], problems: &mut Vec<Problem>) -> BTreeMap<String, NodeDraft> {
+    let mut nodes = BTreeMap::new();
+    for ((_, name), node) in unique(objects, |n| &n.metadata) {
+        let name = name.as_str();
+        let mut findings = Vec::new();
+        let allocatable =
+            pod::parse_list(node.status.as_ref().and_then(|s| s.allocatable.as_ref()), "allocatable", &mut findings);
+        let spec = node.spec.as_ref();
+        let taints = spec.and_then(|s| s.taints.as_ref()).into_iter().flatten().map(|t| pod::taint(t, &mut findings));
+        let draft = NodeDraft {
+            taints: taints.collect(),
+            allocatable,
+            labels: node.metadata.labels.clone().unwrap_or_default(),
+            unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
+        };
+        for (reason, message) in findings {
+            problems.push(Problem {
+                kind: "Node",
+                namespace: None,
+                name: name.to_string(),
+                reason: reason.into(),
+                message,
+            });
+        }
+        nodes.insert(name.to_string(), draft);
+    }
+    nodes
+}
+
+/// A pod placed in a task, with its phase.
+struct Member<'a> {
+    info: PodInfo<'a>,
+    phase: PodPhaseInput,
+    index: Option<u32>,
+    created: i64,
+}
+
+/// Builds a group's job, or hands back its pods (those holding a node count as foreign
+/// usage) when the group is left out.
+fn group_job<'a>(
+    group: &PodGroup,
+    (namespace, name): &(String, String),
+    pods: Vec<PodInfo<'a>>,
+    nodes: &BTreeMap<String, NodeDraft>,
+    queue_state: &BTreeMap<String, QueueState>,
+    classes: &Classes,
+    problems: &mut Vec<Problem>,
+) -> Result<(JobInput, Vec<PodRef>), Vec<PodInfo<'a>>> {
+    let problem = |reason: &str, message: String| Problem {
+        kind: "PodGroup",
+        namespace: Some(namespace.clone()),
+        name: name.clone(),
+        reason: reason.to_string(),
+        message,
+    };
+    let phase = match group.status.as_ref().map(|s| s.phase).unwrap_or_default() {
+        PodGroupPhase::Pending => JobPhase::Pending,
+        PodGroupPhase::Inqueue => JobPhase::Inqueue,
+        PodGroupPhase::Running => JobPhase::Running,
+        PodGroupPhase::Completed | PodGroupPhase::Failed => return Err(pods),
+    };
+    let queue = group.spec.queue.clone().filter(|q| !q.is_empty()).unwrap_or_else(|| DEFAULT_QUEUE.to_string());
+    let left_out = match queue_state.get(&queue) {
+        None => Some(problem("QueueNotFound", format!("queue {queue:?} does not exist; the group is not scheduled"))),
+        Some(QueueState::Invalid(why)) => {
+            Some(problem("QueueInvalid", format!("queue {queue:?} is left out ({why}); the group is not scheduled")))
+        }
+        Some(QueueState::Valid { leaf: false, .. }) => Some(problem(
+            "QueueNotLeaf",
+            format!("queue {queue:?} has child queues; pod groups must be in a leaf queue"),
+        )),
+        Some(QueueState::Valid { closed: true, .. }) if phase == JobPhase::Pending => {
+            Some(problem("QueueClosed", format!("queue {queue:?} is closed; the group is not admitted until it opens")))
+        }
+        Some(QueueState::Valid { .. }) => None,
+    };
+    if let Some(p) = left_out {
+        problems.push(p);
+        return Err(pods);
+    }
+
+    // Phases; pods that cannot take part are dropped here.
+    let mut by_task: BTreeMap<String, Vec<Member<'a>>> = BTreeMap::new();
+    for t in group.spec.min_task_member.keys() {
+        by_task.entry(t.clone()).or_default();
+    }
+    for info in pods {
+        let spec = info.pod.spec.as_ref();
+        let phase = match &info.node {
+            Some(node) if !nodes.contains_key(node) => {
+                problems.push(info.problem(
+                    "NodeNotFound",
+                    format!("bound to node {node:?}, which the scheduler does not know (yet); pod left out"),
+                ));
+                continue;
+            }
+            Some(node) if info.deleting => PodPhaseInput::Releasing(node.clone()),
+            Some(node) => PodPhaseInput::Bound(node.clone()),
+            None if info.deleting => continue,
+            None if spec.and_then(|s| s.scheduling_gates.as_ref()).is_some_and(|g| !g.is_empty()) => continue,
+            None => PodPhaseInput::Pending,
+        };
+        let labels = info.pod.metadata.labels.as_ref();
+        let task = labels.and_then(|l| l.get(TASK_LABEL)).filter(|t| !t.is_empty()).cloned();
+        let index_label = labels.and_then(|l| l.get(TASK_INDEX_LABEL));
+        let index = index_label.and_then(|i| i.trim().parse::<u32>().ok());
+        if let (Some(text), None) = (index_label, index) {
+            problems.push(info.problem(
+                "InvalidTaskIndex",
+                format!("{TASK_INDEX_LABEL} {text:?} is not a non-negative integer; ordered by creation time"),
+            ));
+        }
+        let created = created(&info.pod.metadata);
+        let member = Member { info, phase, index, created };
+        by_task.entry(task.unwrap_or_else(|| DEFAULT_TASK.to_string())).or_default().push(member);
+    }
+
+    // Tasks: order, split by requests and constraints, spread minimums.
+    let mut taken: BTreeSet<String> = by_task.keys().cloned().collect();
+    let mut tasks = Vec::new();
+    let mut members: Vec<Member<'a>> = Vec::new();
+    for (task, mut list) in by_task {
+        list.sort_by(|a, b| {
+            (a.index.is_none(), a.index, a.created, &a.info.name).cmp(&(
+                b.index.is_none(),
+                b.index,
+                b.created,
+                &b.info.name,
+            ))
+        });
+        let mut parts: Vec<(BTreeMap<String, i64>, Constraints, Vec<Member<'a>>)> = Vec::new();
+        for m in list {
+            let mut findings = Vec::new();
+            let constraints = pod::constraints(m.info.pod, &mut findings);
+            match parts.iter_mut().find(|(r, c, _)| *r == m.info.requests && *c == constraints) {
+                Some(part) => part.2.push(m),
+                None => {
+                    for (reason, message) in m.info.findings.iter().chain(&findings) {
+                        problems.push(m.info.problem(reason, message.clone()));
+                    }
+                    parts.push((m.info.requests.clone(), constraints, vec![m]));
+                }
+            }
+        }
+        let mut minimum = group.spec.min_task_member.get(&task).copied().unwrap_or(0);
+        if parts.is_empty() {
+            if minimum > 0 {
+                tasks.push(TaskInput {
+                    name: task.clone(),
+                    min_available: minimum,
+                    requests: ResourceList::default(),
+                    constraints: Constraints::default(),
+                    pods: Vec::new(),
+                });
+            }
+            continue;
+        }
+        let first_task = tasks.len();
+        let mut suffix = 1;
+        for (i, (requests, constraints, part)) in parts.into_iter().enumerate() {
+            let task_name = if i == 0 {
+                task.clone()
+            } else {
+                loop {
+                    suffix += 1;
+                    let candidate = format!("{task}#{suffix}");
+                    if taken.insert(candidate.clone()) {
+                        break candidate;
+                    }
+                }
+            };
+            let take = minimum.min(part.len() as u32);
+            minimum -= take;
+            tasks.push(TaskInput {
+                name: task_name,
+                min_available: take,
+                requests: ResourceList(requests),
+                constraints,
+                pods: part.iter().map(|m| m.phase.clone()).collect(),
+            });
+            members.extend(part);
+        }
+        tasks[first_task].min_available += minimum;
+    }
+
+    let priority = match resolve_priority(group, &members, classes) {
+        Ok(p) => p,
+        Err(message) => {
+            problems.push(problem("PriorityClassNotFound", message));
+            return Err(members.into_iter().map(|m| m.info).collect());
+        }
+    };
+    let refs = members
+        .into_iter()
+        .map(|m| PodRef {
+            namespace: m.info.namespace,
+            name: m.info.name,
+            uid: m.info.pod.metadata.uid.clone(),
+            resource_version: m.info.pod.metadata.resource_version.clone(),
+        })
+        .collect();
+    let job = JobInput {
+        name: name.clone(),
+        namespace: namespace.clone(),
+        queue,
+        priority_class: priority.class,
+        priority: priority.value,
+        preemptible: priority.preemptible,
+        min_member: group.spec.min_member,
+        created_at: created(&group.metadata),
+        phase,
+        tasks,
+    };
+    Ok((job, refs))
+}
+
+fn resolve_priority(group: &PodGroup, members: &[Member], classes: &Classes) -> Result<Resolved, String> {
+    if let Some(class) = group.spec.priority_class_name.as_deref().filter(|c| !c.is_empty()) {
+        return classes
+            .resolve(class)
+            .ok_or_else(|| format!("priority class {class:?} does not exist; the group is not scheduled"));
+    }
+    let from_pod = members.iter().find_map(|m| {
+        let spec = m.info.pod.spec.as_ref()?;
+        let class = spec.priority_class_name.as_deref().filter(|c| !c.is_empty());
+        (class.is_some() || spec.priority.is_some_and(|p| p != 0)).then_some((m, class, spec.priority))
+    });
+    match from_pod {
+        None => Ok(classes.default_class()),
+        Some((m, Some(class), value)) => match (classes.resolve(class), value) {
+            (Some(resolved), _) => Ok(resolved),
+            (None, Some(value)) => Ok(Classes::bare(class, value)),
+            (None, None) => Err(format!(
+                "pod {} names priority class {class:?}, which does not exist; the group is not scheduled",
+                m.info.name
+            )),
+        },
+        Some((_, None, value)) => Ok(Classes::bare("", value.unwrap_or(0))),
+    }
+}

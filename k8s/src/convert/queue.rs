@@ -1,0 +1,153 @@
+//! The queue tree: Queue objects to `QueueInput`s, leaving out queues whose parent chain is
+//! broken (missing parent, cycle) together with their descendants.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use drover_api::crd::queue::{Queue, QueueOpenState, QueueingStrategy};
+use drover_api::ResourceList;
+use drover_scheduler::snapshot::{QueueInput, QueueingStrategy as CoreStrategy};
+
+use super::{Problem, DEFAULT_QUEUE};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+/// What a pod group finds when it looks up its queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum QueueState {
+    /// In the tree.
+    Valid {
+        /// Has no child queue.
+        leaf: bool,
+        /// Closed itself or below a closed queue.
+        closed: bool,
+    },
+    /// Left out; the message says why.
+    Invalid(String),
+}
+
+/// The queue inputs, the state of every queue name, and problems.
+pub(super) fn convert(
+    queues: &[Arc<Queue>],
+    problems: &mut Vec<Problem>,
+) -> (Vec<QueueInput>, BTreeMap<String, QueueState>) {
+    let by_name: BTreeMap<String, &Queue> =
+        super::unique(queues, |q| &q.metadata).into_iter().map(|((_, name), q)| (name, q)).collect();
+    let parent_of = |name: &str| -> Option<&str> {
+        by_name.get(name).and_then(|q| q.spec.parent.as_deref()).filter(|p| !p.is_empty())
+    };
+    let problem = |name: &str, reason: &'static str, message: String| Problem {
+        kind: "Queue",
+        namespace: None,
+        name: name.to_string(),
+        reason: reason.to_string(),
+        message,
+    };
+
+    let mut state: BTreeMap<String, QueueState> = BTreeMap::new();
+    for name in by_name.keys() {
+        // Walk up the parent chain until the root, a missing parent or a repeat.
+        let mut chain: Vec<&str> = vec![name.as_str()];
+        let mut seen: BTreeSet<&str> = BTreeSet::from([name.as_str()]);
+        let verdict = loop {
+            let cur = *chain.last().expect("chain starts non-empty");
+            let Some(parent) = parent_of(cur) else { break None };
+            if !by_name.contains_key(parent) {
+                break Some(if cur == name {
+                    problem(name, "ParentNotFound", format!("parent queue {parent:?} does not exist; queue left out"))
+                } else {
+                    problem(
+                        name,
+                        "ParentInvalid",
+                        format!("ancestor queue {cur:?} has a missing parent {parent:?}; queue left out"),
+                    )
+                });
+            }
+            if !seen.insert(parent) {
+                break Some(if parent == name {
+                    let path = chain.join(" -> ");
+                    problem(name, "QueueCycle", format!("parent chain loops back: {path} -> {name}; queue left out"))
+                } else {
+                    problem(
+                        name,
+                        "ParentInvalid",
+                        format!("ancestor queue {parent:?} is part of a parent cycle; queue left out"),
+                    )
+                });
+            }
+            chain.push(parent);
+        };
+        match verdict {
+            Some(p) => {
+                state.insert(name.clone(), QueueState::Invalid(p.message.clone()));
+                problems.push(p);
+            }
+            None => {
+                let closed = chain.iter().any(|q| by_name[*q].spec.state == QueueOpenState::Closed);
+                state.insert(name.clone(), QueueState::Valid { leaf: true, closed });
+            }
+        }
+    }
+    let valid: Vec<String> =
+        state.iter().filter(|(_, s)| matches!(s, QueueState::Valid { .. })).map(|(n, _)| n.clone()).collect();
+    for name in &valid {
+        if let Some(parent) = parent_of(name) {
+            if let Some(QueueState::Valid { leaf, .. }) = state.get_mut(parent) {
+                *leaf = false;
+            }
+        }
+    }
+
+    let mut inputs = Vec::with_capacity(valid.len() + 1);
+    for name in &valid {
+        let q = by_name[name.as_str()];
+        let mut list = |map: &BTreeMap<String, Quantity>, what: &str| {
+            let mut out = ResourceList::default();
+            for (k, v) in map {
+                match ResourceList::parse_amount(k, &v.0) {
+                    Ok(amount) => {
+                        out.0.insert(k.clone(), amount);
+                    }
+                    // An invalid entry is ignored rather than taken as 0: a 0 quota or limit
+                    // would mean something the author did not write.
+                    Err(e) => {
+                        problems.push(problem(name, "InvalidQuantity", format!("{what} {k}: {e}; entry ignored")))
+                    }
+                }
+            }
+            out
+        };
+        let deserved = list(&q.spec.deserved, "deserved");
+        let limit = q.spec.limit.as_ref().map(|l| list(l, "limit"));
+        inputs.push(QueueInput {
+            name: name.clone(),
+            parent: parent_of(name).map(str::to_string),
+            deserved,
+            limit,
+            over_quota_weight: q.spec.over_quota_weight,
+            reclaimable: q.spec.reclaimable,
+            strategy: match q.spec.queueing_strategy {
+                QueueingStrategy::BestEffortFIFO => CoreStrategy::BestEffortFifo,
+                QueueingStrategy::StrictFIFO => CoreStrategy::StrictFifo,
+            },
+        });
+    }
+    if !by_name.contains_key(DEFAULT_QUEUE) {
+        inputs.push(implicit_default());
+        state.insert(DEFAULT_QUEUE.to_string(), QueueState::Valid { leaf: true, closed: false });
+        inputs.sort_by(|a, b| a.name.cmp(&b.name));
+    }
+    (inputs, state)
+}
+
+/// The queue added when no Queue named `default` exists.
+fn implicit_default() -> QueueInput {
+    QueueInput {
+        name: DEFAULT_QUEUE.to_string(),
+        parent: None,
+        deserved: ResourceList::default(),
+        limit: None,
+        over_quota_weight: 1,
+        reclaimable: true,
+        strategy: CoreStrategy::BestEffortFifo,
+    }
+}

@@ -1,0 +1,2 @@
+//! The Kubernetes edge of the Drover scheduler.
+pub mod convert;
