@@ -1,2 +1,5 @@
 //! The Kubernetes edge of the Drover scheduler.
 pub mod convert;
+pub mod leader;
+pub mod metrics;
+pub mod scheduler;

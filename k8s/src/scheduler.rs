@@ -1,0 +1,271 @@
+//! The Kubernetes scheduler loop: reflector caches in, scheduling cycles of the pure core,
+//! decisions written back to the API.
+//!
+//! [`run`] watches Nodes, Pods (all of them: the conversion subtracts foreign usage),
+//! PodGroups, Queues and PriorityClasses into reflector stores and waits until every store
+//! has listed once. Then, every [`SchedulerOptions::period`], and about 50 ms after a pending
+//! pod of the scheduler, a new PodGroup or a new Node appears, it runs a cycle — only while
+//! `is_leader()` says so. A cycle never lists the API: it converts the store contents
+//! ([`crate::convert`]), builds a snapshot, runs the core synchronously and then writes, in
+//! this order:
+//!
+//! 1. **Recovery** of bind intents (see below) left by a previous leader, a crash, or an
+//!    earlier cycle whose bindings failed.
+//! 2. **Evictions** through `pods/{name}/eviction` (policy/v1, uid precondition), with a
+//!    `Preempted` or `Reclaimed` Event on the pod. 404 is fine (already gone).
+//! 3. **Bindings, gang-safe.** For each pod group with binds, first the PodGroup annotation
+//!    [`BIND_INTENT_ANNOTATION`] = `{"pods": {"<pod>": "<node>"}, "id": .., "at": ..}` by a
+//!    merge patch carrying the group's resourceVersion (any error, 409 included, skips the
+//!    group this cycle); then `pods/{name}/binding` for each pod, `bind_concurrency` at a
+//!    time (a 409 is fine when the pod is already on that node); then the annotation is
+//!    removed. If a binding fails, the annotation stays and the next cycle's recovery
+//!    finishes the job.
+//! 4. **Status** where it changed: PodGroup phase, counts, `observedGeneration` and the
+//!    `Unschedulable`/`Valid` conditions; Queue `allocated`, `deserved`, `fairShare`,
+//!    `queueState`.
+//!
+//! **Recovery.** For every PodGroup carrying an intent: each pod of the intent that is
+//! still unbound is bound to its node if the node exists and the pod fits the node's idle
+//! capacity in the snapshot. If some pod cannot be (pod or node gone, no longer fits) and
+//! the gang would stay below its minimum, the pods bound per the intent are deleted with
+//! `gracePeriodSeconds: 0`; then the annotation is removed. A group with an unresolved
+//! intent gets no new bindings from the core. Intents of this process whose bindings failed
+//! are recovered in the next cycle; intents written by another process once they are older
+//! than one period (or at once, when they carry no time), so that a leader that has just
+//! lost the lease is not raced.
+//!
+//! **Stale stores.** Writes the stores have not shown yet (bindings, evictions, PodGroup
+//! patches) are laid over the store contents until the store shows a newer version of the
+//! object, so a cycle started right after another does not decide again on the same pods.
+//!
+//! **Failures.** An API error on one object is logged and retried next cycle; it never
+//! stops the cycle or the loop. Nothing here panics.
+
+mod api;
+mod cache;
+mod gang;
+mod status;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use drover_scheduler::config::{ActionName, SchedulerConfig};
+use drover_scheduler::cycle::run_cycle_observed;
+use drover_scheduler::snapshot;
+use kube::Client;
+use tokio::sync::Notify;
+
+use crate::convert;
+use cache::{Cache, Overlay};
+use gang::{Ctx, Intents};
+
+pub use gang::{BindIntent, BIND_INTENT_ANNOTATION};
+pub use status::{UNSCHEDULABLE, VALID};
+
+/// The leadership check, shared.
+type Leader = Arc<dyn Fn() -> bool + Send + Sync>;
+
+/// How long after a trigger the cycle starts, so that a burst of objects makes one cycle.
+const DEBOUNCE: Duration = Duration::from_millis(50);
+
+/// How the scheduler runs.
+#[derive(Debug, Clone)]
+pub struct SchedulerOptions {
+    /// The `spec.schedulerName` of the pods it schedules.
+    pub scheduler_name: String,
+    /// Time between cycles when nothing triggers one earlier.
+    pub period: Duration,
+    /// Actions and plugins of the core.
+    pub config: SchedulerConfig,
+    /// Bindings (and evictions, deletions) in flight at once.
+    pub bind_concurrency: usize,
+}
+
+impl Default for SchedulerOptions {
+    fn default() -> Self {
+        SchedulerOptions {
+            scheduler_name: "drover".into(),
+            period: Duration::from_secs(1),
+            config: SchedulerConfig::default(),
+            bind_concurrency: 16,
+        }
+    }
+}
+
+/// One queue's figures after a cycle, in the units of [`drover_api::ResourceList`]
+/// (millicores for cpu, whole units otherwise).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueueFigures {
+    /// Queue name.
+    pub name: String,
+    /// Resources of running pods of the queue and its descendants.
+    pub allocated: BTreeMap<String, i64>,
+    /// Deserved quota (declared resources).
+    pub deserved: BTreeMap<String, i64>,
+    /// Fair share.
+    pub fair_share: BTreeMap<String, i64>,
+}
+
+/// What one cycle did, for metrics.
+#[derive(Debug, Clone, Default)]
+pub struct CycleReport {
+    /// The whole cycle: conversion, core, and writes.
+    pub duration: Duration,
+    /// Each action of the core and its duration.
+    pub actions: Vec<(ActionName, Duration)>,
+    /// Pods bound (including by recovery).
+    pub binds: usize,
+    /// Pods evicted.
+    pub evictions: usize,
+    /// Pod groups with waiting pods, by the core's reason.
+    pub pending_by_reason: BTreeMap<String, usize>,
+    /// Every queue of the snapshot (not the implicit root).
+    pub queues: Vec<QueueFigures>,
+}
+
+/// Receives a report after every cycle (metrics). Called on the scheduler's task: keep it
+/// quick and never block.
+pub trait CycleObserver: Send + Sync {
+    /// One cycle finished.
+    fn on_cycle(&self, report: &CycleReport);
+}
+
+/// An observer that ignores everything.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoopObserver;
+
+impl CycleObserver for NoopObserver {
+    fn on_cycle(&self, _report: &CycleReport) {}
+}
+
+/// Runs the scheduler until `shutdown` completes; see the module docs. Returns an error
+/// only when the caches cannot start.
+pub async fn run(
+    client: Client,
+    options: SchedulerOptions,
+    is_leader: impl Fn() -> bool + Send + Sync + 'static,
+    observer: Arc<dyn CycleObserver>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> anyhow::Result<()> {
+    let trigger = Arc::new(Notify::new());
+    let cache = Cache::start(&client, &options.scheduler_name, trigger.clone());
+    let is_leader: Leader = Arc::new(is_leader);
+    tokio::select! {
+        r = schedule(client, options, cache, trigger, is_leader, observer) => r,
+        () = shutdown => {
+            tracing::info!("scheduler stopped");
+            Ok(())
+        }
+    }
+}
+
+async fn schedule(
+    client: Client,
+    options: SchedulerOptions,
+    cache: Cache,
+    trigger: Arc<Notify>,
+    is_leader: Leader,
+    observer: Arc<dyn CycleObserver>,
+) -> anyhow::Result<()> {
+    cache.wait_ready().await?;
+    tracing::info!(scheduler = %options.scheduler_name, "caches synced; scheduling");
+    let mut state = State { overlay: Overlay::default(), intents: Intents::default() };
+    let period = options.period.max(Duration::from_millis(10));
+    let mut ticker = tokio::time::interval(period);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            () = trigger.notified() => tokio::time::sleep(DEBOUNCE).await,
+        }
+        if !is_leader() {
+            continue;
+        }
+        if let Some(report) = state.cycle(&client, &options, &cache, &is_leader).await {
+            observer.on_cycle(&report);
+        }
+    }
+}
+
+struct State {
+    overlay: Overlay,
+    intents: Intents,
+}
+
+impl State {
+    async fn cycle(
+        &mut self,
+        client: &Client,
+        options: &SchedulerOptions,
+        cache: &Cache,
+        is_leader: &Leader,
+    ) -> Option<CycleReport> {
+        let started = Instant::now();
+        let ctx = Ctx {
+            client,
+            scheduler_name: &options.scheduler_name,
+            concurrency: options.bind_concurrency.max(1),
+            period: options.period,
+        };
+        let mut g = cache.gather(&mut self.overlay);
+        let recovery = gang::recover(&ctx, &mut self.intents, &mut self.overlay, &g, is_leader).await;
+        if recovery.wrote {
+            g = cache.gather(&mut self.overlay);
+        }
+        let converted = convert::convert(&g.objects(), &options.scheduler_name);
+        let snap = match snapshot::build(&converted.nodes, &converted.queues, &converted.jobs) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(error = %e, "could not build the snapshot; skipping the cycle");
+                return None;
+            }
+        };
+        let mut actions = Vec::new();
+        let outcome = run_cycle_observed(&snap, &options.config, &mut |a, d, _| actions.push((a, d)));
+        let mut report = CycleReport { actions, binds: recovery.bound, ..CycleReport::default() };
+
+        if is_leader() {
+            let d = &outcome.decisions;
+            report.evictions =
+                gang::evict_decisions(&ctx, &mut self.overlay, &snap, &converted, &d.evictions, &d.pipelined).await;
+        }
+        if is_leader() {
+            report.binds += gang::bind_decisions(
+                &ctx,
+                &mut self.intents,
+                &mut self.overlay,
+                &g,
+                &snap,
+                &converted,
+                &outcome.decisions.binds,
+                &recovery.blocked,
+                is_leader,
+            )
+            .await;
+        }
+        if is_leader() {
+            status::write_groups(&ctx, &mut self.overlay, &g, &snap, &converted, &outcome).await;
+            status::write_queues(&ctx, &g, &snap, &outcome).await;
+        }
+
+        for reason in outcome.reasons.iter().flatten() {
+            *report.pending_by_reason.entry(reason.clone()).or_default() += 1;
+        }
+        report.queues = (1..snap.queues.len())
+            .map(|q| {
+                let [allocated, deserved, fair_share] = status::queue_lists(&snap, &outcome, q);
+                QueueFigures { name: snap.queues[q].name.clone(), allocated, deserved, fair_share }
+            })
+            .collect();
+        report.duration = started.elapsed();
+        tracing::debug!(
+            binds = report.binds,
+            evictions = report.evictions,
+            ms = report.duration.as_millis() as u64,
+            "cycle done"
+        );
+        Some(report)
+    }
+}

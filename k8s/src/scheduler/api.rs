@@ -1,0 +1,145 @@
+//! The individual API writes of the scheduler: bindings, evictions, deletions, Events and
+//! PodGroup annotation patches. Each returns what happened; none panics, and none retries
+//! (the next cycle does).
+
+use drover_api::crd::podgroup::PodGroup;
+use k8s_openapi::api::core::v1::{Binding, Event, EventSource, ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{DeleteParams, EvictParams, ObjectMeta, Patch, PatchParams, PostParams, Preconditions};
+use kube::{Api, Client};
+use serde_json::json;
+
+use crate::convert::PodRef;
+
+/// The HTTP status of an API error, if the server answered one.
+pub(super) fn code(e: &kube::Error) -> Option<u16> {
+    match e {
+        kube::Error::Api(s) => Some(s.code),
+        _ => None,
+    }
+}
+
+/// Binds a pod to a node. A 409 is success when the pod turns out to be bound to that very
+/// node already (a retried or recovered binding).
+pub(super) async fn bind(client: &Client, pod: &PodRef, node: &str) -> Result<(), String> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
+    let binding = Binding {
+        metadata: ObjectMeta {
+            name: Some(pod.name.clone()),
+            namespace: Some(pod.namespace.clone()),
+            uid: pod.uid.clone(),
+            ..ObjectMeta::default()
+        },
+        target: ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Node".into()),
+            name: Some(node.to_string()),
+            ..ObjectReference::default()
+        },
+    };
+    match api.create_subresource::<_, serde_json::Value>("binding", &pod.name, &PostParams::default(), &binding).await {
+        Ok(_) => Ok(()),
+        Err(e) if code(&e) == Some(409) => match api.get_opt(&pod.name).await {
+            Ok(Some(p))
+                if p.metadata.uid == pod.uid && p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node) =>
+            {
+                Ok(())
+            }
+            Ok(_) => Err(format!("binding {}/{} to {node}: {e}", pod.namespace, pod.name)),
+            Err(e2) => Err(format!("binding {}/{} to {node}: {e}; reading it back: {e2}", pod.namespace, pod.name)),
+        },
+        Err(e) => Err(format!("binding {}/{} to {node}: {e}", pod.namespace, pod.name)),
+    }
+}
+
+fn uid_precondition(pod: &PodRef) -> Option<Preconditions> {
+    pod.uid.as_ref().map(|uid| Preconditions { uid: Some(uid.clone()), resource_version: None })
+}
+
+/// Whether a write removed (or started removing) the pod, or found it gone already.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Removal {
+    /// The API accepted it.
+    Done,
+    /// 404: already gone.
+    Gone,
+}
+
+/// Evicts a pod through the Eviction API (graceful, as the pod asks).
+pub(super) async fn evict(client: &Client, pod: &PodRef) -> Result<Removal, String> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
+    let params = EvictParams {
+        delete_options: Some(DeleteParams { preconditions: uid_precondition(pod), ..DeleteParams::default() }),
+        post_options: PostParams::default(),
+    };
+    match api.evict(&pod.name, &params).await {
+        Ok(_) => Ok(Removal::Done),
+        Err(e) if code(&e) == Some(404) => Ok(Removal::Gone),
+        Err(e) => Err(format!("evicting {}/{}: {e}", pod.namespace, pod.name)),
+    }
+}
+
+/// Deletes a pod at once (`gracePeriodSeconds: 0`), as a gang rollback does.
+pub(super) async fn delete_now(client: &Client, pod: &PodRef) -> Result<Removal, String> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
+    let params =
+        DeleteParams { grace_period_seconds: Some(0), preconditions: uid_precondition(pod), ..DeleteParams::default() };
+    match api.delete(&pod.name, &params).await {
+        Ok(_) => Ok(Removal::Done),
+        Err(e) if code(&e) == Some(404) => Ok(Removal::Gone),
+        Err(e) => Err(format!("deleting {}/{}: {e}", pod.namespace, pod.name)),
+    }
+}
+
+/// Records a Normal core/v1 Event on a pod. Failures are logged only.
+pub(super) async fn pod_event(client: &Client, component: &str, pod: &PodRef, reason: &str, message: &str) {
+    let now = jiff::Timestamp::now();
+    let event = Event {
+        metadata: ObjectMeta {
+            name: Some(format!("{}.{:x}", pod.name, now.as_nanosecond())),
+            namespace: Some(pod.namespace.clone()),
+            ..ObjectMeta::default()
+        },
+        involved_object: ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: Some(pod.name.clone()),
+            namespace: Some(pod.namespace.clone()),
+            uid: pod.uid.clone(),
+            ..ObjectReference::default()
+        },
+        reason: Some(reason.to_string()),
+        message: Some(message.to_string()),
+        type_: Some("Normal".into()),
+        source: Some(EventSource { component: Some(component.to_string()), host: None }),
+        reporting_component: Some(component.to_string()),
+        first_timestamp: Some(Time(now)),
+        last_timestamp: Some(Time(now)),
+        count: Some(1),
+        ..Event::default()
+    };
+    let api: Api<Event> = Api::namespaced(client.clone(), &pod.namespace);
+    if let Err(e) = api.create(&PostParams::default(), &event).await {
+        tracing::warn!(pod = %pod.name, namespace = %pod.namespace, reason, error = %e, "could not record an event");
+    }
+}
+
+/// Sets (`Some`) or removes (`None`) a PodGroup annotation with a merge patch that carries
+/// the group's resourceVersion, so that it fails with 409 if the group changed meanwhile.
+pub(super) async fn annotate_group(
+    client: &Client,
+    group: &PodGroup,
+    annotation: &str,
+    value: Option<&str>,
+) -> Result<PodGroup, kube::Error> {
+    let namespace = group.metadata.namespace.clone().unwrap_or_default();
+    let name = group.metadata.name.clone().unwrap_or_default();
+    let api: Api<PodGroup> = Api::namespaced(client.clone(), &namespace);
+    let patch = json!({
+        "metadata": {
+            "resourceVersion": group.metadata.resource_version,
+            "annotations": { annotation: value },
+        }
+    });
+    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await
+}

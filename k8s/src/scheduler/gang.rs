@@ -1,0 +1,514 @@
+//! Writing decisions: evictions (with Events), gang-safe bindings behind a bind-intent
+//! annotation, and the recovery of intents a previous leader (or an earlier cycle) left
+//! behind.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use drover_api::crd::podgroup::PodGroup;
+use drover_scheduler::session::{EvictReason, PodState, Session, Statement};
+use drover_scheduler::snapshot::{self, JobId, NodeId, PodId, Snapshot};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Client;
+use serde::{Deserialize, Serialize};
+
+use super::api::{self, Removal};
+use super::cache::{key_of, Gathered, Key, Overlay};
+use super::Leader;
+use crate::convert::{self, Converted, PodRef, DEFAULT_TASK, POD_GROUP_ANNOTATION, TASK_LABEL};
+
+/// PodGroup annotation holding the bindings the scheduler is about to write for the group.
+pub const BIND_INTENT_ANNOTATION: &str = "scheduling.drover.dev/bind-intent";
+
+/// The value of [`BIND_INTENT_ANNOTATION`]: `{"pods": {"<pod>": "<node>", ...}}`, plus an id
+/// and a write time (RFC 3339) that the scheduler adds and that may be absent.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct BindIntent {
+    /// Pod name (in the group's namespace) to node name.
+    pub pods: BTreeMap<String, String>,
+    /// Unique id of this intent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// When it was written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<String>,
+}
+
+/// What every writer needs.
+pub(super) struct Ctx<'a> {
+    pub client: &'a Client,
+    pub scheduler_name: &'a str,
+    pub concurrency: usize,
+    pub period: Duration,
+}
+
+/// The intents this process wrote.
+#[derive(Debug, Default)]
+pub(super) struct Intents {
+    /// Written, but some binding failed: recover next cycle, whatever their age.
+    own_pending: HashSet<String>,
+    /// Completed and removed: if the store still shows them, it is behind.
+    cleared: HashSet<String>,
+    cleared_order: VecDeque<String>,
+    seq: u64,
+}
+
+const CLEARED_KEPT: usize = 10_000;
+
+impl Intents {
+    fn new_id(&mut self) -> String {
+        self.seq += 1;
+        format!("{:x}-{}", jiff::Timestamp::now().as_nanosecond(), self.seq)
+    }
+
+    fn pending(&mut self, id: &str) {
+        self.own_pending.insert(id.to_string());
+    }
+
+    fn cleared(&mut self, id: Option<&str>) {
+        let Some(id) = id else { return };
+        self.own_pending.remove(id);
+        if self.cleared.insert(id.to_string()) {
+            self.cleared_order.push_back(id.to_string());
+            while self.cleared_order.len() > CLEARED_KEPT {
+                if let Some(old) = self.cleared_order.pop_front() {
+                    self.cleared.remove(&old);
+                }
+            }
+        }
+    }
+}
+
+fn pod_ref(pod: &Pod) -> PodRef {
+    PodRef {
+        namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+        name: pod.metadata.name.clone().unwrap_or_default(),
+        uid: pod.metadata.uid.clone(),
+        resource_version: pod.metadata.resource_version.clone(),
+    }
+}
+
+fn node_of(pod: &Pod) -> Option<&str> {
+    pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).filter(|n| !n.is_empty())
+}
+
+fn finished(pod: &Pod) -> bool {
+    matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
+}
+
+/// The group a pod of this scheduler belongs to.
+pub(super) fn group_of<'p>(pod: &'p Pod, scheduler_name: &str) -> Option<&'p str> {
+    if pod.spec.as_ref().and_then(|s| s.scheduler_name.as_deref()) != Some(scheduler_name) {
+        return None;
+    }
+    pod.metadata.annotations.as_ref()?.get(POD_GROUP_ANNOTATION).map(String::as_str).filter(|g| !g.is_empty())
+}
+
+/// Whether the group has its gang minimum (overall and per task) of bound, live pods, when
+/// the pods named in `adding` are bound too.
+fn gang_ok(group: &PodGroup, pods: &[Arc<Pod>], scheduler_name: &str, adding: &BTreeSet<&str>) -> bool {
+    let (namespace, name) = key_of(&group.metadata);
+    let mut total = 0u32;
+    let mut per_task: BTreeMap<String, u32> = BTreeMap::new();
+    for pod in pods {
+        if pod.metadata.namespace.as_deref().unwrap_or_default() != namespace
+            || group_of(pod, scheduler_name) != Some(name.as_str())
+        {
+            continue;
+        }
+        let live = node_of(pod).is_some() && pod.metadata.deletion_timestamp.is_none() && !finished(pod);
+        if !live && !adding.contains(pod.metadata.name.as_deref().unwrap_or_default()) {
+            continue;
+        }
+        total += 1;
+        let task = pod.metadata.labels.as_ref().and_then(|l| l.get(TASK_LABEL)).map_or(DEFAULT_TASK, |t| t.as_str());
+        *per_task.entry(task.to_string()).or_default() += 1;
+    }
+    total >= group.spec.min_member
+        && group.spec.min_task_member.iter().all(|(task, min)| per_task.get(task).copied().unwrap_or(0) >= *min)
+}
+
+async fn bind_many(ctx: &Ctx<'_>, binds: Vec<(PodRef, String)>) -> Vec<(PodRef, String, Result<(), String>)> {
+    let client = ctx.client.clone();
+    futures::stream::iter(binds)
+        .map(move |(pod, node)| {
+            let client = client.clone();
+            async move {
+                let result = api::bind(&client, &pod, &node).await;
+                (pod, node, result)
+            }
+        })
+        .buffer_unordered(ctx.concurrency)
+        .collect()
+        .await
+}
+
+/// Records successful bindings in the overlay; returns how many succeeded and the errors.
+fn note_binds(overlay: &mut Overlay, results: &[(PodRef, String, Result<(), String>)]) -> (usize, Vec<String>) {
+    let mut ok = 0;
+    let mut errors = Vec::new();
+    for (pod, node, result) in results {
+        match result {
+            Ok(()) => {
+                overlay.pod_bound(pod, node);
+                ok += 1;
+            }
+            Err(e) => errors.push(e.clone()),
+        }
+    }
+    (ok, errors)
+}
+
+/// Removes the intent annotation; `false` if that failed (it is tried again next cycle).
+async fn clear_intent(ctx: &Ctx<'_>, overlay: &mut Overlay, group: &PodGroup) -> bool {
+    match api::annotate_group(ctx.client, group, BIND_INTENT_ANNOTATION, None).await {
+        Ok(written) => {
+            overlay.group_written(group.metadata.resource_version.clone(), written);
+            true
+        }
+        Err(e) => {
+            let (ns, name) = key_of(&group.metadata);
+            tracing::warn!(namespace = %ns, group = %name, error = %e, "could not remove the bind intent; retrying next cycle");
+            false
+        }
+    }
+}
+
+/// What recovery left.
+#[derive(Debug, Default)]
+pub(super) struct Recovery {
+    /// Groups whose intent is still unresolved: the cycle must not bind their pods.
+    pub blocked: BTreeSet<Key>,
+    /// Whether recovery wrote anything (the objects must be gathered again).
+    pub wrote: bool,
+    /// Pods bound.
+    pub bound: usize,
+}
+
+fn young(at: Option<&str>, period: Duration) -> bool {
+    let Some(at) = at.and_then(|a| a.parse::<jiff::Timestamp>().ok()) else { return false };
+    let age = jiff::Timestamp::now().duration_since(at);
+    age < jiff::SignedDuration::try_from(period).unwrap_or(jiff::SignedDuration::ZERO)
+}
+
+/// Completes or rolls back every bind intent found on the groups: pods of the intent still
+/// unbound are bound where the intent says if the node exists and they fit its idle capacity;
+/// if some cannot be and the gang would stay below its minimum, the pods bound per the intent
+/// are deleted at once. Then the annotation is removed.
+///
+/// Intents of this process whose bindings failed are recovered at once; others (a previous
+/// leader's) once they are older than one period, or at once when they carry no time.
+pub(super) async fn recover(
+    ctx: &Ctx<'_>,
+    intents: &mut Intents,
+    overlay: &mut Overlay,
+    g: &Gathered,
+    is_leader: &Leader,
+) -> Recovery {
+    let mut out = Recovery::default();
+    let found: Vec<(Key, &Arc<PodGroup>, &String)> = g
+        .pod_groups
+        .iter()
+        .filter_map(|pg| {
+            let raw = pg.metadata.annotations.as_ref()?.get(BIND_INTENT_ANNOTATION)?;
+            Some((key_of(&pg.metadata), pg, raw))
+        })
+        .collect();
+    if found.is_empty() {
+        return out;
+    }
+    let converted = convert::convert(&g.objects(), ctx.scheduler_name);
+    let snap = match snapshot::build(&converted.nodes, &converted.queues, &converted.jobs) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "could not build a snapshot for recovery; bind intents wait");
+            out.blocked.extend(found.into_iter().map(|(k, _, _)| k));
+            return out;
+        }
+    };
+    let mut ssn = Session::open(&snap);
+    let pod_ids: HashMap<(&str, &str), PodId> =
+        converted.pods.iter().enumerate().map(|(i, r)| ((r.namespace.as_str(), r.name.as_str()), i)).collect();
+    let node_ids: HashMap<&str, NodeId> = snap.nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect();
+    let pods = g.pods_by_key();
+
+    for (key, group, raw) in found {
+        if !is_leader() {
+            out.blocked.insert(key);
+            continue;
+        }
+        let intent: BindIntent = match serde_json::from_str(raw) {
+            Ok(i) => i,
+            Err(e) => {
+                tracing::warn!(namespace = %key.0, group = %key.1, error = %e, "unreadable bind intent; removing it");
+                out.wrote = true;
+                if !clear_intent(ctx, overlay, group).await {
+                    out.blocked.insert(key);
+                }
+                continue;
+            }
+        };
+        if intent.id.as_ref().is_some_and(|id| intents.cleared.contains(id)) {
+            continue; // removed by this process; the store has not caught up
+        }
+        let own = intent.id.as_ref().is_some_and(|id| intents.own_pending.contains(id));
+        if !own && young(intent.at.as_deref(), ctx.period) {
+            out.blocked.insert(key);
+            continue;
+        }
+
+        let mut st = Statement::new();
+        let mut to_bind: Vec<(PodRef, String)> = Vec::new();
+        let mut bound_here: Vec<PodRef> = Vec::new();
+        let mut lost: Vec<String> = Vec::new();
+        for (pod_name, node) in &intent.pods {
+            let Some(pod) = pods.get(&(key.0.clone(), pod_name.clone())) else {
+                lost.push(format!("pod {pod_name} is gone"));
+                continue;
+            };
+            match node_of(pod) {
+                Some(n) if n == node => bound_here.push(pod_ref(pod)),
+                Some(_) => {} // bound elsewhere, not by this intent
+                None if pod.metadata.deletion_timestamp.is_some() || finished(pod) => {
+                    lost.push(format!("pod {pod_name} is terminating"))
+                }
+                None => match (node_ids.get(node.as_str()), pod_ids.get(&(key.0.as_str(), pod_name.as_str()))) {
+                    (None, _) => lost.push(format!("node {node} of pod {pod_name} is gone")),
+                    (_, None) => lost.push(format!("pod {pod_name} cannot be scheduled now")),
+                    (Some(&n), Some(&p)) => {
+                        if ssn.pod_state[p] == PodState::Pending && ssn.fits_idle(n, ssn.requests(p), None) {
+                            ssn.allocate(&mut st, p, n);
+                            to_bind.push((pod_ref(pod), node.clone()));
+                        } else {
+                            lost.push(format!("pod {pod_name} no longer fits node {node}"));
+                        }
+                    }
+                },
+            }
+        }
+        let adding: BTreeSet<&str> = to_bind.iter().map(|(p, _)| p.name.as_str()).collect();
+        let complete = lost.is_empty() || gang_ok(group, &g.pods, ctx.scheduler_name, &adding);
+        out.wrote = true;
+        if complete {
+            ssn.commit(st);
+            if !to_bind.is_empty() {
+                tracing::info!(namespace = %key.0, group = %key.1, pods = to_bind.len(), "completing a bind intent");
+            }
+            let results = bind_many(ctx, to_bind).await;
+            let (ok, errors) = note_binds(overlay, &results);
+            out.bound += ok;
+            if errors.is_empty() {
+                if clear_intent(ctx, overlay, group).await {
+                    intents.cleared(intent.id.as_deref());
+                    continue;
+                }
+            } else {
+                tracing::warn!(namespace = %key.0, group = %key.1, ?errors, "recovery could not bind every pod; retrying next cycle");
+            }
+            if let Some(id) = &intent.id {
+                intents.pending(id);
+            }
+            out.blocked.insert(key);
+        } else {
+            ssn.discard(st);
+            tracing::warn!(namespace = %key.0, group = %key.1, ?lost, "bind intent cannot be completed; rolling the gang back");
+            let client = ctx.client.clone();
+            let results: Vec<(PodRef, Result<Removal, String>)> = futures::stream::iter(bound_here)
+                .map(move |pod| {
+                    let client = client.clone();
+                    async move {
+                        let r = api::delete_now(&client, &pod).await;
+                        (pod, r)
+                    }
+                })
+                .buffer_unordered(ctx.concurrency)
+                .collect()
+                .await;
+            let mut failed = false;
+            for (pod, r) in &results {
+                match r {
+                    Ok(_) => overlay.pod_deleted(pod),
+                    Err(e) => {
+                        failed = true;
+                        tracing::warn!(error = %e, "rollback could not delete a pod; retrying next cycle");
+                    }
+                }
+            }
+            if !failed && clear_intent(ctx, overlay, group).await {
+                intents.cleared(intent.id.as_deref());
+                continue;
+            }
+            if let Some(id) = &intent.id {
+                intents.pending(id);
+            }
+            out.blocked.insert(key);
+        }
+    }
+    out
+}
+
+/// Writes the cycle's bindings, group by group: the intent annotation first (skipped on any
+/// error, a 409 included), then the bindings, then the annotation's removal. A group with a
+/// failed binding keeps its intent, which the next cycle's recovery completes or rolls back.
+/// Returns the number of pods bound.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn bind_decisions(
+    ctx: &Ctx<'_>,
+    intents: &mut Intents,
+    overlay: &mut Overlay,
+    g: &Gathered,
+    snap: &Snapshot,
+    converted: &Converted,
+    binds: &[(PodId, NodeId)],
+    blocked: &BTreeSet<Key>,
+    is_leader: &Leader,
+) -> usize {
+    let mut by_job: BTreeMap<JobId, Vec<(PodId, NodeId)>> = BTreeMap::new();
+    for &(pod, node) in binds {
+        by_job.entry(snap.pods[pod].job).or_default().push((pod, node));
+    }
+    let mut bound = 0;
+    for (job, list) in by_job {
+        if !is_leader() {
+            break;
+        }
+        let j = &snap.jobs[job];
+        let key = (j.namespace.clone(), j.name.clone());
+        if blocked.contains(&key) {
+            continue;
+        }
+        let Some(group) = g.group(&key) else { continue };
+        if group.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(BIND_INTENT_ANNOTATION)) {
+            continue; // an intent the recovery left alone (e.g. too young)
+        }
+        let pods: Vec<(PodRef, String)> = list
+            .iter()
+            .filter_map(|&(p, n)| Some((converted.pods.get(p)?.clone(), snap.nodes.get(n)?.name.clone())))
+            .collect();
+        let id = intents.new_id();
+        let intent = BindIntent {
+            pods: pods.iter().map(|(p, n)| (p.name.clone(), n.clone())).collect(),
+            id: Some(id.clone()),
+            at: Some(jiff::Timestamp::now().to_string()),
+        };
+        let Ok(text) = serde_json::to_string(&intent) else { continue };
+        let written = match api::annotate_group(ctx.client, group, BIND_INTENT_ANNOTATION, Some(&text)).await {
+            Ok(w) => w,
+            Err(e) => {
+                if api::code(&e) == Some(409) {
+                    tracing::debug!(namespace = %key.0, group = %key.1, "pod group changed; binding next cycle");
+                } else {
+                    tracing::warn!(namespace = %key.0, group = %key.1, error = %e, "could not write the bind intent; binding next cycle");
+                }
+                continue;
+            }
+        };
+        overlay.group_written(group.metadata.resource_version.clone(), written.clone());
+        let results = bind_many(ctx, pods).await;
+        let (ok, errors) = note_binds(overlay, &results);
+        bound += ok;
+        if errors.is_empty() {
+            if clear_intent(ctx, overlay, &written).await {
+                intents.cleared(Some(&id));
+                continue;
+            }
+        } else {
+            tracing::warn!(namespace = %key.0, group = %key.1, ?errors, "some bindings failed; the intent is recovered next cycle");
+        }
+        intents.pending(&id);
+    }
+    bound
+}
+
+fn names(list: &BTreeSet<String>) -> String {
+    let mut v: Vec<&str> = list.iter().map(String::as_str).take(3).collect();
+    if list.len() > 3 {
+        v.push("...");
+    }
+    v.join(", ")
+}
+
+/// Evicts the cycle's victims through the Eviction API and records an Event on each.
+/// Returns the number of pods evicted.
+pub(super) async fn evict_decisions(
+    ctx: &Ctx<'_>,
+    overlay: &mut Overlay,
+    snap: &Snapshot,
+    converted: &Converted,
+    evictions: &[(PodId, EvictReason)],
+    pipelined: &[(PodId, NodeId)],
+) -> usize {
+    if evictions.is_empty() {
+        return 0;
+    }
+    // The groups the evictions make room for, by queue.
+    let mut waiting: BTreeMap<usize, BTreeSet<String>> = BTreeMap::new();
+    for &(pod, _) in pipelined {
+        let job = &snap.jobs[snap.pods[pod].job];
+        waiting.entry(job.queue).or_default().insert(job.key());
+    }
+    let work: Vec<(PodRef, String, String)> = evictions
+        .iter()
+        .filter_map(|&(pod, reason)| {
+            let r = converted.pods.get(pod)?.clone();
+            let job = &snap.jobs[snap.pods[pod].job];
+            let queue = &snap.queues[job.queue].name;
+            Some(match reason {
+                EvictReason::Preempt => {
+                    let by = waiting.get(&job.queue).map(names).unwrap_or_default();
+                    let by =
+                        if by.is_empty() { "higher-priority work".to_string() } else { format!("pod group(s) {by}") };
+                    (r, "Preempted".to_string(), format!("Preempted by {by} of higher priority in queue {queue}"))
+                }
+                EvictReason::Reclaim => {
+                    let others: BTreeSet<String> = waiting
+                        .iter()
+                        .filter(|(q, _)| **q != job.queue)
+                        .flat_map(|(_, groups)| groups.iter().cloned())
+                        .collect();
+                    let by = if others.is_empty() {
+                        "another queue".to_string()
+                    } else {
+                        format!("pod group(s) {}", names(&others))
+                    };
+                    (
+                        r,
+                        "Reclaimed".to_string(),
+                        format!("Reclaimed from queue {queue}, which runs over its deserved quota, for {by}"),
+                    )
+                }
+            })
+        })
+        .collect();
+    let client = ctx.client.clone();
+    let component = ctx.scheduler_name.to_string();
+    let results: Vec<(PodRef, Result<Removal, String>)> = futures::stream::iter(work)
+        .map(move |(pod, reason, message)| {
+            let client = client.clone();
+            let component = component.clone();
+            async move {
+                let r = api::evict(&client, &pod).await;
+                if r == Ok(Removal::Done) {
+                    api::pod_event(&client, &component, &pod, &reason, &message).await;
+                }
+                (pod, r)
+            }
+        })
+        .buffer_unordered(ctx.concurrency)
+        .collect()
+        .await;
+    let mut evicted = 0;
+    for (pod, r) in results {
+        match r {
+            Ok(Removal::Done) => {
+                overlay.pod_deleting(&pod);
+                evicted += 1;
+            }
+            Ok(Removal::Gone) => overlay.pod_deleted(&pod),
+            Err(e) => tracing::warn!(error = %e, "eviction failed; retrying next cycle"),
+        }
+    }
+    evicted
+}

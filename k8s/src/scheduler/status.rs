@@ -1,0 +1,273 @@
+//! PodGroup and Queue status, written with merge patches on `/status` only when it differs
+//! from what the object already has.
+
+use std::collections::{BTreeMap, HashMap};
+
+use drover_api::crd::podgroup::{PodGroup, PodGroupPhase, PodGroupStatus};
+use drover_api::crd::queue::Queue;
+use drover_scheduler::cycle::CycleOutcome;
+use drover_scheduler::res::Res;
+use drover_scheduler::snapshot::{JobPhase, QueueId, Snapshot};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Patch, PatchParams};
+use kube::Api;
+use serde_json::{json, Map, Value};
+
+use super::cache::{key_of, Gathered, Key, Overlay};
+use super::gang::{group_of, Ctx};
+use crate::convert::{Converted, PodCounts, Problem};
+
+/// Condition type carrying the reason a group waits.
+pub const UNSCHEDULABLE: &str = "Unschedulable";
+/// Condition type saying whether the group could be read.
+pub const VALID: &str = "Valid";
+
+fn set_condition(
+    conds: &mut Vec<Condition>,
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+) {
+    let status = if status { "True" } else { "False" };
+    match conds.iter_mut().find(|c| c.type_ == type_) {
+        Some(c) => {
+            if c.status != status {
+                c.last_transition_time = Time(jiff::Timestamp::now());
+                c.status = status.to_string();
+            }
+            c.reason = reason.to_string();
+            c.message = message.to_string();
+            c.observed_generation = generation;
+        }
+        None => conds.push(Condition {
+            type_: type_.to_string(),
+            status: status.to_string(),
+            reason: reason.to_string(),
+            message: message.to_string(),
+            observed_generation: generation,
+            last_transition_time: Time(jiff::Timestamp::now()),
+        }),
+    }
+}
+
+/// Pods of a group by how many exist and how many finished.
+#[derive(Debug, Default, Clone, Copy)]
+struct Members {
+    total: u32,
+    succeeded: u32,
+    failed: u32,
+}
+
+/// The status the scheduler wants a group to have.
+fn desired(
+    group: &PodGroup,
+    core: Option<(JobPhase, Option<&str>)>,
+    counts: PodCounts,
+    members: Members,
+    problem: Option<&Problem>,
+) -> PodGroupStatus {
+    let current = group.status.clone().unwrap_or_default();
+    let generation = group.metadata.generation;
+    let mut status = current.clone();
+    let all_finished = members.total > 0 && members.succeeded + members.failed == members.total;
+    status.phase = match current.phase {
+        PodGroupPhase::Completed | PodGroupPhase::Failed => current.phase,
+        _ if all_finished => {
+            if members.failed == 0 || members.succeeded >= group.spec.min_member {
+                PodGroupPhase::Completed
+            } else {
+                PodGroupPhase::Failed
+            }
+        }
+        phase => match core {
+            Some((JobPhase::Pending, _)) => PodGroupPhase::Pending,
+            Some((JobPhase::Inqueue, _)) => PodGroupPhase::Inqueue,
+            Some((JobPhase::Running, _)) => PodGroupPhase::Running,
+            None => phase,
+        },
+    };
+    status.running = counts.running;
+    status.succeeded = counts.succeeded;
+    status.failed = counts.failed;
+    status.observed_generation = generation;
+    let finished = matches!(status.phase, PodGroupPhase::Completed | PodGroupPhase::Failed);
+    match (core, problem) {
+        (_, Some(p)) => set_condition(&mut status.conditions, VALID, false, &p.reason, &p.message, generation),
+        _ if status.conditions.iter().any(|c| c.type_ == VALID && c.status != "True") => {
+            set_condition(&mut status.conditions, VALID, true, "Valid", "", generation)
+        }
+        _ => {}
+    }
+    match core {
+        Some((_, Some(reason))) if !finished => {
+            set_condition(&mut status.conditions, UNSCHEDULABLE, true, UNSCHEDULABLE, reason, generation)
+        }
+        Some(_) => set_condition(&mut status.conditions, UNSCHEDULABLE, false, "Scheduled", "", generation),
+        None if finished && status.conditions.iter().any(|c| c.type_ == UNSCHEDULABLE && c.status == "True") => {
+            set_condition(&mut status.conditions, UNSCHEDULABLE, false, "Finished", "", generation)
+        }
+        None => {}
+    }
+    status
+}
+
+/// Writes every PodGroup status that changed. Returns the number written.
+pub(super) async fn write_groups(
+    ctx: &Ctx<'_>,
+    overlay: &mut Overlay,
+    g: &Gathered,
+    snap: &Snapshot,
+    converted: &Converted,
+    outcome: &CycleOutcome,
+) -> usize {
+    let mut core: HashMap<Key, (JobPhase, Option<&str>)> = HashMap::new();
+    for (j, job) in snap.jobs.iter().enumerate() {
+        let reason = outcome.reasons.get(j).and_then(|r| r.as_deref());
+        let phase = outcome.job_phase.get(j).copied().unwrap_or(job.phase);
+        core.insert((job.namespace.clone(), job.name.clone()), (phase, reason));
+    }
+    let mut problems: HashMap<Key, &Problem> = HashMap::new();
+    for p in converted.problems.iter().filter(|p| p.kind == "PodGroup") {
+        problems.entry((p.namespace.clone().unwrap_or_default(), p.name.clone())).or_insert(p);
+    }
+    let mut members: HashMap<Key, Members> = HashMap::new();
+    for pod in &g.pods {
+        let Some(group) = group_of(pod, ctx.scheduler_name) else { continue };
+        let m = members.entry((pod.metadata.namespace.clone().unwrap_or_default(), group.to_string())).or_default();
+        m.total += 1;
+        match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
+            Some("Succeeded") => m.succeeded += 1,
+            Some("Failed") => m.failed += 1,
+            _ => {}
+        }
+    }
+    let mut written = 0;
+    for group in &g.pod_groups {
+        let key = key_of(&group.metadata);
+        let counts = converted.pod_counts.get(&key).copied().unwrap_or_default();
+        let want = desired(
+            group,
+            core.get(&key).copied(),
+            counts,
+            members.get(&key).copied().unwrap_or_default(),
+            problems.get(&key).copied(),
+        );
+        if group.status.as_ref() == Some(&want) {
+            continue;
+        }
+        let Ok(status) = serde_json::to_value(&want) else { continue };
+        let patch = json!({"metadata": {"resourceVersion": group.metadata.resource_version}, "status": status});
+        let api: Api<PodGroup> = Api::namespaced(ctx.client.clone(), &key.0);
+        match api.patch_status(&key.1, &PatchParams::default(), &Patch::Merge(&patch)).await {
+            Ok(new) => {
+                overlay.group_written(group.metadata.resource_version.clone(), new);
+                written += 1;
+            }
+            Err(e) => {
+                tracing::debug!(namespace = %key.0, group = %key.1, error = %e, "pod group status not written; retrying next cycle")
+            }
+        }
+    }
+    written
+}
+
+/// A queue's figures as the status shows them: `pods` only where the queue declares it.
+pub(super) fn queue_lists(snap: &Snapshot, outcome: &CycleOutcome, q: QueueId) -> [BTreeMap<String, i64>; 3] {
+    let queue = &snap.queues[q];
+    let shown = |r: usize| r != snap.pods_resource || queue.deserved_declared[r];
+    let list = |res: &Res| -> BTreeMap<String, i64> {
+        snap.to_list(res)
+            .0
+            .into_iter()
+            .filter(|(name, _)| name != &snap.resources[snap.pods_resource] || shown(snap.pods_resource))
+            .collect()
+    };
+    let zero = Res::zero(snap.resources.len());
+    let allocated = list(outcome.queue_alloc.get(q).unwrap_or(&zero));
+    let fair_share = list(outcome.fair_share.get(q).unwrap_or(&zero));
+    let deserved = (0..snap.resources.len())
+        .filter(|&r| queue.deserved_declared[r])
+        .map(|r| (snap.resources[r].clone(), queue.deserved[r]))
+        .collect();
+    [allocated, deserved, fair_share]
+}
+
+fn queue_state(snap: &Snapshot, outcome: &CycleOutcome, q: QueueId) -> &'static str {
+    let queue = &snap.queues[q];
+    let zero = Res::zero(snap.resources.len());
+    let alloc = outcome.queue_alloc.get(q).unwrap_or(&zero);
+    let share = outcome.fair_share.get(q).unwrap_or(&zero);
+    if (0..alloc.len()).any(|r| r != snap.pods_resource && alloc[r] > share[r]) {
+        "OverFairShare"
+    } else if queue.over_quota(alloc) {
+        "OverQuota"
+    } else {
+        "InQuota"
+    }
+}
+
+/// The merge-patch value turning `current` into `want`: changed entries, and `null` for
+/// entries that are gone. `None` when nothing changes.
+fn map_patch(current: &BTreeMap<String, Quantity>, want: &BTreeMap<String, String>) -> Option<Value> {
+    let mut m = Map::new();
+    for (k, v) in want {
+        if current.get(k).map(|q| &q.0) != Some(v) {
+            m.insert(k.clone(), Value::String(v.clone()));
+        }
+    }
+    for k in current.keys() {
+        if !want.contains_key(k) {
+            m.insert(k.clone(), Value::Null);
+        }
+    }
+    (!m.is_empty()).then_some(Value::Object(m))
+}
+
+/// Writes the scheduler's fields of every Queue status that changed (`allocated`,
+/// `deserved`, `fairShare`, `queueState`). Returns the number written.
+pub(super) async fn write_queues(ctx: &Ctx<'_>, g: &Gathered, snap: &Snapshot, outcome: &CycleOutcome) -> usize {
+    let ids: HashMap<&str, QueueId> =
+        snap.queues.iter().enumerate().skip(1).map(|(i, q)| (q.name.as_str(), i)).collect();
+    let api: Api<Queue> = Api::all(ctx.client.clone());
+    let mut written = 0;
+    for queue in &g.queues {
+        let Some(name) = queue.metadata.name.as_deref() else { continue };
+        let Some(&q) = ids.get(name) else { continue };
+        let current = queue.status.clone().unwrap_or_default();
+        let text = |m: BTreeMap<String, i64>| -> BTreeMap<String, String> {
+            m.into_iter()
+                .map(|(k, v)| {
+                    let s = drover_api::format_amount(&k, v);
+                    (k, s)
+                })
+                .collect()
+        };
+        let [allocated, deserved, fair_share] = queue_lists(snap, outcome, q).map(text);
+        let state = queue_state(snap, outcome, q);
+        let mut status = Map::new();
+        for (field, cur, want) in [
+            ("allocated", &current.allocated, &allocated),
+            ("deserved", &current.deserved, &deserved),
+            ("fairShare", &current.fair_share, &fair_share),
+        ] {
+            if let Some(v) = map_patch(cur, want) {
+                status.insert(field.into(), v);
+            }
+        }
+        if current.queue_state.as_deref() != Some(state) {
+            status.insert("queueState".into(), Value::String(state.into()));
+        }
+        if status.is_empty() {
+            continue;
+        }
+        let patch = json!({ "status": status });
+        match api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+            Ok(_) => written += 1,
+            Err(e) => tracing::debug!(queue = name, error = %e, "queue status not written; retrying next cycle"),
+        }
+    }
+    written
+}

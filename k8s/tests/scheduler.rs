@@ -1,0 +1,467 @@
+//! End-to-end tests of the Kubernetes scheduler loop against the in-process API emulator
+//! with a fake kubelet.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use drover_api::crd::podgroup::{PodGroup, PodGroupPhase, PodGroupSpec};
+use drover_api::crd::queue::{Queue, QueueSpec};
+use drover_apiserver::kubelet::{self, KubeletConfig};
+use drover_apiserver::{ServerConfig, ServerHandle};
+use drover_k8s::convert::POD_GROUP_ANNOTATION;
+use drover_k8s::scheduler::{self, NoopObserver, SchedulerOptions, BIND_INTENT_ANNOTATION, UNSCHEDULABLE};
+use k8s_openapi::api::core::v1::{Binding, Event, Node, ObjectReference, Pod};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+use tokio::sync::oneshot;
+
+const NS: &str = "default";
+const GPU: &str = "nvidia.com/gpu";
+
+struct Env {
+    server: ServerHandle,
+    client: Client,
+    leader: Arc<AtomicBool>,
+    stops: Vec<oneshot::Sender<()>>,
+}
+
+impl Env {
+    /// An emulator with Drover's CRDs and a fake kubelet with `nodes` nodes of 8 GPUs.
+    async fn new(nodes: u32) -> Env {
+        let server = drover_apiserver::start(ServerConfig::default()).await.expect("emulator starts");
+        let client = server.client();
+        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+        for crd in drover_api::crd::all() {
+            crds.create(&PostParams::default(), &crd).await.expect("CRD is accepted");
+        }
+        let mut env = Env { server, client, leader: Arc::new(AtomicBool::new(true)), stops: Vec::new() };
+        let (tx, rx) = oneshot::channel::<()>();
+        env.stops.push(tx);
+        let config = KubeletConfig {
+            nodes,
+            name_prefix: "node-".into(),
+            allocatable: BTreeMap::from([
+                ("cpu".into(), "32".into()),
+                ("memory".into(), "256Gi".into()),
+                (GPU.into(), "8".into()),
+            ]),
+            labels: BTreeMap::new(),
+        };
+        let kc = env.client.clone();
+        tokio::spawn(async move {
+            let _ = kubelet::run(kc, config, async {
+                let _ = rx.await;
+            })
+            .await;
+        });
+        let node_api: Api<Node> = Api::all(env.client.clone());
+        wait_for("nodes registered", Duration::from_secs(5), || async {
+            node_api.list(&ListParams::default()).await.map(|l| l.items.len() == nodes as usize).unwrap_or(false)
+        })
+        .await;
+        env
+    }
+
+    /// Starts the scheduler (period 200 ms).
+    fn start_scheduler(&mut self) {
+        let (tx, rx) = oneshot::channel::<()>();
+        self.stops.push(tx);
+        let leader = self.leader.clone();
+        let options = SchedulerOptions { period: Duration::from_millis(200), ..SchedulerOptions::default() };
+        let client = self.client.clone();
+        tokio::spawn(async move {
+            let r =
+                scheduler::run(client, options, move || leader.load(Ordering::SeqCst), Arc::new(NoopObserver), async {
+                    let _ = rx.await;
+                })
+                .await;
+            if let Err(e) = r {
+                panic!("scheduler failed: {e}");
+            }
+        });
+    }
+
+    async fn stop(self) {
+        for s in self.stops {
+            let _ = s.send(());
+        }
+        let _ = self.server.stop().await;
+    }
+
+    async fn queue(&self, name: &str, deserved_gpus: Option<u32>) {
+        let mut spec = QueueSpec { over_quota_weight: 1, reclaimable: true, ..QueueSpec::default() };
+        if let Some(g) = deserved_gpus {
+            spec.deserved.insert(GPU.into(), Quantity(g.to_string()));
+        }
+        let api: Api<Queue> = Api::all(self.client.clone());
+        api.create(&PostParams::default(), &Queue::new(name, spec)).await.expect("queue created");
+    }
+
+    async fn group(&self, name: &str, queue: &str, min: u32, class: Option<&str>) {
+        let mut pg = PodGroup::new(
+            name,
+            PodGroupSpec {
+                min_member: min,
+                queue: Some(queue.into()),
+                priority_class_name: class.map(str::to_string),
+                ..PodGroupSpec::default()
+            },
+        );
+        pg.metadata.namespace = Some(NS.into());
+        let api: Api<PodGroup> = Api::namespaced(self.client.clone(), NS);
+        api.create(&PostParams::default(), &pg).await.expect("pod group created");
+    }
+
+    /// Creates pods `{group}-0..n`, each requesting `gpus` GPUs.
+    async fn pods(&self, group: &str, n: u32, gpus: u32) {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), NS);
+        for i in 0..n {
+            let pod: Pod = serde_json::from_value(json!({
+                "metadata": {"name": format!("{group}-{i}"), "annotations": {POD_GROUP_ANNOTATION: group}},
+                "spec": {
+                    "schedulerName": "drover",
+                    "containers": [{
+                        "name": "main",
+                        "image": "busybox",
+                        "resources": {
+                            "requests": {"cpu": "1", GPU: gpus.to_string()},
+                            "limits": {GPU: gpus.to_string()},
+                        },
+                    }],
+                },
+            }))
+            .expect("pod json");
+            api.create(&PostParams::default(), &pod).await.expect("pod created");
+        }
+    }
+
+    async fn gang(&self, name: &str, queue: &str, pods: u32, min: u32, gpus: u32, class: Option<&str>) {
+        self.group(name, queue, min, class).await;
+        self.pods(name, pods, gpus).await;
+    }
+
+    /// Pods of a group that exist: name -> node (None when unbound).
+    async fn members(&self, group: &str) -> BTreeMap<String, Option<String>> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), NS);
+        let Ok(list) = api.list(&ListParams::default()).await else { return BTreeMap::new() };
+        list.items
+            .into_iter()
+            .filter(|p| {
+                p.metadata.annotations.as_ref().and_then(|a| a.get(POD_GROUP_ANNOTATION)).map(String::as_str)
+                    == Some(group)
+            })
+            .map(|p| (p.metadata.name.clone().unwrap_or_default(), p.spec.and_then(|s| s.node_name)))
+            .collect()
+    }
+
+    async fn bound(&self, group: &str) -> usize {
+        self.members(group).await.values().filter(|n| n.is_some()).count()
+    }
+
+    async fn pod_group(&self, name: &str) -> PodGroup {
+        let api: Api<PodGroup> = Api::namespaced(self.client.clone(), NS);
+        api.get(name).await.expect("pod group exists")
+    }
+
+    /// GPUs requested by live pods per node; panics if a node is over-committed.
+    async fn assert_no_overcommit(&self) {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), NS);
+        let list = api.list(&ListParams::default()).await.expect("pods list");
+        let mut per_node: BTreeMap<String, i64> = BTreeMap::new();
+        for p in list.items {
+            let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.clone()) else { continue };
+            if matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed")) {
+                continue;
+            }
+            let gpus: i64 = p
+                .spec
+                .iter()
+                .flat_map(|s| &s.containers)
+                .filter_map(|c| c.resources.as_ref()?.requests.as_ref()?.get(GPU)?.0.parse::<i64>().ok())
+                .sum();
+            *per_node.entry(node).or_default() += gpus;
+        }
+        for (node, gpus) in per_node {
+            assert!(gpus <= 8, "node {node} over-committed: {gpus} GPUs");
+        }
+    }
+
+    async fn bind_manually(&self, pod: &str, node: &str) {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), NS);
+        let binding = Binding {
+            metadata: ObjectMeta { name: Some(pod.into()), ..ObjectMeta::default() },
+            target: ObjectReference {
+                kind: Some("Node".into()),
+                name: Some(node.into()),
+                ..ObjectReference::default()
+            },
+        };
+        api.create_subresource::<_, serde_json::Value>("binding", pod, &PostParams::default(), &binding)
+            .await
+            .expect("manual binding");
+    }
+
+    async fn annotate_intent(&self, group: &str, pods: &[(&str, &str)]) {
+        let map: BTreeMap<&str, &str> = pods.iter().copied().collect();
+        let value = json!({ "pods": map }).to_string();
+        let api: Api<PodGroup> = Api::namespaced(self.client.clone(), NS);
+        let patch = json!({"metadata": {"annotations": {BIND_INTENT_ANNOTATION: value}}});
+        api.patch(group, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("intent annotated");
+    }
+
+    async fn events(&self, reason: &str) -> Vec<Event> {
+        let api: Api<Event> = Api::namespaced(self.client.clone(), NS);
+        api.list(&ListParams::default())
+            .await
+            .map(|l| l.items.into_iter().filter(|e| e.reason.as_deref() == Some(reason)).collect())
+            .unwrap_or_default()
+    }
+}
+
+async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if check().await {
+            return;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn condition<'a>(
+    pg: &'a PodGroup,
+    type_: &str,
+) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    pg.status.as_ref()?.conditions.iter().find(|c| c.type_ == type_)
+}
+
+fn has_intent(pg: &PodGroup) -> bool {
+    pg.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(BIND_INTENT_ANNOTATION))
+}
+
+const T: Duration = Duration::from_secs(8);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn gang_is_bound_all_or_nothing_with_status() {
+    let mut env = Env::new(2).await;
+    env.queue("q", None).await;
+    env.start_scheduler();
+    // 4 of the 16 GPUs taken: 12 free, but no node has 8 free twice.
+    env.gang("filler", "q", 1, 1, 4, None).await;
+    wait_for("filler bound", T, || async { env.bound("filler").await == 1 }).await;
+    env.gang("big", "q", 2, 2, 8, None).await;
+    // Several cycles: never one pod of the gang alone.
+    for _ in 0..15 {
+        assert_eq!(env.bound("big").await, 0, "a gang must not be bound partially");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    wait_for("unschedulable condition", T, || async {
+        let pg = env.pod_group("big").await;
+        condition(&pg, UNSCHEDULABLE).is_some_and(|c| c.status == "True")
+    })
+    .await;
+    let pg = env.pod_group("big").await;
+    let status = pg.status.clone().expect("status written");
+    assert_eq!(status.phase, PodGroupPhase::Inqueue);
+    let c = condition(&pg, UNSCHEDULABLE).expect("condition");
+    assert_eq!(c.reason, "Unschedulable");
+    assert!(c.message.contains("gang of 2 pods") && c.message.contains(GPU), "core's reason: {}", c.message);
+    assert_eq!(status.observed_generation, pg.metadata.generation);
+
+    // Free the capacity: the whole gang binds.
+    let pods: Api<Pod> = Api::namespaced(env.client.clone(), NS);
+    pods.delete("filler-0", &DeleteParams::default()).await.expect("filler deleted");
+    wait_for("gang bound", T, || async { env.bound("big").await == 2 }).await;
+    env.assert_no_overcommit().await;
+    wait_for("running status", T, || async {
+        let pg = env.pod_group("big").await;
+        let s = pg.status.clone().unwrap_or_default();
+        s.phase == PodGroupPhase::Running
+            && s.running == 2
+            && condition(&pg, UNSCHEDULABLE).is_some_and(|c| c.status == "False")
+    })
+    .await;
+    assert!(!has_intent(&env.pod_group("big").await));
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn queue_status_shows_allocated_deserved_and_fair_share() {
+    let mut env = Env::new(2).await;
+    env.queue("team-a", Some(8)).await;
+    env.queue("team-b", Some(8)).await;
+    env.start_scheduler();
+    env.gang("train", "team-a", 2, 2, 4, None).await;
+    wait_for("gang bound", T, || async { env.bound("train").await == 2 }).await;
+    let api: Api<Queue> = Api::all(env.client.clone());
+    wait_for("queue status", T, || async {
+        let q = api.get("team-a").await.expect("queue");
+        q.status.is_some_and(|s| s.allocated.get(GPU).map(|q| q.0.as_str()) == Some("8"))
+    })
+    .await;
+    let s = api.get("team-a").await.expect("queue").status.expect("status");
+    assert_eq!(s.allocated.get("cpu").map(|q| q.0.as_str()), Some("2"));
+    assert_eq!(s.deserved.get(GPU).map(|q| q.0.as_str()), Some("8"));
+    let share: i64 = s.fair_share.get(GPU).expect("fair share of GPUs").0.parse().expect("canonical integer");
+    assert!(share >= 8, "fair share {share}");
+    assert_eq!(s.queue_state.as_deref(), Some("InQuota"));
+    let b = api.get("team-b").await.expect("queue").status.expect("team-b status");
+    assert!(!b.allocated.contains_key(GPU), "{b:?}");
+    assert_eq!(b.deserved.get(GPU).map(|q| q.0.as_str()), Some("8"));
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn preemption_evicts_lower_priority_gang_then_binds_preemptor() {
+    let mut env = Env::new(2).await;
+    env.queue("q", None).await;
+    env.start_scheduler();
+    env.gang("low", "q", 2, 2, 8, Some("train")).await;
+    wait_for("low bound", T, || async { env.bound("low").await == 2 }).await;
+    env.gang("high", "q", 2, 2, 8, Some("interactive-preemptible")).await;
+    wait_for("preemptor bound", T, || async { env.bound("high").await == 2 }).await;
+    assert_eq!(env.members("low").await.len(), 0, "victims evicted");
+    let events = env.events("Preempted").await;
+    assert!(
+        events.iter().any(|e| e.involved_object.name.as_deref().is_some_and(|n| n.starts_with("low-"))),
+        "Preempted events: {events:?}"
+    );
+    env.assert_no_overcommit().await;
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reclaim_across_queues() {
+    let mut env = Env::new(2).await;
+    env.queue("a", Some(8)).await;
+    env.queue("b", Some(8)).await;
+    env.start_scheduler();
+    // Queue a runs 16 GPUs, twice its quota, with one elastic pod.
+    env.gang("elastic", "a", 2, 1, 8, None).await;
+    wait_for("a's pods bound", T, || async { env.bound("elastic").await == 2 }).await;
+    env.gang("claim", "b", 1, 1, 8, None).await;
+    wait_for("b's pod bound", T, || async { env.bound("claim").await == 1 }).await;
+    assert_eq!(env.bound("elastic").await, 1, "a keeps its deserved quota");
+    let events = env.events("Reclaimed").await;
+    assert!(
+        events.iter().any(|e| e.involved_object.name.as_deref().is_some_and(|n| n.starts_with("elastic-"))),
+        "Reclaimed events: {events:?}"
+    );
+    env.assert_no_overcommit().await;
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn nothing_is_written_while_not_leader() {
+    let mut env = Env::new(2).await;
+    env.leader.store(false, Ordering::SeqCst);
+    env.queue("q", Some(8)).await;
+    env.start_scheduler();
+    env.gang("g", "q", 2, 2, 4, None).await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(env.bound("g").await, 0);
+    let pg = env.pod_group("g").await;
+    assert!(pg.status.is_none() || pg.status == Some(Default::default()), "{:?}", pg.status);
+    assert!(!has_intent(&pg));
+    let q = Api::<Queue>::all(env.client.clone()).get("q").await.expect("queue");
+    assert!(q.status.as_ref().is_none_or(|s| s.allocated.is_empty() && s.queue_state.is_none()), "{:?}", q.status);
+    // Leadership gained: it schedules.
+    env.leader.store(true, Ordering::SeqCst);
+    wait_for("bound after gaining leadership", T, || async { env.bound("g").await == 2 }).await;
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn recovery_completes_a_half_bound_gang() {
+    let mut env = Env::new(2).await;
+    env.queue("q", None).await;
+    env.gang("rec", "q", 4, 4, 4, None).await;
+    // A crashed leader: intent written, half the pods bound.
+    let plan = [("rec-0", "node-1"), ("rec-1", "node-1"), ("rec-2", "node-0"), ("rec-3", "node-0")];
+    env.annotate_intent("rec", &plan).await;
+    env.bind_manually("rec-0", "node-1").await;
+    env.bind_manually("rec-2", "node-0").await;
+    env.start_scheduler();
+    wait_for("gang completed", T, || async { env.bound("rec").await == 4 }).await;
+    let members = env.members("rec").await;
+    for (pod, node) in plan {
+        assert_eq!(members[pod].as_deref(), Some(node), "{pod} bound per the intent");
+    }
+    wait_for("intent cleared", T, || async { !has_intent(&env.pod_group("rec").await) }).await;
+    env.assert_no_overcommit().await;
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn recovery_rolls_back_when_a_node_vanished() {
+    let mut env = Env::new(2).await;
+    env.queue("q", None).await;
+    env.gang("rb", "q", 4, 4, 4, None).await;
+    let plan = [("rb-0", "node-0"), ("rb-1", "node-0"), ("rb-2", "node-gone"), ("rb-3", "node-gone")];
+    env.annotate_intent("rb", &plan).await;
+    env.bind_manually("rb-0", "node-0").await;
+    env.bind_manually("rb-1", "node-0").await;
+    env.start_scheduler();
+    wait_for("gang rolled back", T, || async {
+        let m = env.members("rb").await;
+        !m.contains_key("rb-0") && !m.contains_key("rb-1")
+    })
+    .await;
+    wait_for("intent cleared", T, || async { !has_intent(&env.pod_group("rb").await) }).await;
+    // The two pods left cannot make the minimum of 4: nothing of the gang stays bound.
+    for _ in 0..10 {
+        assert_eq!(env.bound("rb").await, 0, "no gang below its minimum");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn binding_faults_neither_double_bind_nor_strand_a_gang() {
+    let mut env = Env::new(2).await;
+    env.queue("q", None).await;
+    env.start_scheduler();
+    let faults = env.server.faults();
+    for (i, (resource, status)) in
+        [("pods/binding", 409), ("pods/binding", 500), ("podgroups", 409), ("pods/binding", 429)]
+            .into_iter()
+            .enumerate()
+    {
+        let name = format!("f{i}");
+        env.group(&name, "q", 4, None).await;
+        faults.fail_next_writes(resource, 2, status);
+        env.pods(&name, 4, 1).await;
+        wait_for(&format!("{name} bound despite {status} on {resource}"), T, || async { env.bound(&name).await == 4 })
+            .await;
+        wait_for("intent cleared", T, || async { !has_intent(&env.pod_group(&name).await) }).await;
+        env.assert_no_overcommit().await;
+        faults.clear();
+    }
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_large_gang_binds_fully() {
+    let mut env = Env::new(8).await;
+    env.queue("q", None).await;
+    env.start_scheduler();
+    env.gang("huge", "q", 64, 64, 1, None).await;
+    wait_for("64 pods bound", Duration::from_secs(15), || async { env.bound("huge").await == 64 }).await;
+    env.assert_no_overcommit().await;
+    wait_for("running", T, || async {
+        env.pod_group("huge").await.status.is_some_and(|s| s.phase == PodGroupPhase::Running)
+    })
+    .await;
+    env.stop().await;
+}
