@@ -2,6 +2,8 @@
 //!
 //! Exit codes: 0 success, 1 `--check` found mismatches, 2 bad input (scenario or config).
 
+mod cluster;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -23,6 +25,10 @@ enum Command {
     Sim(SimArgs),
     /// Print Drover's CustomResourceDefinitions as YAML (for `kubectl apply -f -`).
     Crds,
+    /// Run the scheduler against the cluster of the kubeconfig (or in-cluster config).
+    Scheduler(cluster::SchedulerArgs),
+    /// Run the controllers (Jobs, queue tree, pod groups, queue status).
+    Controllers(cluster::ControllerArgs),
 }
 
 #[derive(clap::Args)]
@@ -56,6 +62,20 @@ fn main() -> ExitCode {
         Command::Crds => {
             print!("{}", drover_api::crd::all_yaml());
             ExitCode::SUCCESS
+        }
+        Command::Scheduler(args) => serve(cluster::scheduler(args)),
+        Command::Controllers(args) => serve(cluster::controllers(args)),
+    }
+}
+
+/// Runs a long-lived process on a tokio runtime; exit code 1 on a fatal error.
+fn serve(process: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitCode {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a tokio runtime");
+    match runtime.block_on(process) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
         }
     }
 }

@@ -540,3 +540,14 @@ fn probe(ok: bool, failure: &'static str) -> Response {
         (StatusCode::SERVICE_UNAVAILABLE, failure).into_response()
     }
 }
+
+/// The scheduler reports every cycle it runs as leader to the metrics.
+impl crate::scheduler::CycleObserver for Metrics {
+    fn on_cycle(&self, report: &crate::scheduler::CycleReport<'_>) {
+        self.record_cycle(report.snapshot, report.outcome, report.duration);
+        for (action, took) in report.actions {
+            self.observe_action(&format!("{action:?}").to_lowercase(), *took);
+        }
+        self.inc_binds(report.recovered_binds as u64);
+    }
+}

@@ -46,14 +46,13 @@ mod cache;
 mod gang;
 mod status;
 
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use drover_scheduler::config::{ActionName, SchedulerConfig};
-use drover_scheduler::cycle::run_cycle_observed;
-use drover_scheduler::snapshot;
+use drover_scheduler::cycle::{run_cycle_observed, CycleOutcome};
+use drover_scheduler::snapshot::{self, Snapshot};
 use kube::Client;
 use tokio::sync::Notify;
 
@@ -94,42 +93,25 @@ impl Default for SchedulerOptions {
     }
 }
 
-/// One queue's figures after a cycle, in the units of [`drover_api::ResourceList`]
-/// (millicores for cpu, whole units otherwise).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct QueueFigures {
-    /// Queue name.
-    pub name: String,
-    /// Resources of running pods of the queue and its descendants.
-    pub allocated: BTreeMap<String, i64>,
-    /// Deserved quota (declared resources).
-    pub deserved: BTreeMap<String, i64>,
-    /// Fair share.
-    pub fair_share: BTreeMap<String, i64>,
-}
-
-/// What one cycle did, for metrics.
-#[derive(Debug, Clone, Default)]
-pub struct CycleReport {
+/// What one cycle did, for metrics: the snapshot and the core's outcome, with the times.
+pub struct CycleReport<'a> {
     /// The whole cycle: conversion, core, and writes.
     pub duration: Duration,
     /// Each action of the core and its duration.
-    pub actions: Vec<(ActionName, Duration)>,
-    /// Pods bound (including by recovery).
-    pub binds: usize,
-    /// Pods evicted.
-    pub evictions: usize,
-    /// Pod groups with waiting pods, by the core's reason.
-    pub pending_by_reason: BTreeMap<String, usize>,
-    /// Every queue of the snapshot (not the implicit root).
-    pub queues: Vec<QueueFigures>,
+    pub actions: &'a [(ActionName, Duration)],
+    /// Pods bound by recovering other leaders' unfinished gangs.
+    pub recovered_binds: usize,
+    /// The snapshot the core ran on.
+    pub snapshot: &'a Snapshot,
+    /// The core's decisions, reasons and queue figures.
+    pub outcome: &'a CycleOutcome,
 }
 
 /// Receives a report after every cycle (metrics). Called on the scheduler's task: keep it
 /// quick and never block.
 pub trait CycleObserver: Send + Sync {
     /// One cycle finished.
-    fn on_cycle(&self, report: &CycleReport);
+    fn on_cycle(&self, report: &CycleReport<'_>);
 }
 
 /// An observer that ignores everything.
@@ -137,7 +119,7 @@ pub trait CycleObserver: Send + Sync {
 pub struct NoopObserver;
 
 impl CycleObserver for NoopObserver {
-    fn on_cycle(&self, _report: &CycleReport) {}
+    fn on_cycle(&self, _report: &CycleReport<'_>) {}
 }
 
 /// Runs the scheduler until `shutdown` completes; see the module docs. Returns an error
@@ -183,9 +165,7 @@ async fn schedule(
         if !is_leader() {
             continue;
         }
-        if let Some(report) = state.cycle(&client, &options, &cache, &is_leader).await {
-            observer.on_cycle(&report);
-        }
+        state.cycle(&client, &options, &cache, &is_leader, observer.as_ref()).await;
     }
 }
 
@@ -201,7 +181,8 @@ impl State {
         options: &SchedulerOptions,
         cache: &Cache,
         is_leader: &Leader,
-    ) -> Option<CycleReport> {
+        observer: &dyn CycleObserver,
+    ) {
         let started = Instant::now();
         let ctx = Ctx {
             client,
@@ -219,20 +200,20 @@ impl State {
             Ok(s) => s,
             Err(e) => {
                 tracing::error!(error = %e, "could not build the snapshot; skipping the cycle");
-                return None;
+                return;
             }
         };
         let mut actions = Vec::new();
         let outcome = run_cycle_observed(&snap, &options.config, &mut |a, d, _| actions.push((a, d)));
-        let mut report = CycleReport { actions, binds: recovery.bound, ..CycleReport::default() };
-
+        let mut evictions = 0;
+        let mut binds = recovery.bound;
         if is_leader() {
             let d = &outcome.decisions;
-            report.evictions =
+            evictions =
                 gang::evict_decisions(&ctx, &mut self.overlay, &snap, &converted, &d.evictions, &d.pipelined).await;
         }
         if is_leader() {
-            report.binds += gang::bind_decisions(
+            binds += gang::bind_decisions(
                 &ctx,
                 &mut self.intents,
                 &mut self.overlay,
@@ -248,24 +229,15 @@ impl State {
         if is_leader() {
             status::write_groups(&ctx, &mut self.overlay, &g, &snap, &converted, &outcome).await;
             status::write_queues(&ctx, &g, &snap, &outcome).await;
+            let report = CycleReport {
+                duration: started.elapsed(),
+                actions: &actions,
+                recovered_binds: recovery.bound,
+                snapshot: &snap,
+                outcome: &outcome,
+            };
+            observer.on_cycle(&report);
         }
-
-        for reason in outcome.reasons.iter().flatten() {
-            *report.pending_by_reason.entry(reason.clone()).or_default() += 1;
-        }
-        report.queues = (1..snap.queues.len())
-            .map(|q| {
-                let [allocated, deserved, fair_share] = status::queue_lists(&snap, &outcome, q);
-                QueueFigures { name: snap.queues[q].name.clone(), allocated, deserved, fair_share }
-            })
-            .collect();
-        report.duration = started.elapsed();
-        tracing::debug!(
-            binds = report.binds,
-            evictions = report.evictions,
-            ms = report.duration.as_millis() as u64,
-            "cycle done"
-        );
-        Some(report)
+        tracing::debug!(binds, evictions, ms = started.elapsed().as_millis() as u64, "cycle done");
     }
 }

@@ -1,0 +1,308 @@
+//! The desired children of a Job, as pure functions of its spec: pods, the PodGroup and the
+//! headless Service. No I/O here.
+
+use std::collections::BTreeMap;
+
+use drover_api::crd::job::{Job, TaskSpec};
+use drover_api::crd::podgroup::{PodGroup, PodGroupSpec};
+use drover_api::{format_amount, ResourceList};
+use k8s_openapi::api::core::v1::{Container, EnvVar, Pod, PodSpec, Service, ServiceSpec};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::{Resource, ResourceExt};
+
+use super::{
+    DEFAULT_MASTER_PORT, JOB_NAME_LABEL, POD_GROUP_ANNOTATION, RETRY_ANNOTATION, SCHEDULER_NAME, TASK_INDEX_LABEL,
+    TASK_LABEL,
+};
+
+/// The name of pod `index` of `task` in `job`.
+pub fn pod_name(job: &str, task: &str, index: u32) -> String {
+    format!("{job}-{task}-{index}")
+}
+
+/// The DNS name of a job's pod through the job's headless Service.
+pub fn pod_host(job: &str, namespace: &str, pod: &str) -> String {
+    format!("{pod}.{job}.{namespace}.svc")
+}
+
+/// The environment variable listing a task's hosts: `DROVER_HOSTS_<TASK>`.
+pub fn hosts_var(task: &str) -> String {
+    format!("DROVER_HOSTS_{}", task.to_ascii_uppercase().replace('-', "_"))
+}
+
+/// Total replicas of all tasks.
+pub fn total_replicas(job: &Job) -> u32 {
+    job.spec.tasks.iter().map(|t| t.replicas).sum()
+}
+
+/// The gang minimum: `minAvailable`, else all replicas (never more than all replicas).
+pub fn min_available(job: &Job) -> u32 {
+    let total = total_replicas(job);
+    job.spec.min_available.map_or(total, |m| m.min(total))
+}
+
+/// The controller owner reference children carry.
+pub fn owner_ref(job: &Job) -> OwnerReference {
+    let mut r = job.controller_owner_ref(&()).unwrap_or_else(|| OwnerReference {
+        api_version: Job::api_version(&()).into_owned(),
+        kind: Job::kind(&()).into_owned(),
+        name: job.name_any(),
+        uid: String::new(),
+        controller: Some(true),
+        block_owner_deletion: None,
+    });
+    r.block_owner_deletion = Some(true);
+    r
+}
+
+fn namespace(job: &Job) -> String {
+    job.namespace().unwrap_or_else(|| "default".into())
+}
+
+/// The PodGroup a job's pods belong to.
+pub fn pod_group(job: &Job) -> PodGroup {
+    let name = job.name_any();
+    let min_task_member: BTreeMap<String, u32> =
+        job.spec.tasks.iter().filter_map(|t| t.min_available.map(|m| (t.name.clone(), m.min(t.replicas)))).collect();
+    let mut pg = PodGroup::new(
+        &name,
+        PodGroupSpec {
+            min_member: min_available(job).max(1),
+            min_task_member,
+            min_resources: min_resources(job),
+            queue: job.spec.queue.clone(),
+            priority_class_name: job.spec.priority_class_name.clone(),
+            schedule_timeout_seconds: None,
+        },
+    );
+    pg.metadata.namespace = job.namespace();
+    pg.metadata.labels = Some([(JOB_NAME_LABEL.to_string(), name)].into());
+    pg.metadata.owner_references = Some(vec![owner_ref(job)]);
+    pg
+}
+
+/// The pods making up the gang minimum, as (task, count): first each task's own minimum, then
+/// further pods in task order until the job's minimum is reached (as Volcano counts it).
+fn minimum_pods(job: &Job) -> Vec<(&TaskSpec, u32)> {
+    let mut left = min_available(job);
+    let mut counts: Vec<u32> = job.spec.tasks.iter().map(|t| t.min_available.unwrap_or(0).min(t.replicas)).collect();
+    left = left.saturating_sub(counts.iter().sum());
+    for (t, c) in job.spec.tasks.iter().zip(counts.iter_mut()) {
+        let more = (t.replicas - *c).min(left);
+        *c += more;
+        left -= more;
+    }
+    job.spec.tasks.iter().zip(counts).collect()
+}
+
+/// Sum of the requests of the minimum's pods, or `None` if nothing is requested or a request
+/// does not parse (the scheduler then counts the pods themselves).
+pub fn min_resources(job: &Job) -> Option<BTreeMap<String, Quantity>> {
+    let mut sum: BTreeMap<String, i64> = BTreeMap::new();
+    for (task, count) in minimum_pods(job) {
+        let Some(spec) = &task.template.spec else { continue };
+        for c in &spec.containers {
+            for (name, q) in c.resources.as_ref().and_then(|r| r.requests.as_ref()).into_iter().flatten() {
+                let amount = ResourceList::parse_amount(name, &q.0).ok()?;
+                *sum.entry(name.clone()).or_default() += amount.checked_mul(i64::from(count))?;
+            }
+        }
+    }
+    if sum.is_empty() {
+        return None;
+    }
+    Some(sum.into_iter().map(|(k, v)| (k.clone(), Quantity(format_amount(&k, v)))).collect())
+}
+
+/// The headless Service giving every pod a DNS name `<pod>.<job>.<ns>.svc`.
+pub fn service(job: &Job) -> Service {
+    let name = job.name_any();
+    Service {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            namespace: job.namespace(),
+            labels: Some([(JOB_NAME_LABEL.to_string(), name.clone())].into()),
+            owner_references: Some(vec![owner_ref(job)]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".into()),
+            selector: Some([(JOB_NAME_LABEL.to_string(), name)].into()),
+            publish_not_ready_addresses: Some(true),
+            ..ServiceSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// The distributed-training environment shared by every pod of a job.
+struct JobEnv {
+    world_size: u32,
+    master_addr: String,
+    master_port: i32,
+    hosts: Vec<(String, String)>,
+}
+
+fn job_env(job: &Job) -> JobEnv {
+    let name = job.name_any();
+    let ns = namespace(job);
+    let first = job.spec.tasks.iter().find(|t| t.replicas > 0).or(job.spec.tasks.first());
+    let master_addr = first.map(|t| pod_host(&name, &ns, &pod_name(&name, &t.name, 0))).unwrap_or_default();
+    let master_port = first
+        .and_then(|t| t.template.spec.as_ref())
+        .and_then(|s| s.containers.iter().find_map(|c| c.ports.as_ref()?.first().map(|p| p.container_port)))
+        .unwrap_or(DEFAULT_MASTER_PORT);
+    let hosts = job
+        .spec
+        .tasks
+        .iter()
+        .map(|t| {
+            let list: Vec<String> =
+                (0..t.replicas).map(|i| pod_host(&name, &ns, &pod_name(&name, &t.name, i))).collect();
+            (hosts_var(&t.name), list.join(","))
+        })
+        .collect();
+    JobEnv { world_size: total_replicas(job), master_addr, master_port, hosts }
+}
+
+fn add_env(container: &mut Container, vars: &[(String, String)]) {
+    let env = container.env.get_or_insert_with(Vec::new);
+    for (k, v) in vars {
+        // A variable the template sets itself is the user's choice and is kept.
+        if !env.iter().any(|e| &e.name == k) {
+            env.push(EnvVar { name: k.clone(), value: Some(v.clone()), value_from: None });
+        }
+    }
+}
+
+/// Pod `index` of task number `task_pos` of `job`, created at retry `retry`.
+pub fn pod(job: &Job, task_pos: usize, index: u32, retry: u32) -> Pod {
+    let task = &job.spec.tasks[task_pos];
+    let job_name = job.name_any();
+    let name = pod_name(&job_name, &task.name, index);
+    let env = job_env(job);
+    let rank: u32 = job.spec.tasks[..task_pos].iter().map(|t| t.replicas).sum::<u32>() + index;
+
+    let template_meta = task.template.metadata.clone().unwrap_or_default();
+    let mut labels = template_meta.labels.unwrap_or_default();
+    labels.insert(JOB_NAME_LABEL.into(), job_name.clone());
+    labels.insert(TASK_LABEL.into(), task.name.clone());
+    labels.insert(TASK_INDEX_LABEL.into(), index.to_string());
+    let mut annotations = template_meta.annotations.unwrap_or_default();
+    annotations.insert(POD_GROUP_ANNOTATION.into(), job_name.clone());
+    annotations.insert(RETRY_ANNOTATION.into(), retry.to_string());
+
+    let mut spec: PodSpec = task.template.spec.clone().unwrap_or_default();
+    if spec.scheduler_name.as_deref().is_none_or(str::is_empty) {
+        spec.scheduler_name = Some(SCHEDULER_NAME.into());
+    }
+    if let Some(pc) = &job.spec.priority_class_name {
+        spec.priority_class_name = Some(pc.clone());
+    }
+    spec.hostname = Some(name.clone());
+    spec.subdomain = Some(job_name.clone());
+
+    let mut vars = vec![
+        ("DROVER_JOB_NAME".to_string(), job_name.clone()),
+        ("DROVER_TASK_NAME".to_string(), task.name.clone()),
+        ("DROVER_TASK_INDEX".to_string(), index.to_string()),
+        ("RANK".to_string(), rank.to_string()),
+        ("WORLD_SIZE".to_string(), env.world_size.to_string()),
+        ("MASTER_ADDR".to_string(), env.master_addr.clone()),
+        ("MASTER_PORT".to_string(), env.master_port.to_string()),
+    ];
+    vars.extend(env.hosts.iter().cloned());
+    for c in spec.containers.iter_mut().chain(spec.init_containers.iter_mut().flatten()) {
+        add_env(c, &vars);
+    }
+
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name),
+            namespace: job.namespace(),
+            labels: Some(labels),
+            annotations: Some(annotations),
+            owner_references: Some(vec![owner_ref(job)]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(spec),
+        status: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use drover_api::crd::job::JobSpec;
+    use k8s_openapi::api::core::v1::{ContainerPort, PodTemplateSpec, ResourceRequirements};
+
+    fn task(name: &str, replicas: u32, min: Option<u32>, cpu: &str) -> TaskSpec {
+        TaskSpec {
+            name: name.into(),
+            replicas,
+            min_available: min,
+            template: PodTemplateSpec {
+                metadata: None,
+                spec: Some(PodSpec {
+                    containers: vec![Container {
+                        name: "c".into(),
+                        image: Some("busybox".into()),
+                        resources: Some(ResourceRequirements {
+                            requests: Some([("cpu".to_string(), Quantity(cpu.into()))].into()),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }),
+            },
+            policies: vec![],
+        }
+    }
+
+    fn job(tasks: Vec<TaskSpec>, min: Option<u32>) -> Job {
+        let mut j = Job::new("train", JobSpec { tasks, min_available: min, max_retry: 3, ..Default::default() });
+        j.metadata.namespace = Some("ns".into());
+        j.metadata.uid = Some("u1".into());
+        j
+    }
+
+    fn env_of(p: &Pod) -> BTreeMap<String, String> {
+        p.spec.as_ref().unwrap().containers[0]
+            .env
+            .iter()
+            .flatten()
+            .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
+            .collect()
+    }
+
+    #[test]
+    fn min_resources_take_task_minimums_first_then_task_order() {
+        let j = job(vec![task("ps", 2, None, "1"), task("worker", 4, Some(2), "500m")], Some(3));
+        // worker's own 2 (1000m), then 1 ps pod (1000m).
+        let r = min_resources(&j).unwrap();
+        assert_eq!(r["cpu"].0, "2");
+        let pg = pod_group(&j);
+        assert_eq!(pg.spec.min_member, 3);
+        assert_eq!(pg.spec.min_task_member, [("worker".to_string(), 2)].into());
+    }
+
+    #[test]
+    fn env_has_rank_world_size_master_and_hosts() {
+        let mut j = job(vec![task("master", 1, None, "1"), task("my-worker", 2, None, "1")], None);
+        j.spec.tasks[0].template.spec.as_mut().unwrap().containers[0].ports =
+            Some(vec![ContainerPort { container_port: 1234, ..Default::default() }]);
+        let p = pod(&j, 1, 1, 0);
+        let env = env_of(&p);
+        assert_eq!(env["RANK"], "2");
+        assert_eq!(env["WORLD_SIZE"], "3");
+        assert_eq!(env["MASTER_ADDR"], "train-master-0.train.ns.svc");
+        assert_eq!(env["MASTER_PORT"], "1234");
+        assert_eq!(env["DROVER_HOSTS_MY_WORKER"], "train-my-worker-0.train.ns.svc,train-my-worker-1.train.ns.svc");
+        assert_eq!(p.spec.as_ref().unwrap().scheduler_name.as_deref(), Some("drover"));
+        assert_eq!(p.spec.as_ref().unwrap().hostname.as_deref(), Some("train-my-worker-1"));
+        j.spec.tasks[1].template.spec.as_mut().unwrap().scheduler_name = Some("other".into());
+        assert_eq!(pod(&j, 1, 0, 0).spec.unwrap().scheduler_name.as_deref(), Some("other"), "the template's is kept");
+    }
+}

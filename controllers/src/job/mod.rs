@@ -1,0 +1,353 @@
+//! The Job controller: a `batch.drover.dev` Job becomes a PodGroup, a headless Service and one
+//! pod per replica, and its status follows its pods through a Volcano-like state machine with
+//! lifecycle policies.
+//!
+//! # Children
+//!
+//! For a Job `j` in namespace `ns`, all owned by the Job (controller owner reference):
+//!
+//! - PodGroup `j`: `minMember` = the job's `minAvailable` (default: all replicas),
+//!   `minTaskMember` = the tasks' explicit `minAvailable`, `queue` and `priorityClassName`
+//!   copied, `minResources` = the requests of the minimum's pods (each task's minimum first,
+//!   then pods in task order).
+//! - Service `j`: headless (`clusterIP: None`), selecting the job's pods, publishing
+//!   not-ready addresses, so every pod is `<pod>.j.ns.svc` as soon as it exists.
+//! - Pods `j-<task>-<index>` for every replica (elastic pods above the minimum included: the
+//!   scheduler decides which run), from the task template, with `schedulerName: drover` unless
+//!   the template names one, the job's `priorityClassName`, `hostname`/`subdomain`, the
+//!   labels [`JOB_NAME_LABEL`], [`TASK_LABEL`], [`TASK_INDEX_LABEL`], the annotations
+//!   [`POD_GROUP_ANNOTATION`] and [`RETRY_ANNOTATION`], and the environment `DROVER_JOB_NAME`,
+//!   `DROVER_TASK_NAME`, `DROVER_TASK_INDEX`, `RANK`, `WORLD_SIZE`, `MASTER_ADDR`,
+//!   `MASTER_PORT` and `DROVER_HOSTS_<TASK>` in every container (a variable the template sets
+//!   itself is kept). Pod environments are fixed at creation: after elastic scaling, older
+//!   pods keep the `WORLD_SIZE` and host lists they were created with.
+//!
+//! Children are created when missing; the PodGroup's spec is replaced when it differs (elastic
+//! scaling changes `minMember`). Changing a task template does not replace existing pods.
+//!
+//! # State machine
+//!
+//! `Pending` until `running + succeeded >= minAvailable`, then `Running`. Without policies a
+//! failed pod just stays failed (as in Volcano); the job fails when failed pods make
+//! `minAvailable` unreachable (`replicas - failed < minAvailable`, remaining pods are stopped),
+//! and when every pod has finished it is `Completed` if at least `minAvailable` succeeded,
+//! else `Failed`. An evicted pod without a policy is recreated.
+//!
+//! Lifecycle policies (the task's first, then the job's; `Any` matches every event) react to
+//! `PodFailed` (a pod's phase is Failed), `PodEvicted` (a placed, unfinished pod is deleted by
+//! someone else than this controller: the scheduler's Eviction API, a drain, a user) and
+//! `TaskCompleted` (every pod of a task succeeded):
+//!
+//! - `RestartJob` / `RestartTask`: `retryCount += 1`, state `Restarting` (condition
+//!   `Restarting`), every pod of the job / task is deleted; when they are gone, new ones are
+//!   made and the state goes back to `Pending`. With `retryCount == maxRetry` the job is
+//!   `Failed` (reason `MaxRetryExceeded`) instead.
+//! - `AbortJob`: `Aborted`; `TerminateJob`: `Failed`; `CompleteJob`: `Completing` until the
+//!   remaining pods are gone, then `Completed`. Pending and running pods are deleted; finished
+//!   pods are kept for their logs.
+//!
+//! Finished jobs (`Completed`, `Failed`, `Aborted`) carry the condition `Finished`; with
+//! `ttlSecondsAfterFinished` the Job is deleted that long after it.
+//!
+//! # Bad input
+//!
+//! A Job naming a queue (other than `default`) or a PriorityClass that does not exist gets the
+//! condition `Valid=False` (reason `QueueNotFound` / `PriorityClassNotFound`) and a Warning
+//! Event, and nothing is created until it exists (Queues and PriorityClasses are watched; the
+//! job is also retried every [`INVALID_REQUEUE`]). A pod the API server refuses (an invalid
+//! template) gives a Warning Event `FailedCreatePod` and a retry after [`INVALID_REQUEUE`].
+//!
+//! # Consistency
+//!
+//! Every reconcile reads the Job and its pods from the API server (not the watch cache), writes
+//! the status first (only if it changed, with the Job's resourceVersion: a conflict retries
+//! the reconcile) and then deletes and creates pods, so a decision (a retry counted, a state
+//! reached) is durable before it is acted on, and repeating a reconcile changes nothing. Pod
+//! names are deterministic, so a retried create can never duplicate a pod.
+//!
+//! There is no finalizer: children are owned by the Job and deleted by Kubernetes' garbage
+//! collector when it is. (The test emulator has no garbage collector.)
+
+mod build;
+mod plan;
+mod tracker;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use drover_api::crd::job::Job;
+use drover_api::crd::podgroup::PodGroup;
+use drover_api::crd::queue::Queue;
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Client, Resource, ResourceExt};
+
+pub use build::{hosts_var, pod_host, pod_name};
+pub use plan::action_for;
+
+use crate::events::{self, EventType};
+use tracker::Tracker;
+
+/// The controller's name: field manager and Event source.
+pub const CONTROLLER_NAME: &str = "drover-job-controller";
+/// The scheduler pods are given unless their template names one.
+pub const SCHEDULER_NAME: &str = "drover";
+/// Pod (and PodGroup, Service) label naming the Job.
+pub const JOB_NAME_LABEL: &str = "batch.drover.dev/job-name";
+/// Pod label naming the pod's task.
+pub const TASK_LABEL: &str = "scheduling.drover.dev/task";
+/// Pod label giving the pod's index within its task.
+pub const TASK_INDEX_LABEL: &str = "scheduling.drover.dev/task-index";
+/// Pod annotation naming the pod's PodGroup.
+pub const POD_GROUP_ANNOTATION: &str = "scheduling.drover.dev/pod-group";
+/// Pod annotation: the Job's `retryCount` when the pod was made (tells a restart's old pods
+/// from its new ones).
+pub const RETRY_ANNOTATION: &str = "batch.drover.dev/retry-count";
+/// The queue that always exists.
+pub const DEFAULT_QUEUE: &str = "default";
+/// `MASTER_PORT` when the first task's containers declare no port.
+pub const DEFAULT_MASTER_PORT: i32 = 23456;
+/// Condition: whether the Job's queue and priority class exist.
+pub const CONDITION_VALID: &str = "Valid";
+/// Condition: a restart is in progress (True) or was done (False).
+pub const CONDITION_RESTARTING: &str = "Restarting";
+/// Condition: the Job finished (reason `Completed`, `Failed`, `Aborted`, ...); its transition
+/// time starts the TTL.
+pub const CONDITION_FINISHED: &str = "Finished";
+/// How often a Job that cannot work (missing queue or class, refused pods) is retried.
+pub const INVALID_REQUEUE: Duration = Duration::from_secs(30);
+/// Retry delay after a transient API error (conflict, server error).
+const ERROR_REQUEUE: Duration = Duration::from_millis(300);
+/// Resync period of a quiet Job.
+const RESYNC: Duration = Duration::from_secs(300);
+
+/// Why a reconcile failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An API call failed (retried soon).
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// The API server refuses a pod of the job (retried after [`INVALID_REQUEUE`]).
+    #[error("pod {0} is refused: {1}")]
+    PodRefused(String, String),
+}
+
+struct Context {
+    client: Client,
+    tracker: Tracker,
+}
+
+/// Runs the Job controller until `shutdown` completes.
+pub async fn run(client: Client, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+    let ctx = Arc::new(Context { client: client.clone(), tracker: Tracker::default() });
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let shutdown_task = tokio::spawn(async move {
+        shutdown.await;
+        let _ = tx.send(());
+    });
+    let children = watcher::Config::default().labels(JOB_NAME_LABEL);
+    let pod_events = {
+        let ctx = ctx.clone();
+        watcher(Api::<Pod>::all(client.clone()), children.clone())
+            .default_backoff()
+            .map_ok(move |event| {
+                ctx.tracker.observe(&event);
+                event
+            })
+            .touched_objects()
+    };
+    let controller = Controller::new(Api::<Job>::all(client.clone()), watcher::Config::default());
+    let store = controller.store();
+    let by_queue = store.clone();
+    controller
+        .owns_stream(pod_events)
+        .owns(Api::<PodGroup>::all(client.clone()), children.clone())
+        .owns(Api::<Service>::all(client.clone()), children)
+        .watches(Api::<Queue>::all(client.clone()), watcher::Config::default(), move |q: Queue| {
+            jobs_naming(&by_queue, |j| j.spec.queue.as_deref() == Some(q.name_any().as_str()))
+        })
+        .watches(Api::<PriorityClass>::all(client.clone()), watcher::Config::default(), move |pc: PriorityClass| {
+            jobs_naming(&store, |j| j.spec.priority_class_name.as_deref() == Some(pc.name_any().as_str()))
+        })
+        .graceful_shutdown_on(async move {
+            let _ = rx.await;
+        })
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            match result {
+                Ok((job, _)) => tracing::debug!(%job, "job reconciled"),
+                Err(e) => tracing::warn!(error = %e, "job controller"),
+            }
+        })
+        .await;
+    shutdown_task.abort();
+    Ok(())
+}
+
+/// Reconciles one Job once, outside the controller loop (for tools and tests). Evictions are
+/// not known here (they are seen on the controller's pod watch).
+pub async fn reconcile_once(client: Client, namespace: &str, name: &str) -> anyhow::Result<()> {
+    let ctx = Context { client, tracker: Tracker::default() };
+    reconcile_job(&ctx, namespace, name).await?;
+    Ok(())
+}
+
+fn jobs_naming(store: &Store<Job>, pred: impl Fn(&Job) -> bool) -> Vec<ObjectRef<Job>> {
+    store.state().iter().filter(|j| pred(j)).map(|j| ObjectRef::from_obj(j.as_ref())).collect()
+}
+
+async fn reconcile(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let namespace = job.namespace().unwrap_or_default();
+    reconcile_job(&ctx, &namespace, &job.name_any()).await
+}
+
+fn error_policy(job: Arc<Job>, error: &Error, _ctx: Arc<Context>) -> Action {
+    tracing::info!(job = %job.name_any(), %error, "job reconcile failed; retrying");
+    match error {
+        Error::PodRefused(..) => Action::requeue(INVALID_REQUEUE),
+        Error::Kube(_) => Action::requeue(ERROR_REQUEUE),
+    }
+}
+
+fn is_status(e: &kube::Error, code: u16, reason: Option<&str>) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == code && reason.is_none_or(|r| s.reason == r))
+}
+
+/// Whether `obj` is controlled by the Job with `uid`.
+fn owned_by<K: Resource>(obj: &K, uid: &str) -> bool {
+    obj.meta().owner_references.iter().flatten().any(|o| o.controller == Some(true) && o.uid == uid)
+}
+
+async fn validate(client: &Client, job: &Job) -> Result<plan::Validity, kube::Error> {
+    if let Some(q) = job.spec.queue.as_deref().filter(|q| *q != DEFAULT_QUEUE) {
+        if Api::<Queue>::all(client.clone()).get_opt(q).await?.is_none() {
+            return Ok(Err(("QueueNotFound".into(), format!("queue {q:?} does not exist"))));
+        }
+    }
+    if let Some(pc) = job.spec.priority_class_name.as_deref() {
+        if Api::<PriorityClass>::all(client.clone()).get_opt(pc).await?.is_none() {
+            return Ok(Err(("PriorityClassNotFound".into(), format!("PriorityClass {pc:?} does not exist"))));
+        }
+    }
+    Ok(Ok(()))
+}
+
+async fn ensure_pod_group(ctx: &Context, job: &Job, uid: &str) -> Result<(), Error> {
+    let api: Api<PodGroup> = Api::namespaced(ctx.client.clone(), &job.namespace().unwrap_or_default());
+    let desired = build::pod_group(job);
+    match api.get_opt(&job.name_any()).await? {
+        None => match api.create(&PostParams::default(), &desired).await {
+            Err(e) if !is_status(&e, 409, Some("AlreadyExists")) => return Err(e.into()),
+            _ => {}
+        },
+        Some(live) if !owned_by(&live, uid) => {
+            let message = format!("PodGroup {} exists and is not this job's; leaving it alone", live.name_any());
+            events::publish(&ctx.client, CONTROLLER_NAME, job, EventType::Warning, "PodGroupNotOwned", &message).await;
+        }
+        Some(mut live) if live.spec != desired.spec => {
+            live.spec = desired.spec;
+            api.replace(&job.name_any(), &PostParams::default(), &live).await?;
+        }
+        Some(_) => {}
+    }
+    Ok(())
+}
+
+async fn ensure_service(ctx: &Context, job: &Job) -> Result<(), Error> {
+    let api: Api<Service> = Api::namespaced(ctx.client.clone(), &job.namespace().unwrap_or_default());
+    if api.get_opt(&job.name_any()).await?.is_none() {
+        match api.create(&PostParams::default(), &build::service(job)).await {
+            Err(e) if !is_status(&e, 409, Some("AlreadyExists")) => return Err(e.into()),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+async fn reconcile_job(ctx: &Context, namespace: &str, name: &str) -> Result<Action, Error> {
+    let client = &ctx.client;
+    let jobs: Api<Job> = Api::namespaced(client.clone(), namespace);
+    // Fresh from the API server: the watch cache may not have our last status write yet.
+    let Some(job) = jobs.get_opt(name).await? else { return Ok(Action::await_change()) };
+    if job.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let uid = job.uid().unwrap_or_default();
+    let state = job.status.as_ref().map(|s| s.state).unwrap_or_default();
+    let finished = matches!(
+        state,
+        drover_api::crd::job::JobState::Completed
+            | drover_api::crd::job::JobState::Failed
+            | drover_api::crd::job::JobState::Aborted
+    );
+    let validity = if finished { Ok(()) } else { validate(client, &job).await? };
+    if validity.is_ok() && !finished {
+        ensure_pod_group(ctx, &job, &uid).await?;
+        ensure_service(ctx, &job).await?;
+    }
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let listed = pods.list(&ListParams::default().labels(&format!("{JOB_NAME_LABEL}={name}"))).await?;
+    let views: Vec<plan::PodView> = listed.items.iter().filter(|p| owned_by(*p, &uid)).map(plan::PodView::of).collect();
+    let evictions = ctx.tracker.evictions(namespace, name);
+    let plan = plan::plan(&job, &views, &evictions, validity, jiff::Timestamp::now());
+
+    if job.status.as_ref() != Some(&plan.status) {
+        let mut updated = job.clone();
+        updated.status = Some(plan.status.clone());
+        jobs.replace_status(name, &PostParams::default(), &updated).await?;
+    }
+    for note in &plan.notes {
+        events::publish(client, CONTROLLER_NAME, &job, note.kind, &note.reason, &note.message).await;
+    }
+    for victim in &plan.delete {
+        ctx.tracker.deleting(&victim.uid);
+        let dp = DeleteParams {
+            preconditions: Some(Preconditions { uid: Some(victim.uid.clone()), resource_version: None }),
+            ..DeleteParams::default()
+        };
+        match pods.delete(&victim.name, &dp).await {
+            Ok(_) => {}
+            Err(e) if is_status(&e, 404, None) => ctx.tracker.not_deleting(&victim.uid),
+            Err(e) => {
+                ctx.tracker.not_deleting(&victim.uid);
+                return Err(e.into());
+            }
+        }
+    }
+    for &(task, index) in &plan.create {
+        let pod = build::pod(&job, task, index, plan.status.retry_count);
+        match pods.create(&PostParams::default(), &pod).await {
+            Ok(_) => {}
+            Err(e) if is_status(&e, 409, Some("AlreadyExists")) => {}
+            Err(kube::Error::Api(s)) if matches!(s.code, 400 | 403 | 422) => {
+                let pod_name = pod.name_any();
+                let message = format!("pod {pod_name} is refused by the API server: {}", s.message);
+                events::publish(client, CONTROLLER_NAME, &job, EventType::Warning, "FailedCreatePod", &message).await;
+                return Err(Error::PodRefused(pod_name, s.message));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    ctx.tracker.handled(namespace, name, &evictions);
+    if plan.delete_job {
+        let ttl = job.spec.ttl_seconds_after_finished.unwrap_or(0);
+        let message = format!("deleting the job {ttl}s after it finished (ttlSecondsAfterFinished)");
+        events::publish(client, CONTROLLER_NAME, &job, EventType::Normal, "TTLExpired", &message).await;
+        let dp = DeleteParams {
+            preconditions: Some(Preconditions { uid: Some(uid), resource_version: None }),
+            ..DeleteParams::default()
+        };
+        match jobs.delete(name, &dp).await {
+            Err(e) if !is_status(&e, 404, None) => return Err(e.into()),
+            _ => return Ok(Action::await_change()),
+        }
+    }
+    Ok(Action::requeue(plan.requeue.unwrap_or(RESYNC)))
+}

@@ -1,0 +1,468 @@
+//! The Job state machine and lifecycle policies, as a pure function: given a Job, its pods
+//! and the evictions seen since the last reconcile, what its status should be and which pods
+//! to create and delete. The reconciler (`mod.rs`) does the I/O.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use drover_api::crd::job::{Job, JobAction, JobEvent, JobState, JobStatus};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::ResourceExt;
+
+use super::build::{min_available, pod_name, total_replicas};
+use super::tracker::Eviction;
+use super::{
+    CONDITION_FINISHED, CONDITION_RESTARTING, CONDITION_VALID, INVALID_REQUEUE, RETRY_ANNOTATION, TASK_INDEX_LABEL,
+    TASK_LABEL,
+};
+use crate::events::EventType;
+
+/// A pod's phase as the controller counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Waiting for a node or for its containers (also `Unknown`).
+    Pending,
+    /// Running.
+    Running,
+    /// Finished successfully.
+    Succeeded,
+    /// Finished unsuccessfully.
+    Failed,
+}
+
+/// What the controller needs to know about one of its pods.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodView {
+    /// Pod name.
+    pub name: String,
+    /// Pod uid (for delete preconditions).
+    pub uid: String,
+    /// Its task label.
+    pub task: String,
+    /// Its index label.
+    pub index: Option<u32>,
+    /// The job's retry count when it was made.
+    pub retry: u32,
+    /// Phase.
+    pub phase: Phase,
+    /// Deletion has started.
+    pub deleting: bool,
+}
+
+impl PodView {
+    /// Reads the parts of a pod the controller uses.
+    pub fn of(pod: &Pod) -> PodView {
+        let labels = pod.labels();
+        let phase = match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
+            Some("Running") => Phase::Running,
+            Some("Succeeded") => Phase::Succeeded,
+            Some("Failed") => Phase::Failed,
+            _ => Phase::Pending,
+        };
+        PodView {
+            name: pod.name_any(),
+            uid: pod.uid().unwrap_or_default(),
+            task: labels.get(TASK_LABEL).cloned().unwrap_or_default(),
+            index: labels.get(TASK_INDEX_LABEL).and_then(|i| i.parse().ok()),
+            retry: pod.annotations().get(RETRY_ANNOTATION).and_then(|r| r.parse().ok()).unwrap_or(0),
+            phase,
+            deleting: pod.metadata.deletion_timestamp.is_some(),
+        }
+    }
+
+    fn active(&self) -> bool {
+        matches!(self.phase, Phase::Pending | Phase::Running)
+    }
+}
+
+/// A pod to delete (by name, guarded by its uid).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodRef {
+    /// Pod name.
+    pub name: String,
+    /// Pod uid.
+    pub uid: String,
+}
+
+/// An Event to record about the Job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Note {
+    /// Normal or Warning.
+    pub kind: EventType,
+    /// CamelCase reason.
+    pub reason: String,
+    /// Human-readable message.
+    pub message: String,
+}
+
+/// What one reconcile does.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// The status to write (written only if it differs from the stored one).
+    pub status: JobStatus,
+    /// Pods to delete.
+    pub delete: Vec<PodRef>,
+    /// Pods to create: (task position, index).
+    pub create: Vec<(usize, u32)>,
+    /// Events to record once the status is written.
+    pub notes: Vec<Note>,
+    /// Delete the Job itself (its TTL expired).
+    pub delete_job: bool,
+    /// Reconcile again after this long even if nothing changes.
+    pub requeue: Option<Duration>,
+}
+
+/// Whether the job's references resolve: `Err((reason, message))` when they do not.
+pub type Validity = Result<(), (String, String)>;
+
+fn is_terminal(s: JobState) -> bool {
+    matches!(s, JobState::Completed | JobState::Failed | JobState::Aborted)
+}
+
+/// Sets a condition, keeping its transition time unless its status changes. Returns whether
+/// the status (True/False) or reason changed.
+fn set_condition(
+    conds: &mut Vec<Condition>,
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: &str,
+    now: jiff::Timestamp,
+    generation: Option<i64>,
+) -> bool {
+    let status = if status { "True" } else { "False" };
+    if let Some(c) = conds.iter_mut().find(|c| c.type_ == type_) {
+        let changed = c.status != status || c.reason != reason;
+        if c.status != status {
+            c.last_transition_time = Time(now);
+        }
+        c.status = status.into();
+        c.reason = reason.into();
+        c.message = message.into();
+        c.observed_generation = generation;
+        changed
+    } else {
+        conds.push(Condition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: message.into(),
+            last_transition_time: Time(now),
+            observed_generation: generation,
+        });
+        true
+    }
+}
+
+fn condition<'a>(status: &'a JobStatus, type_: &str) -> Option<&'a Condition> {
+    status.conditions.iter().find(|c| c.type_ == type_)
+}
+
+/// The task a running restart targets (`None`: the whole job), from the `Restarting`
+/// condition written when the restart began.
+fn restart_target(status: &JobStatus) -> Option<String> {
+    let c = condition(status, CONDITION_RESTARTING).filter(|c| c.status == "True" && c.reason == "RestartTask")?;
+    let rest = c.message.strip_prefix("restarting task \"")?;
+    Some(rest[..rest.find('"')?].to_string())
+}
+
+/// The action lifecycle policies give for `event` in `task`: task policies first, then the
+/// job's; `Any` matches every event.
+pub fn action_for(job: &Job, task: &str, event: JobEvent) -> Option<JobAction> {
+    let matches = |p: &&drover_api::crd::job::LifecyclePolicy| p.event == event || p.event == JobEvent::Any;
+    let task_policies = job.spec.tasks.iter().find(|t| t.name == task).map(|t| t.policies.as_slice()).unwrap_or(&[]);
+    task_policies.iter().find(matches).or_else(|| job.spec.policies.iter().find(matches)).map(|p| p.action)
+}
+
+struct Planner<'a> {
+    job: &'a Job,
+    pods: &'a [PodView],
+    /// Condition timestamp: now, in whole seconds as the API stores it.
+    now: jiff::Timestamp,
+    /// The precise time, for the TTL.
+    clock: jiff::Timestamp,
+    plan: Plan,
+}
+
+impl Planner<'_> {
+    fn note(&mut self, kind: EventType, reason: &str, message: String) {
+        self.plan.notes.push(Note { kind, reason: reason.into(), message });
+    }
+
+    fn generation(&self) -> Option<i64> {
+        self.job.metadata.generation
+    }
+
+    fn delete_where(&mut self, keep: impl Fn(&PodView) -> bool) {
+        for p in self.pods.iter().filter(|p| !p.deleting && !keep(p)) {
+            self.plan.delete.push(PodRef { name: p.name.clone(), uid: p.uid.clone() });
+        }
+    }
+
+    /// Deletes the pods still pending or running (finished pods stay, for their logs).
+    fn stop_active(&mut self) {
+        self.delete_where(|p| !p.active());
+    }
+
+    fn finish(&mut self, state: JobState, reason: &str, message: String) {
+        let kind = if state == JobState::Completed { EventType::Normal } else { EventType::Warning };
+        self.plan.status.state = state;
+        let (now, generation) = (self.now, self.generation());
+        set_condition(&mut self.plan.status.conditions, CONDITION_FINISHED, true, reason, &message, now, generation);
+        self.clear_restarting();
+        self.note(kind, reason, message);
+    }
+
+    fn clear_restarting(&mut self) {
+        let (now, generation) = (self.now, self.generation());
+        let conds = &mut self.plan.status.conditions;
+        if let Some(c) = conds.iter().find(|c| c.type_ == CONDITION_RESTARTING && c.status == "True") {
+            let message = c.message.clone();
+            set_condition(conds, CONDITION_RESTARTING, false, "Restarted", &message, now, generation);
+        }
+    }
+
+    /// Whether pod `(task, index)` is part of the current spec.
+    fn current(&self, p: &PodView) -> bool {
+        let Some(t) = self.job.spec.tasks.iter().find(|t| t.name == p.task) else { return false };
+        p.index.is_some_and(|i| i < t.replicas)
+            && p.name == pod_name(&self.job.name_any(), &t.name, p.index.unwrap_or(0))
+    }
+
+    fn take_action(&mut self, action: JobAction, task: &str, why: String) {
+        match action {
+            JobAction::RestartJob | JobAction::RestartTask => {
+                let max = self.job.spec.max_retry;
+                if self.plan.status.retry_count >= max {
+                    self.stop_active();
+                    self.finish(
+                        JobState::Failed,
+                        "MaxRetryExceeded",
+                        format!("{why}; no {action:?}: the job has used all {max} retries"),
+                    );
+                    return;
+                }
+                self.plan.status.retry_count += 1;
+                self.plan.status.state = JobState::Restarting;
+                let retry = self.plan.status.retry_count;
+                let (message, target) = if action == JobAction::RestartTask {
+                    (format!("restarting task \"{task}\": {why} (retry {retry} of {max})"), Some(task))
+                } else {
+                    (format!("restarting the job: {why} (retry {retry} of {max})"), None)
+                };
+                let reason = format!("{action:?}");
+                let (now, generation) = (self.now, self.generation());
+                let conds = &mut self.plan.status.conditions;
+                set_condition(conds, CONDITION_RESTARTING, true, &reason, &message, now, generation);
+                self.delete_where(|p| target.is_some_and(|t| p.task != t));
+                self.note(EventType::Warning, &reason, message);
+            }
+            JobAction::AbortJob => {
+                self.stop_active();
+                self.finish(JobState::Aborted, "Aborted", format!("{why}: AbortJob"));
+            }
+            JobAction::TerminateJob => {
+                self.stop_active();
+                self.finish(JobState::Failed, "Terminated", format!("{why}: TerminateJob"));
+            }
+            JobAction::CompleteJob => {
+                self.stop_active();
+                let message = format!("{why}: CompleteJob");
+                if self.pods.iter().any(|p| p.active()) {
+                    self.plan.status.state = JobState::Completing;
+                    self.note(EventType::Normal, "Completing", message);
+                } else {
+                    self.finish(JobState::Completed, "Completed", message);
+                }
+            }
+        }
+    }
+
+    /// The first lifecycle event with an action: failed pods, then evicted pods, then
+    /// completed tasks, in task order.
+    fn triggered(&self, evictions: &[Eviction]) -> Option<(JobAction, String, String)> {
+        let job = self.job;
+        let current: Vec<&PodView> = self.pods.iter().filter(|p| self.current(p) && !p.deleting).collect();
+        for t in &job.spec.tasks {
+            for p in current.iter().filter(|p| p.task == t.name && p.phase == Phase::Failed) {
+                if let Some(a) = action_for(job, &t.name, JobEvent::PodFailed) {
+                    return Some((a, t.name.clone(), format!("pod {} failed (PodFailed)", p.name)));
+                }
+            }
+        }
+        for e in evictions {
+            let Some(t) = job.spec.tasks.iter().find(|t| t.name == e.task) else { continue };
+            if e.index >= t.replicas {
+                continue;
+            }
+            if let Some(a) = action_for(job, &t.name, JobEvent::PodEvicted) {
+                return Some((a, t.name.clone(), format!("pod {} was evicted (PodEvicted)", e.pod)));
+            }
+        }
+        for t in job.spec.tasks.iter().filter(|t| t.replicas > 0) {
+            let done = current.iter().filter(|p| p.task == t.name && p.phase == Phase::Succeeded).count();
+            if done == t.replicas as usize {
+                if let Some(a) = action_for(job, &t.name, JobEvent::TaskCompleted) {
+                    return Some((a, t.name.clone(), format!("task {} completed (TaskCompleted)", t.name)));
+                }
+            }
+        }
+        None
+    }
+
+    /// Completion and failure without a policy, then Pending -> Running.
+    fn progress(&mut self) -> bool {
+        let total = total_replicas(self.job);
+        let min = min_available(self.job);
+        if total == 0 {
+            return false;
+        }
+        let current: Vec<&PodView> = self.pods.iter().filter(|p| self.current(p) && !p.deleting).collect();
+        let count = |ph: Phase| current.iter().filter(|p| p.phase == ph).count() as u32;
+        let (running, succeeded, failed) = (count(Phase::Running), count(Phase::Succeeded), count(Phase::Failed));
+        if succeeded + failed == total {
+            if succeeded >= min {
+                self.finish(JobState::Completed, "Completed", format!("{succeeded} of {total} pods succeeded"));
+            } else {
+                self.finish(
+                    JobState::Failed,
+                    "PodsFailed",
+                    format!("all pods finished; {succeeded} succeeded, fewer than minAvailable {min}"),
+                );
+            }
+            return true;
+        }
+        if total - failed < min {
+            self.stop_active();
+            self.finish(
+                JobState::Failed,
+                "MinAvailableUnreachable",
+                format!("{failed} of {total} pods failed: minAvailable {min} can no longer be reached"),
+            );
+            return true;
+        }
+        if running + succeeded >= min && self.plan.status.state == JobState::Pending {
+            self.plan.status.state = JobState::Running;
+        }
+        false
+    }
+
+    /// Creates missing pods of the spec and deletes pods outside it (scale down).
+    fn sync(&mut self) {
+        let job_name = self.job.name_any();
+        let present: BTreeSet<&str> = self.pods.iter().map(|p| p.name.as_str()).collect();
+        for (pos, t) in self.job.spec.tasks.iter().enumerate() {
+            for i in 0..t.replicas {
+                if !present.contains(pod_name(&job_name, &t.name, i).as_str()) {
+                    self.plan.create.push((pos, i));
+                }
+            }
+        }
+        let extra: Vec<PodRef> = self
+            .pods
+            .iter()
+            .filter(|p| !p.deleting && !self.current(p))
+            .map(|p| PodRef { name: p.name.clone(), uid: p.uid.clone() })
+            .collect();
+        self.plan.delete.extend(extra);
+    }
+
+    fn ttl(&mut self) {
+        let Some(ttl) = self.job.spec.ttl_seconds_after_finished else { return };
+        let finished = condition(&self.plan.status, CONDITION_FINISHED)
+            .filter(|c| c.status == "True")
+            .map_or(self.now, |c| c.last_transition_time.0);
+        // The finish time is kept in whole seconds (rounded down): count from the second after,
+        // so that a job is never deleted early.
+        let due = finished + jiff::SignedDuration::from_secs(i64::from(ttl) + 1);
+        if self.clock >= due {
+            self.plan.delete_job = true;
+        } else {
+            let left = self.clock.duration_until(due).unsigned_abs();
+            self.plan.requeue = Some(left.max(Duration::from_millis(10)));
+        }
+    }
+}
+
+/// Decides one reconcile of `job` from its pods, the evictions of its pods seen since the last
+/// successful reconcile and whether its queue and priority class exist.
+pub fn plan(job: &Job, pods: &[PodView], evictions: &[Eviction], validity: Validity, now: jiff::Timestamp) -> Plan {
+    let old = job.status.clone().unwrap_or_default();
+    let mut status = old.clone();
+    status.observed_generation = job.metadata.generation;
+    let live: Vec<&PodView> = pods.iter().filter(|p| !p.deleting).collect();
+    let count = |ph: Phase| live.iter().filter(|p| p.phase == ph).count() as u32;
+    status.pending = count(Phase::Pending);
+    status.running = count(Phase::Running);
+    status.succeeded = count(Phase::Succeeded);
+    status.failed = count(Phase::Failed);
+    let plan = Plan { status, delete: vec![], create: vec![], notes: vec![], delete_job: false, requeue: None };
+    let clock = now;
+    let now = jiff::Timestamp::from_second(now.as_second()).unwrap_or(now);
+    let mut p = Planner { job, pods, now, clock, plan };
+    let generation = p.generation();
+
+    if is_terminal(old.state) {
+        p.stop_active();
+        p.ttl();
+        return p.plan;
+    }
+    match validity {
+        Err((reason, message)) => {
+            if set_condition(&mut p.plan.status.conditions, CONDITION_VALID, false, &reason, &message, now, generation)
+            {
+                p.note(EventType::Warning, &reason, format!("{message}; no pods are created until it exists"));
+            }
+            p.plan.requeue = Some(INVALID_REQUEUE);
+            return p.plan;
+        }
+        Ok(()) => {
+            let conds = &mut p.plan.status.conditions;
+            let was_invalid = condition(&old, CONDITION_VALID).is_some_and(|c| c.status == "False");
+            set_condition(conds, CONDITION_VALID, true, "Valid", "the queue and priority class exist", now, generation);
+            if was_invalid {
+                p.note(EventType::Normal, "Valid", "the queue and priority class now exist".into());
+            }
+        }
+    }
+
+    match old.state {
+        JobState::Completing => {
+            p.stop_active();
+            if !pods.iter().any(|x| x.active()) {
+                p.finish(JobState::Completed, "Completed", "the remaining pods stopped after CompleteJob".into());
+                p.ttl();
+            }
+            return p.plan;
+        }
+        JobState::Restarting => {
+            let target = restart_target(&old);
+            let retry = old.retry_count;
+            let stale = |x: &PodView| target.as_ref().is_none_or(|t| &x.task == t) && x.retry < retry;
+            if pods.iter().any(stale) {
+                p.delete_where(|x| !stale(x));
+                return p.plan;
+            }
+            p.plan.status.state = JobState::Pending;
+            p.clear_restarting();
+            let what = target.map_or("the job".to_string(), |t| format!("task {t}"));
+            p.note(EventType::Normal, "Restarted", format!("{what}: old pods are gone; creating new ones"));
+        }
+        _ => {
+            if let Some((action, task, why)) = p.triggered(evictions) {
+                p.take_action(action, &task, why);
+                if is_terminal(p.plan.status.state) {
+                    p.ttl();
+                }
+                return p.plan;
+            }
+        }
+    }
+    if p.progress() {
+        p.ttl();
+        return p.plan;
+    }
+    p.sync();
+    p.plan
+}
