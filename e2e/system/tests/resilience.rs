@@ -473,6 +473,18 @@ async fn bad_input_is_reported_not_fatal() {
     })
     .await;
     assert!(message.contains("cluster"), "Unschedulable message does not mention the cluster: {message:?}");
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    for (object, reason) in [("too-big", "Unschedulable"), ("orphan", "ParentNotFound")] {
+        eventually(20, &format!("a {reason} Warning Event on {object}"), || async {
+            let list =
+                events.list(&ListParams::default().fields(&format!("involvedObject.name={object}"))).await.ok()?;
+            list.items
+                .iter()
+                .any(|e| e.reason.as_deref() == Some(reason) && e.type_.as_deref() == Some("Warning"))
+                .then_some(())
+        })
+        .await;
+    }
 
     eventually(40, &format!("the good job completes (logs in {logs})"), || async {
         (job_state(&jobs, "good").await.as_deref() == Some("Completed")).then_some(())

@@ -93,24 +93,51 @@ pub(super) async fn delete_now(client: &Client, pod: &PodRef) -> Result<Removal,
 
 /// Records a Normal core/v1 Event on a pod. Failures are logged only.
 pub(super) async fn pod_event(client: &Client, component: &str, pod: &PodRef, reason: &str, message: &str) {
+    let involved = ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: Some(pod.name.clone()),
+        namespace: Some(pod.namespace.clone()),
+        uid: pod.uid.clone(),
+        ..ObjectReference::default()
+    };
+    record_event(client, component, involved, "Normal", reason, message).await;
+}
+
+/// Records a Warning core/v1 Event on a PodGroup (why it cannot run). Failures are logged only.
+pub(super) async fn group_warning(client: &Client, component: &str, group: &PodGroup, reason: &str, message: &str) {
+    let involved = ObjectReference {
+        api_version: Some("scheduling.drover.dev/v1alpha1".into()),
+        kind: Some("PodGroup".into()),
+        name: group.metadata.name.clone(),
+        namespace: group.metadata.namespace.clone(),
+        uid: group.metadata.uid.clone(),
+        ..ObjectReference::default()
+    };
+    record_event(client, component, involved, "Warning", reason, message).await;
+}
+
+async fn record_event(
+    client: &Client,
+    component: &str,
+    involved: ObjectReference,
+    type_: &str,
+    reason: &str,
+    message: &str,
+) {
     let now = jiff::Timestamp::now();
+    let namespace = involved.namespace.clone().unwrap_or_else(|| "default".into());
+    let name = involved.name.clone().unwrap_or_default();
     let event = Event {
         metadata: ObjectMeta {
-            name: Some(format!("{}.{:x}", pod.name, now.as_nanosecond())),
-            namespace: Some(pod.namespace.clone()),
+            name: Some(format!("{name}.{:x}", now.as_nanosecond())),
+            namespace: Some(namespace.clone()),
             ..ObjectMeta::default()
         },
-        involved_object: ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Pod".into()),
-            name: Some(pod.name.clone()),
-            namespace: Some(pod.namespace.clone()),
-            uid: pod.uid.clone(),
-            ..ObjectReference::default()
-        },
+        involved_object: involved,
         reason: Some(reason.to_string()),
         message: Some(message.to_string()),
-        type_: Some("Normal".into()),
+        type_: Some(type_.into()),
         source: Some(EventSource { component: Some(component.to_string()), host: None }),
         reporting_component: Some(component.to_string()),
         first_timestamp: Some(Time(now)),
@@ -118,9 +145,9 @@ pub(super) async fn pod_event(client: &Client, component: &str, pod: &PodRef, re
         count: Some(1),
         ..Event::default()
     };
-    let api: Api<Event> = Api::namespaced(client.clone(), &pod.namespace);
+    let api: Api<Event> = Api::namespaced(client.clone(), &namespace);
     if let Err(e) = api.create(&PostParams::default(), &event).await {
-        tracing::warn!(pod = %pod.name, namespace = %pod.namespace, reason, error = %e, "could not record an event");
+        tracing::warn!(object = %name, namespace = %namespace, reason, error = %e, "could not record an event");
     }
 }
 

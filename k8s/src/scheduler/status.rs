@@ -14,6 +14,7 @@ use kube::api::{Patch, PatchParams};
 use kube::Api;
 use serde_json::{json, Map, Value};
 
+use super::api;
 use super::cache::{key_of, Gathered, Key, Overlay};
 use super::gang::{group_of, Ctx};
 use crate::convert::{Converted, PodCounts, Problem};
@@ -163,6 +164,9 @@ pub(super) async fn write_groups(
         let api: Api<PodGroup> = Api::namespaced(ctx.client.clone(), &key.0);
         match api.patch_status(&key.1, &PatchParams::default(), &Patch::Merge(&patch)).await {
             Ok(new) => {
+                if let Some((reason, message)) = newly_failing(group.status.as_ref(), &want) {
+                    api::group_warning(ctx.client, "drover-scheduler", group, &reason, &message).await;
+                }
                 overlay.group_written(group.metadata.resource_version.clone(), new);
                 written += 1;
             }
@@ -172,6 +176,19 @@ pub(super) async fn write_groups(
         }
     }
     written
+}
+
+/// The Warning a status change deserves: a condition (`Unschedulable` or `Valid`) that turned
+/// bad, or whose message changed while bad. Reasons repeat in status every cycle; Events only
+/// when something changed, so `kubectl describe` stays readable.
+fn newly_failing(old: Option<&PodGroupStatus>, new: &PodGroupStatus) -> Option<(String, String)> {
+    let bad =
+        |c: &Condition| (c.type_ == UNSCHEDULABLE && c.status == "True") || (c.type_ == VALID && c.status == "False");
+    new.conditions.iter().filter(|c| bad(c)).find_map(|c| {
+        let before = old.and_then(|o| o.conditions.iter().find(|p| p.type_ == c.type_));
+        let changed = before.is_none_or(|p| !bad(p) || p.message != c.message);
+        changed.then(|| (c.reason.clone(), c.message.clone()))
+    })
 }
 
 /// A queue's figures as the status shows them: `pods` only where the queue declares it.
