@@ -5,6 +5,7 @@
 
 pub mod constraints;
 pub mod crd;
+pub mod labels;
 pub mod priority;
 pub mod quantity;
 pub mod resources;

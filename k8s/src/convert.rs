@@ -129,14 +129,7 @@ use pod::Finding;
 use priority::{Classes, Resolved};
 use queue::QueueState;
 
-/// Pod annotation naming the pod's PodGroup (same namespace).
-pub const POD_GROUP_ANNOTATION: &str = "scheduling.drover.dev/pod-group";
-/// Pod label naming the pod's task within its group.
-pub const TASK_LABEL: &str = "scheduling.drover.dev/task";
-/// Pod label giving the pod's index within its task.
-pub const TASK_INDEX_LABEL: &str = "scheduling.drover.dev/task-index";
-/// PriorityClass annotation overriding whether the class is preemptible (`"true"`/`"false"`).
-pub const PREEMPTIBLE_ANNOTATION: &str = "scheduling.drover.dev/preemptible";
+pub use drover_api::labels::{POD_GROUP_ANNOTATION, PREEMPTIBLE_ANNOTATION, TASK_INDEX_LABEL, TASK_LABEL};
 /// The queue of groups that name none.
 pub const DEFAULT_QUEUE: &str = "default";
 /// The task of pods without the task label.

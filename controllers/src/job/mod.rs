@@ -98,14 +98,7 @@ use tracker::Tracker;
 pub const CONTROLLER_NAME: &str = "drover-job-controller";
 /// The scheduler pods are given unless their template names one.
 pub const SCHEDULER_NAME: &str = "drover";
-/// Pod (and PodGroup, Service) label naming the Job.
-pub const JOB_NAME_LABEL: &str = "batch.drover.dev/job-name";
-/// Pod label naming the pod's task.
-pub const TASK_LABEL: &str = "scheduling.drover.dev/task";
-/// Pod label giving the pod's index within its task.
-pub const TASK_INDEX_LABEL: &str = "scheduling.drover.dev/task-index";
-/// Pod annotation naming the pod's PodGroup.
-pub const POD_GROUP_ANNOTATION: &str = "scheduling.drover.dev/pod-group";
+pub use drover_api::labels::{JOB_NAME_LABEL, POD_GROUP_ANNOTATION, TASK_INDEX_LABEL, TASK_LABEL};
 /// Pod annotation: the Job's `retryCount` when the pod was made (tells a restart's old pods
 /// from its new ones).
 pub const RETRY_ANNOTATION: &str = "batch.drover.dev/retry-count";

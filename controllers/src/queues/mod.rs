@@ -80,17 +80,11 @@ pub const LABEL_PROJECT: &str = "scheduling.drover.dev/project";
 pub const LABEL_DEPARTMENT: &str = "scheduling.drover.dev/department";
 /// Queue label: the node pool of the queue.
 pub const LABEL_NODE_POOL: &str = "scheduling.drover.dev/node-pool";
-/// Pod annotation naming the pod's PodGroup (same namespace). Pods that carry it are left
-/// alone by the PodGroup controller; it sets it on the pods it groups.
-pub const ANNOTATION_POD_GROUP: &str = "scheduling.drover.dev/pod-group";
-/// Pod annotation choosing the queue of the pod's one-pod PodGroup, overriding the
-/// namespace's project queue.
-pub const ANNOTATION_QUEUE: &str = "scheduling.drover.dev/queue";
-/// Pod label set by the Drover Job controller on its pods; such pods get their PodGroup
-/// from the Job controller and are skipped here.
-pub const LABEL_JOB_NAME: &str = "batch.drover.dev/job-name";
-/// Node label (and pod `nodeSelector` key) naming a node's pool.
-pub const NODE_POOL_LABEL: &str = "drover.dev/node-pool";
+pub use drover_api::labels::{
+    JOB_NAME_LABEL as LABEL_JOB_NAME, POD_GROUP_ANNOTATION as ANNOTATION_POD_GROUP,
+    QUEUE_ANNOTATION as ANNOTATION_QUEUE,
+};
+pub use drover_api::NODE_POOL_LABEL;
 /// The `spec.schedulerName` of pods Drover schedules.
 pub const SCHEDULER_NAME: &str = "drover";
 /// Prefix of the names of one-pod PodGroups: `pod-<pod name>`.
