@@ -10,12 +10,12 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::{trigger_with, Action};
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 
-use super::runner::{changes, digest, drive, ready, shutdown_signal, Context, Retries, Triggers};
+use super::runner::{changes, digest, drive, ready, shutdown_signal, ProjectsCtx as Ctx, Retries, Triggers};
 use super::tree::namespace_owner;
 use super::{
     api_code, project_queue_name, reasons, Error, ANNOTATION_POD_GROUP, ANNOTATION_QUEUE, DEFAULT_QUEUE,
@@ -124,18 +124,6 @@ pub async fn run_pod_groups(client: Client, shutdown: impl Future<Output = ()> +
     let ctx = Arc::new(Ctx { client, projects, retries: Retries::default() });
     drive("pod-groups", pods, triggers, reconcile, ctx, shutdown).await;
     Ok(())
-}
-
-struct Ctx {
-    client: Client,
-    projects: Store<Project>,
-    retries: Retries,
-}
-
-impl Context for Ctx {
-    fn retries(&self) -> &Retries {
-        &self.retries
-    }
 }
 
 fn pod_key(p: &Pod) -> u64 {

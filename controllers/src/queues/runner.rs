@@ -163,3 +163,20 @@ where
 {
     store.wait_until_ready().now_or_never().is_some_and(|r| r.is_ok())
 }
+
+/// What the controllers that read the Project cache share: the client, the cache and the
+/// per-object retry state.
+pub(crate) struct ProjectsCtx {
+    /// The API client.
+    pub(crate) client: kube::Client,
+    /// The Project cache.
+    pub(crate) projects: kube::runtime::reflector::Store<drover_api::crd::project::Project>,
+    /// Retry backoff per object.
+    pub(crate) retries: Retries,
+}
+
+impl Context for ProjectsCtx {
+    fn retries(&self) -> &Retries {
+        &self.retries
+    }
+}

@@ -15,13 +15,13 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::{trigger_owners, trigger_with, Action};
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
-use super::runner::{changes, digest, drive, shutdown_signal, Context, Retries, Shutdown, Triggers};
+use super::runner::{changes, digest, drive, shutdown_signal, ProjectsCtx as Ctx, Retries, Shutdown, Triggers};
 use super::{
     api_code, department_queue_name, find_valid, project_queue_name, put_condition, reasons, same_condition,
     valid_condition, valid_pool_name, Error, Problem, GPU_RESOURCE, LABEL_DEPARTMENT, LABEL_NODE_POOL, LABEL_PROJECT,
@@ -46,18 +46,6 @@ pub async fn run_queue_tree(client: Client, shutdown: impl Future<Output = ()> +
     let shutdown = shutdown_signal(shutdown);
     futures::join!(run_projects(client.clone(), shutdown.clone()), run_departments(client, shutdown));
     Ok(())
-}
-
-struct Ctx {
-    client: Client,
-    projects: Store<Project>,
-    retries: Retries,
-}
-
-impl Context for Ctx {
-    fn retries(&self) -> &Retries {
-        &self.retries
-    }
 }
 
 /// What a change of a Project, Department or Queue must differ in to trigger a reconcile

@@ -301,7 +301,8 @@ async fn leader_failover_mid_gang_leaves_no_half_bound_gang() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let survivor = holder(&client, "drover-scheduler").await;
-    assert!(survivor.as_deref().is_some_and(|h| h.starts_with("own-") && h != leader), "lease: {survivor:?}");
+    // Any other replica may have taken over: ours, or the harness's if it was not the first leader.
+    assert!(survivor.as_deref().is_some_and(|h| h != leader), "the killed leader still holds the lease: {survivor:?}");
     eprintln!("recreated pods: {:?}", tracker.recreated());
 }
 
