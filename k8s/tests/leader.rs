@@ -210,14 +210,14 @@ async fn a_leader_whose_renewals_fail_steps_down_before_its_lease_expires() {
 }
 
 /// 500s and conflicts are retried at once; a 429 is retried by kube's client itself after the
-/// server's `Retry-After` (1 s here), so this test uses a 3 s lease renewed every second
-/// (acting deadline 2 s after a renewal).
+/// server's `Retry-After` (1 s here), so this test uses a 6 s lease renewed every 2 s (acting
+/// deadline 4 s after a renewal), leaving room for a loaded machine.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_few_failed_renewals_are_retried_within_the_deadline() {
     let server = server().await;
     let slow = |identity: &str| LeaderConfig {
-        lease_duration: Duration::from_secs(3),
-        renew_period: Duration::from_secs(1),
+        lease_duration: Duration::from_secs(6),
+        renew_period: Duration::from_secs(2),
         ..config("blips", identity)
     };
     let a = leader::spawn(server.client(), slow("a"));
@@ -227,7 +227,7 @@ async fn a_few_failed_renewals_are_retried_within_the_deadline() {
     changes.borrow_and_update();
     for (count, status) in [(3, 500), (1, 409), (1, 429)] {
         server.faults().fail_next_writes("leases", count, status);
-        tokio::time::sleep(Duration::from_millis(1500)).await;
+        tokio::time::sleep(Duration::from_millis(2500)).await;
         assert!(a.is_leader() && !b.is_leader(), "a kept leading through {count} × {status}");
     }
     assert!(!changes.has_changed().unwrap(), "leadership never flapped");
