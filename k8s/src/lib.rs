@@ -1,5 +1,6 @@
 //! The Kubernetes edge of the Drover scheduler.
 pub mod convert;
+pub mod events;
 pub mod leader;
 pub mod metrics;
 pub mod scheduler;

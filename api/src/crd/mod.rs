@@ -5,6 +5,7 @@
 // kube's `printcolumn(name = .., type_ = ..)` attributes repeat their keys by design.
 #![allow(clippy::duplicated_attributes)]
 
+pub mod conditions;
 pub mod department;
 pub mod job;
 pub mod podgroup;

@@ -5,9 +5,10 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use drover_api::crd::conditions;
 use drover_api::crd::job::{Job, JobAction, JobEvent, JobState, JobStatus};
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
 
 use super::build::{min_available, pod_name, total_replicas};
@@ -120,41 +121,6 @@ fn is_terminal(s: JobState) -> bool {
     matches!(s, JobState::Completed | JobState::Failed | JobState::Aborted)
 }
 
-/// Sets a condition, keeping its transition time unless its status changes. Returns whether
-/// the status (True/False) or reason changed.
-fn set_condition(
-    conds: &mut Vec<Condition>,
-    type_: &str,
-    status: bool,
-    reason: &str,
-    message: &str,
-    now: jiff::Timestamp,
-    generation: Option<i64>,
-) -> bool {
-    let status = if status { "True" } else { "False" };
-    if let Some(c) = conds.iter_mut().find(|c| c.type_ == type_) {
-        let changed = c.status != status || c.reason != reason;
-        if c.status != status {
-            c.last_transition_time = Time(now);
-        }
-        c.status = status.into();
-        c.reason = reason.into();
-        c.message = message.into();
-        c.observed_generation = generation;
-        changed
-    } else {
-        conds.push(Condition {
-            type_: type_.into(),
-            status: status.into(),
-            reason: reason.into(),
-            message: message.into(),
-            last_transition_time: Time(now),
-            observed_generation: generation,
-        });
-        true
-    }
-}
-
 fn condition<'a>(status: &'a JobStatus, type_: &str) -> Option<&'a Condition> {
     status.conditions.iter().find(|c| c.type_ == type_)
 }
@@ -209,7 +175,7 @@ impl Planner<'_> {
         let kind = if state == JobState::Completed { EventType::Normal } else { EventType::Warning };
         self.plan.status.state = state;
         let (now, generation) = (self.now, self.generation());
-        set_condition(&mut self.plan.status.conditions, CONDITION_FINISHED, true, reason, &message, now, generation);
+        conditions::set(&mut self.plan.status.conditions, CONDITION_FINISHED, true, reason, &message, now, generation);
         self.clear_restarting();
         self.note(kind, reason, message);
     }
@@ -219,7 +185,7 @@ impl Planner<'_> {
         let conds = &mut self.plan.status.conditions;
         if let Some(c) = conds.iter().find(|c| c.type_ == CONDITION_RESTARTING && c.status == "True") {
             let message = c.message.clone();
-            set_condition(conds, CONDITION_RESTARTING, false, "Restarted", &message, now, generation);
+            conditions::set(conds, CONDITION_RESTARTING, false, "Restarted", &message, now, generation);
         }
     }
 
@@ -254,7 +220,7 @@ impl Planner<'_> {
                 let reason = format!("{action:?}");
                 let (now, generation) = (self.now, self.generation());
                 let conds = &mut self.plan.status.conditions;
-                set_condition(conds, CONDITION_RESTARTING, true, &reason, &message, now, generation);
+                conditions::set(conds, CONDITION_RESTARTING, true, &reason, &message, now, generation);
                 self.delete_where(|p| target.is_some_and(|t| p.task != t));
                 self.note(EventType::Warning, &reason, message);
             }
@@ -410,8 +376,15 @@ pub fn plan(job: &Job, pods: &[PodView], evictions: &[Eviction], validity: Valid
     }
     match validity {
         Err((reason, message)) => {
-            if set_condition(&mut p.plan.status.conditions, CONDITION_VALID, false, &reason, &message, now, generation)
-            {
+            if conditions::set(
+                &mut p.plan.status.conditions,
+                CONDITION_VALID,
+                false,
+                &reason,
+                &message,
+                now,
+                generation,
+            ) {
                 p.note(EventType::Warning, &reason, format!("{message}; no pods are created until it exists"));
             }
             p.plan.requeue = Some(INVALID_REQUEUE);
@@ -420,7 +393,15 @@ pub fn plan(job: &Job, pods: &[PodView], evictions: &[Eviction], validity: Valid
         Ok(()) => {
             let conds = &mut p.plan.status.conditions;
             let was_invalid = condition(&old, CONDITION_VALID).is_some_and(|c| c.status == "False");
-            set_condition(conds, CONDITION_VALID, true, "Valid", "the queue and priority class exist", now, generation);
+            conditions::set(
+                conds,
+                CONDITION_VALID,
+                true,
+                "Valid",
+                "the queue and priority class exist",
+                now,
+                generation,
+            );
             if was_invalid {
                 p.note(EventType::Normal, "Valid", "the queue and priority class now exist".into());
             }

@@ -3,13 +3,13 @@
 //! (the next cycle does).
 
 use drover_api::crd::podgroup::PodGroup;
-use k8s_openapi::api::core::v1::{Binding, Event, EventSource, ObjectReference, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
 use kube::api::{DeleteParams, EvictParams, ObjectMeta, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, Client};
 use serde_json::json;
 
 use crate::convert::PodRef;
+use crate::events::{self, EventType};
 
 /// The HTTP status of an API error, if the server answered one.
 pub(super) fn code(e: &kube::Error) -> Option<u16> {
@@ -101,54 +101,7 @@ pub(super) async fn pod_event(client: &Client, component: &str, pod: &PodRef, re
         uid: pod.uid.clone(),
         ..ObjectReference::default()
     };
-    record_event(client, component, involved, "Normal", reason, message).await;
-}
-
-/// Records a Warning core/v1 Event on a PodGroup (why it cannot run). Failures are logged only.
-pub(super) async fn group_warning(client: &Client, component: &str, group: &PodGroup, reason: &str, message: &str) {
-    let involved = ObjectReference {
-        api_version: Some("scheduling.drover.dev/v1alpha1".into()),
-        kind: Some("PodGroup".into()),
-        name: group.metadata.name.clone(),
-        namespace: group.metadata.namespace.clone(),
-        uid: group.metadata.uid.clone(),
-        ..ObjectReference::default()
-    };
-    record_event(client, component, involved, "Warning", reason, message).await;
-}
-
-async fn record_event(
-    client: &Client,
-    component: &str,
-    involved: ObjectReference,
-    type_: &str,
-    reason: &str,
-    message: &str,
-) {
-    let now = jiff::Timestamp::now();
-    let namespace = involved.namespace.clone().unwrap_or_else(|| "default".into());
-    let name = involved.name.clone().unwrap_or_default();
-    let event = Event {
-        metadata: ObjectMeta {
-            name: Some(format!("{name}.{:x}", now.as_nanosecond())),
-            namespace: Some(namespace.clone()),
-            ..ObjectMeta::default()
-        },
-        involved_object: involved,
-        reason: Some(reason.to_string()),
-        message: Some(message.to_string()),
-        type_: Some(type_.into()),
-        source: Some(EventSource { component: Some(component.to_string()), host: None }),
-        reporting_component: Some(component.to_string()),
-        first_timestamp: Some(Time(now)),
-        last_timestamp: Some(Time(now)),
-        count: Some(1),
-        ..Event::default()
-    };
-    let api: Api<Event> = Api::namespaced(client.clone(), &namespace);
-    if let Err(e) = api.create(&PostParams::default(), &event).await {
-        tracing::warn!(object = %name, namespace = %namespace, reason, error = %e, "could not record an event");
-    }
+    events::publish_for(client, component, involved, EventType::Normal, reason, message).await;
 }
 
 /// Sets (`Some`) or removes (`None`) a PodGroup annotation with a merge patch that carries

@@ -3,56 +3,27 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use drover_api::crd::conditions;
 use drover_api::crd::podgroup::{PodGroup, PodGroupPhase, PodGroupStatus};
 use drover_api::crd::queue::Queue;
 use drover_scheduler::cycle::CycleOutcome;
 use drover_scheduler::res::Res;
 use drover_scheduler::snapshot::{JobPhase, QueueId, Snapshot};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Patch, PatchParams};
 use kube::Api;
 use serde_json::{json, Map, Value};
 
-use super::api;
 use super::cache::{key_of, Gathered, Key, Overlay};
 use super::gang::{group_of, Ctx};
 use crate::convert::{Converted, PodCounts, Problem};
+use crate::events::{self, EventType};
 
 /// Condition type carrying the reason a group waits.
 pub const UNSCHEDULABLE: &str = "Unschedulable";
 /// Condition type saying whether the group could be read.
 pub const VALID: &str = "Valid";
-
-fn set_condition(
-    conds: &mut Vec<Condition>,
-    type_: &str,
-    status: bool,
-    reason: &str,
-    message: &str,
-    generation: Option<i64>,
-) {
-    let status = if status { "True" } else { "False" };
-    match conds.iter_mut().find(|c| c.type_ == type_) {
-        Some(c) => {
-            if c.status != status {
-                c.last_transition_time = Time(jiff::Timestamp::now());
-                c.status = status.to_string();
-            }
-            c.reason = reason.to_string();
-            c.message = message.to_string();
-            c.observed_generation = generation;
-        }
-        None => conds.push(Condition {
-            type_: type_.to_string(),
-            status: status.to_string(),
-            reason: reason.to_string(),
-            message: message.to_string(),
-            observed_generation: generation,
-            last_transition_time: Time(jiff::Timestamp::now()),
-        }),
-    }
-}
 
 /// Pods of a group by how many exist and how many finished.
 #[derive(Debug, Default, Clone, Copy)]
@@ -95,20 +66,25 @@ fn desired(
     status.failed = counts.failed;
     status.observed_generation = generation;
     let finished = matches!(status.phase, PodGroupPhase::Completed | PodGroupPhase::Failed);
+    let now = jiff::Timestamp::now();
     match (core, problem) {
-        (_, Some(p)) => set_condition(&mut status.conditions, VALID, false, &p.reason, &p.message, generation),
+        (_, Some(p)) => {
+            conditions::set(&mut status.conditions, VALID, false, &p.reason, &p.message, now, generation);
+        }
         _ if status.conditions.iter().any(|c| c.type_ == VALID && c.status != "True") => {
-            set_condition(&mut status.conditions, VALID, true, "Valid", "", generation)
+            conditions::set(&mut status.conditions, VALID, true, "Valid", "", now, generation);
         }
         _ => {}
     }
     match core {
         Some((_, Some(reason))) if !finished => {
-            set_condition(&mut status.conditions, UNSCHEDULABLE, true, UNSCHEDULABLE, reason, generation)
+            conditions::set(&mut status.conditions, UNSCHEDULABLE, true, UNSCHEDULABLE, reason, now, generation);
         }
-        Some(_) => set_condition(&mut status.conditions, UNSCHEDULABLE, false, "Scheduled", "", generation),
+        Some(_) => {
+            conditions::set(&mut status.conditions, UNSCHEDULABLE, false, "Scheduled", "", now, generation);
+        }
         None if finished && status.conditions.iter().any(|c| c.type_ == UNSCHEDULABLE && c.status == "True") => {
-            set_condition(&mut status.conditions, UNSCHEDULABLE, false, "Finished", "", generation)
+            conditions::set(&mut status.conditions, UNSCHEDULABLE, false, "Finished", "", now, generation);
         }
         None => {}
     }
@@ -165,7 +141,15 @@ pub(super) async fn write_groups(
         match api.patch_status(&key.1, &PatchParams::default(), &Patch::Merge(&patch)).await {
             Ok(new) => {
                 if let Some((reason, message)) = newly_failing(group.status.as_ref(), &want) {
-                    api::group_warning(ctx.client, "drover-scheduler", group, &reason, &message).await;
+                    events::publish(
+                        ctx.client,
+                        "drover-scheduler",
+                        group.as_ref(),
+                        EventType::Warning,
+                        &reason,
+                        &message,
+                    )
+                    .await;
                 }
                 overlay.group_written(group.metadata.resource_version.clone(), new);
                 written += 1;
