@@ -1,4 +1,4 @@
-//! Leader election against the in-process API emulator: one leader among candidates, fast
+//! Leader election against a real kube-apiserver (through the fault proxy of drover-envtest): one leader among candidates, fast
 //! handover on stop, handover only after expiry on a crash, step-down before expiry when
 //! renewals fail, no two leaders across an API server restart.
 //!
@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use drover_apiserver::{ServerConfig, ServerHandle};
+use drover_envtest::Server;
 use drover_k8s::leader::{self, LeaderConfig, LeaderHandle, LeaderStatus};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
@@ -30,11 +30,12 @@ fn config(name: &str, identity: &str) -> LeaderConfig {
     }
 }
 
-async fn server() -> ServerHandle {
-    drover_apiserver::start(ServerConfig::default()).await.expect("emulator starts")
+/// A real API server; `None` when the test is skipped (no control-plane binaries).
+async fn server() -> Option<Server> {
+    Server::start().await
 }
 
-async fn lease(server: &ServerHandle, name: &str) -> LeaseSpec {
+async fn lease(server: &Server, name: &str) -> LeaseSpec {
     let api: Api<Lease> = Api::namespaced(server.client(), NS);
     api.get(name).await.expect("lease readable").spec.expect("lease has a spec")
 }
@@ -87,7 +88,7 @@ impl Sampler {
 }
 
 /// Spawns `a`, waits until it leads, then spawns `b` (so the leader is known).
-async fn leader_and_follower(server: &ServerHandle, name: &str) -> (LeaderHandle, LeaderHandle) {
+async fn leader_and_follower(server: &Server, name: &str) -> (LeaderHandle, LeaderHandle) {
     let a = leader::spawn(server.client(), config(name, "a"));
     wait_until(Duration::from_secs(5), || a.is_leader()).await.expect("a leads");
     let b = leader::spawn(server.client(), config(name, "b"));
@@ -98,7 +99,7 @@ async fn leader_and_follower(server: &ServerHandle, name: &str) -> (LeaderHandle
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn exactly_one_of_two_leads_and_the_record_is_kept() {
-    let server = server().await;
+    let Some(server) = server().await else { return };
     let a = leader::spawn(server.client(), config("two", "a"));
     let b = leader::spawn(server.client(), config("two", "b"));
     wait_until(Duration::from_secs(5), || a.is_leader() || b.is_leader()).await.expect("someone leads");
@@ -123,12 +124,12 @@ async fn exactly_one_of_two_leads_and_the_record_is_kept() {
     assert!(later.acquire_time.is_some());
     a.stop().await;
     b.stop().await;
-    server.stop().await.unwrap();
+    server.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn stopping_the_leader_releases_and_hands_over_before_the_lease_could_expire() {
-    let server = server().await;
+    let Some(server) = server().await else { return };
     let (a, b) = leader_and_follower(&server, "handover").await;
     let mut changes = a.subscribe();
     let started = Instant::now();
@@ -148,12 +149,12 @@ async fn stopping_the_leader_releases_and_hands_over_before_the_lease_could_expi
     b.stop().await;
     let spec = lease(&server, "handover").await;
     assert_eq!(spec.holder_identity, None, "stop clears holderIdentity");
-    server.stop().await.unwrap();
+    server.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_killed_leader_is_replaced_only_after_its_lease_expires() {
-    let server = server().await;
+    let Some(server) = server().await else { return };
     let (a, b) = leader_and_follower(&server, "crash").await;
     let a_status = a.status();
     let sampler = Sampler::start(vec![a.status(), b.status()]);
@@ -176,12 +177,12 @@ async fn a_killed_leader_is_replaced_only_after_its_lease_expires() {
     assert!(acquired >= expired_at, "b acquired at {acquired}, before a's lease expired at {expired_at}");
     assert!(handover < LEASE + 2 * RENEW, "handover after a crash took {handover:?}");
     b.stop().await;
-    server.stop().await.unwrap();
+    server.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_leader_whose_renewals_fail_steps_down_before_its_lease_expires() {
-    let server = server().await;
+    let Some(server) = server().await else { return };
     let (a, b) = leader_and_follower(&server, "failing").await;
     let sampler = Sampler::start(vec![a.status(), b.status()]);
     let mut changes = a.subscribe();
@@ -206,7 +207,7 @@ async fn a_leader_whose_renewals_fail_steps_down_before_its_lease_expires() {
     assert!(a.is_leader() ^ b.is_leader());
     a.stop().await;
     b.stop().await;
-    server.stop().await.unwrap();
+    server.stop().await;
 }
 
 /// 500s and conflicts are retried at once; a 429 is retried by kube's client itself after the
@@ -214,7 +215,7 @@ async fn a_leader_whose_renewals_fail_steps_down_before_its_lease_expires() {
 /// deadline 4 s after a renewal), leaving room for a loaded machine.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_few_failed_renewals_are_retried_within_the_deadline() {
-    let server = server().await;
+    let Some(server) = server().await else { return };
     let slow = |identity: &str| LeaderConfig {
         lease_duration: Duration::from_secs(6),
         renew_period: Duration::from_secs(2),
@@ -236,12 +237,12 @@ async fn a_few_failed_renewals_are_retried_within_the_deadline() {
     assert_eq!(spec.lease_transitions, Some(0));
     a.stop().await;
     b.stop().await;
-    server.stop().await.unwrap();
+    server.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn latency_beyond_the_deadline_makes_the_leader_step_down_in_time() {
-    let server = server().await;
+    let Some(server) = server().await else { return };
     let (a, b) = leader_and_follower(&server, "slow").await;
     let sampler = Sampler::start(vec![a.status(), b.status()]);
     let mut changes = a.subscribe();
@@ -261,12 +262,12 @@ async fn latency_beyond_the_deadline_makes_the_leader_step_down_in_time() {
     assert!(a.is_leader() ^ b.is_leader());
     a.stop().await;
     b.stop().await;
-    server.stop().await.unwrap();
+    server.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_api_server_restart_does_not_make_two_leaders() {
-    let mut server = server().await;
+    let Some(mut server) = server().await else { return };
     let (a, b) = leader_and_follower(&server, "restart").await;
     let sampler = Sampler::start(vec![a.status(), b.status()]);
     for _ in 0..3 {
@@ -283,14 +284,14 @@ async fn an_api_server_restart_does_not_make_two_leaders() {
     assert_eq!(spec.holder_identity.as_deref(), Some(leader));
     a.stop().await;
     b.stop().await;
-    server.stop().await.unwrap();
+    server.stop().await;
 }
 
 /// A lease left by a holder that is gone: taken at once if its renewTime is long past, after
 /// one lease duration if it looks fresh (never renewed again).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn abandoned_leases_are_taken_over_when_expired() {
-    let server = server().await;
+    let Some(server) = server().await else { return };
     let api: Api<Lease> = Api::namespaced(server.client(), NS);
     let ghost = |name: &str, renewed: Timestamp| Lease {
         metadata: ObjectMeta { name: Some(name.to_string()), ..Default::default() },
@@ -320,7 +321,7 @@ async fn abandoned_leases_are_taken_over_when_expired() {
     }
     stale.stop().await;
     fresh.stop().await;
-    server.stop().await.unwrap();
+    server.stop().await;
 }
 
 #[test]

@@ -1,5 +1,5 @@
-//! End-to-end tests of the Kubernetes scheduler loop against the in-process API emulator
-//! with a fake kubelet.
+//! End-to-end tests of the Kubernetes scheduler loop against a real kube-apiserver (through
+//! drover-envtest's fault proxy) with a fake kubelet.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -9,12 +9,11 @@ use std::time::{Duration, Instant};
 
 use drover_api::crd::podgroup::{PodGroup, PodGroupPhase, PodGroupSpec};
 use drover_api::crd::queue::{Queue, QueueSpec};
-use drover_apiserver::kubelet::{self, KubeletConfig};
-use drover_apiserver::{ServerConfig, ServerHandle};
+use drover_kubelet::{self as kubelet, KubeletConfig};
+use drover_envtest::Server;
 use drover_k8s::convert::POD_GROUP_ANNOTATION;
 use drover_k8s::scheduler::{self, NoopObserver, SchedulerOptions, BIND_INTENT_ANNOTATION, UNSCHEDULABLE};
 use k8s_openapi::api::core::v1::{Binding, Event, Node, ObjectReference, Pod};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
@@ -25,21 +24,19 @@ const NS: &str = "default";
 const GPU: &str = "nvidia.com/gpu";
 
 struct Env {
-    server: ServerHandle,
+    server: Server,
     client: Client,
     leader: Arc<AtomicBool>,
     stops: Vec<oneshot::Sender<()>>,
 }
 
 impl Env {
-    /// An emulator with Drover's CRDs and a fake kubelet with `nodes` nodes of 8 GPUs.
-    async fn new(nodes: u32) -> Env {
-        let server = drover_apiserver::start(ServerConfig::default()).await.expect("emulator starts");
+    /// A real API server with Drover's CRDs and a fake kubelet with `nodes` nodes of 8 GPUs;
+    /// `None` when the test is skipped (no control-plane binaries).
+    async fn new(nodes: u32) -> Option<Env> {
+        let server = Server::start().await?;
         let client = server.client();
-        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-        for crd in drover_api::crd::all() {
-            crds.create(&PostParams::default(), &crd).await.expect("CRD is accepted");
-        }
+        drover_envtest::install_crds(&client, &drover_api::crd::all()).await.expect("CRDs are accepted");
         let mut env = Env { server, client, leader: Arc::new(AtomicBool::new(true)), stops: Vec::new() };
         let (tx, rx) = oneshot::channel::<()>();
         env.stops.push(tx);
@@ -61,11 +58,11 @@ impl Env {
             .await;
         });
         let node_api: Api<Node> = Api::all(env.client.clone());
-        wait_for("nodes registered", Duration::from_secs(5), || async {
+        wait_for("nodes registered", Duration::from_secs(20), || async {
             node_api.list(&ListParams::default()).await.map(|l| l.items.len() == nodes as usize).unwrap_or(false)
         })
         .await;
-        env
+        Some(env)
     }
 
     /// Starts the scheduler (period 200 ms).
@@ -91,7 +88,7 @@ impl Env {
         for s in self.stops {
             let _ = s.send(());
         }
-        let _ = self.server.stop().await;
+        self.server.stop().await;
     }
 
     async fn queue(&self, name: &str, deserved_gpus: Option<u32>) {
@@ -254,7 +251,7 @@ const T: Duration = Duration::from_secs(8);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn gang_is_bound_all_or_nothing_with_status() {
-    let mut env = Env::new(2).await;
+    let Some(mut env) = Env::new(2).await else { return };
     env.queue("q", None).await;
     env.start_scheduler();
     // 4 of the 16 GPUs taken: 12 free, but no node has 8 free twice.
@@ -298,7 +295,7 @@ async fn gang_is_bound_all_or_nothing_with_status() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn queue_status_shows_allocated_deserved_and_fair_share() {
-    let mut env = Env::new(2).await;
+    let Some(mut env) = Env::new(2).await else { return };
     env.queue("team-a", Some(8)).await;
     env.queue("team-b", Some(8)).await;
     env.start_scheduler();
@@ -324,7 +321,7 @@ async fn queue_status_shows_allocated_deserved_and_fair_share() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn preemption_evicts_lower_priority_gang_then_binds_preemptor() {
-    let mut env = Env::new(2).await;
+    let Some(mut env) = Env::new(2).await else { return };
     env.queue("q", None).await;
     env.start_scheduler();
     env.gang("low", "q", 2, 2, 8, Some("train")).await;
@@ -343,7 +340,7 @@ async fn preemption_evicts_lower_priority_gang_then_binds_preemptor() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn reclaim_across_queues() {
-    let mut env = Env::new(2).await;
+    let Some(mut env) = Env::new(2).await else { return };
     env.queue("a", Some(8)).await;
     env.queue("b", Some(8)).await;
     env.start_scheduler();
@@ -364,7 +361,7 @@ async fn reclaim_across_queues() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn nothing_is_written_while_not_leader() {
-    let mut env = Env::new(2).await;
+    let Some(mut env) = Env::new(2).await else { return };
     env.leader.store(false, Ordering::SeqCst);
     env.queue("q", Some(8)).await;
     env.start_scheduler();
@@ -384,7 +381,7 @@ async fn nothing_is_written_while_not_leader() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn recovery_completes_a_half_bound_gang() {
-    let mut env = Env::new(2).await;
+    let Some(mut env) = Env::new(2).await else { return };
     env.queue("q", None).await;
     env.gang("rec", "q", 4, 4, 4, None).await;
     // A crashed leader: intent written, half the pods bound.
@@ -405,7 +402,7 @@ async fn recovery_completes_a_half_bound_gang() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn recovery_rolls_back_when_a_node_vanished() {
-    let mut env = Env::new(2).await;
+    let Some(mut env) = Env::new(2).await else { return };
     env.queue("q", None).await;
     env.gang("rb", "q", 4, 4, 4, None).await;
     let plan = [("rb-0", "node-0"), ("rb-1", "node-0"), ("rb-2", "node-gone"), ("rb-3", "node-gone")];
@@ -429,7 +426,7 @@ async fn recovery_rolls_back_when_a_node_vanished() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn binding_faults_neither_double_bind_nor_strand_a_gang() {
-    let mut env = Env::new(2).await;
+    let Some(mut env) = Env::new(2).await else { return };
     env.queue("q", None).await;
     env.start_scheduler();
     let faults = env.server.faults();
@@ -453,7 +450,7 @@ async fn binding_faults_neither_double_bind_nor_strand_a_gang() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_large_gang_binds_fully() {
-    let mut env = Env::new(8).await;
+    let Some(mut env) = Env::new(8).await else { return };
     env.queue("q", None).await;
     env.start_scheduler();
     env.gang("huge", "q", 64, 64, 1, None).await;

@@ -9,7 +9,7 @@
 //! Start it in-process with [`start`]; the returned [`ServerHandle`] gives a kube-rs client,
 //! fault injection, restart and stop.
 
-pub mod kubelet;
+
 pub mod validation;
 
 mod crd;

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use clap::Parser;
-use drover_apiserver::kubelet::{self, KubeletConfig};
+use drover_kubelet::{self as kubelet, KubeletConfig};
 use drover_apiserver::{start, ServerConfig};
 use tokio::sync::watch;
 

@@ -1,33 +1,44 @@
-//! Harness for end-to-end tests: starts the real `drover-apiserver` (with fake GPU nodes),
-//! `drover controllers` and `drover scheduler` processes from the workspace's target folder,
-//! installs Drover's CRDs, and hands out a kube-rs client. Processes are killed on drop.
+//! Harness for end-to-end tests: a real control plane (etcd, kube-apiserver and
+//! kube-controller-manager from drover-envtest, behind its fault proxy), a fake kubelet with
+//! GPU nodes, Drover's CRDs, and the real `drover controllers` and `drover scheduler`
+//! processes from the workspace's target folder. Everything stops on drop.
+//!
+//! Without the control-plane binaries [`Cluster::start`] returns `None` after saying the test
+//! is skipped (a failure in CI, see drover-envtest).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
+use drover_envtest::{Faults, Options, Server};
+use k8s_openapi::api::core::v1::{Node, ServiceAccount};
+use kube::api::{Api, ListParams};
+use kube::Client;
+use tokio::sync::oneshot;
 
-/// A running cluster: the emulator and Drover's processes.
+/// Each fake node's resources.
+pub const NODE_ALLOCATABLE: [(&str, &str); 4] =
+    [("cpu", "64"), ("memory", "512Gi"), ("nvidia.com/gpu", "8"), ("pods", "110")];
+
+/// A running cluster: the control plane, the fake kubelet and Drover's processes.
 pub struct Cluster {
-    dir: PathBuf,
-    kubeconfig: PathBuf,
+    server: Server,
     processes: Vec<Child>,
-    /// A client for the emulator.
+    kubelet_stop: Option<oneshot::Sender<()>>,
+    /// An admin client (through the fault proxy).
     pub client: Client,
 }
 
 /// The folder holding the workspace's built binaries (the test binary lives in `deps/` below it).
-fn bin_dir() -> PathBuf {
+pub fn bin_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("the test binary has a path");
     exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>").to_path_buf()
 }
 
-fn binary(name: &str) -> anyhow::Result<PathBuf> {
+/// The path of a workspace binary, or an error saying how to build it.
+pub fn binary(name: &str) -> anyhow::Result<PathBuf> {
     let path = bin_dir().join(name);
     if !path.exists() {
         bail!("{} is not built: run `cargo build --release` (the workspace test run builds it)", path.display());
@@ -36,81 +47,103 @@ fn binary(name: &str) -> anyhow::Result<PathBuf> {
 }
 
 impl Cluster {
-    /// Starts the emulator with `nodes` fake nodes of 8 GPUs, installs the CRDs, then starts
-    /// `drover controllers` and `drover scheduler`.
-    pub async fn start(name: &str, nodes: u32) -> anyhow::Result<Cluster> {
-        let dir = std::env::temp_dir().join(format!("drover-e2e-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir)?;
-        let kubeconfig = dir.join("kubeconfig");
-        let apiserver = Command::new(binary("drover-apiserver")?)
-            .args(["--listen", "127.0.0.1:0", "--kubeconfig"])
-            .arg(&kubeconfig)
-            .args([
-                "--nodes",
-                &nodes.to_string(),
-                "--node-allocatable",
-                "cpu=64,memory=512Gi,nvidia.com/gpu=8,pods=110",
-            ])
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("apiserver.log"))?)
-            .spawn()
-            .context("starting drover-apiserver")?;
-        let mut cluster = Cluster { dir, kubeconfig, processes: vec![apiserver], client: placeholder_client()? };
-        cluster.client = cluster.wait_for_kubeconfig().await?;
-        cluster.install_crds().await?;
-        cluster.spawn_drover("controllers", &[])?;
-        cluster.spawn_drover("scheduler", &["--period", "0.2"])?;
-        Ok(cluster)
+    /// Starts the control plane, `nodes` fake nodes of 8 GPUs and the CRDs, then
+    /// `drover controllers` and `drover scheduler`. `None`: skipped (no control plane).
+    pub async fn start(nodes: u32) -> Option<Cluster> {
+        let mut cluster = Self::start_without_drover(nodes).await?;
+        cluster.spawn_drover("controllers", &[]).expect("drover controllers starts");
+        cluster.spawn_drover("scheduler", &["--period", "0.2"]).expect("drover scheduler starts");
+        Some(cluster)
     }
 
-    async fn wait_for_kubeconfig(&self) -> anyhow::Result<Client> {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !self.kubeconfig.exists() {
-            if Instant::now() > deadline {
-                bail!("drover-apiserver wrote no kubeconfig; see {}", self.dir.join("apiserver.log").display());
+    /// The cluster without Drover's processes (a test starts them itself).
+    pub async fn start_without_drover(nodes: u32) -> Option<Cluster> {
+        let options = Options { controller_manager: true, ..Options::default() };
+        let server = Server::start_with(&options).await?;
+        let client = server.client();
+        let mut cluster = Cluster { server, processes: Vec::new(), kubelet_stop: None, client };
+        cluster.prepare(nodes).await.unwrap_or_else(|e| panic!("preparing the cluster: {e:#}; logs in {}", cluster.logs().display()));
+        Some(cluster)
+    }
+
+    async fn prepare(&mut self, nodes: u32) -> anyhow::Result<()> {
+        drover_envtest::install_crds(&self.client, &drover_api::crd::all()).await.context("installing the CRDs")?;
+        let config = drover_kubelet::KubeletConfig {
+            nodes,
+            name_prefix: "node-".into(),
+            allocatable: NODE_ALLOCATABLE.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            labels: BTreeMap::new(),
+        };
+        let (stop, stopped) = oneshot::channel::<()>();
+        self.kubelet_stop = Some(stop);
+        let client = self.client.clone();
+        tokio::spawn(async move {
+            let shutdown = async {
+                let _ = stopped.await;
+            };
+            if let Err(e) = drover_kubelet::run(client, config, shutdown).await {
+                eprintln!("fake kubelet failed: {e:#}");
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        let kubeconfig = Kubeconfig::read_from(&self.kubeconfig)?;
-        let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
-        Ok(Client::try_from(config)?)
+        });
+        let node_api: Api<Node> = Api::all(self.client.clone());
+        let untainted = |n: &Node| n.spec.as_ref().and_then(|s| s.taints.as_ref()).is_none_or(|t| t.is_empty());
+        let ready = eventually_result(60, "fake nodes registered, Ready and untainted", || async {
+            let list = node_api.list(&ListParams::default()).await.ok()?;
+            (list.items.len() == nodes as usize && list.items.iter().all(untainted)).then_some(())
+        })
+        .await;
+        ready?;
+        // Pods need the namespace's `default` ServiceAccount (made by kube-controller-manager).
+        let accounts: Api<ServiceAccount> = Api::namespaced(self.client.clone(), "default");
+        eventually_result(30, "the default ServiceAccount", || async { accounts.get_opt("default").await.ok()?.map(|_| ()) })
+            .await
     }
 
-    async fn install_crds(&self) -> anyhow::Result<()> {
-        let api: Api<CustomResourceDefinition> = Api::all(self.client.clone());
-        for crd in drover_api::crd::all() {
-            api.create(&PostParams::default(), &crd).await.context("creating a CRD")?;
-        }
-        Ok(())
-    }
-
-    /// Starts `drover <command>` against the emulator, logging to `<command>.log`.
+    /// Starts `drover <command>` through the fault proxy as admin, logging to `<command>-N.log`.
     pub fn spawn_drover(&mut self, command: &str, extra: &[&str]) -> anyhow::Result<()> {
-        let child = Command::new(binary("drover")?)
-            .arg(command)
-            .args(["--metrics-addr", "127.0.0.1:0", "--lease-namespace", "default"])
-            .args(extra)
-            .env("KUBECONFIG", &self.kubeconfig)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(self.dir.join(format!("{command}-{}.log", self.processes.len())))?)
-            .spawn()
-            .with_context(|| format!("starting drover {command}"))?;
+        let log = self.logs().join(format!("{command}-{}.log", self.processes.len()));
+        let child = self.drover_command(command, &log)?.args(extra).spawn().with_context(|| format!("starting drover {command}"))?;
         self.processes.push(child);
         Ok(())
     }
 
+    /// A `drover <command>` ready to spawn against this cluster (admin, through the proxy),
+    /// with the harness's flags, its stderr going to `log`.
+    pub fn drover_command(&self, command: &str, log: &Path) -> anyhow::Result<Command> {
+        let mut cmd = Command::new(binary("drover")?);
+        cmd.arg(command)
+            .args(["--metrics-addr", "127.0.0.1:0", "--lease-namespace", "default"])
+            .env("KUBECONFIG", self.server.kubeconfig())
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log)?);
+        Ok(cmd)
+    }
+
+    /// The faults the proxy between Drover and the API server injects.
+    pub fn faults(&self) -> Faults {
+        self.server.faults()
+    }
+
+    /// An API server outage: kube-apiserver is killed and started again (etcd kept).
+    pub async fn restart_apiserver(&mut self) -> anyhow::Result<()> {
+        self.server.restart().await
+    }
+
+    /// The control plane (for kube-scheduler, direct clients, certificates).
+    pub fn server_mut(&mut self) -> &mut Server {
+        &mut self.server
+    }
+
+    /// The control plane.
+    pub fn server(&self) -> &Server {
+        &self.server
+    }
+
     /// Where the processes' logs are, for failure messages.
     pub fn logs(&self) -> &Path {
-        &self.dir
+        self.server.plane().dir()
     }
-}
-
-/// A client that is replaced as soon as the kubeconfig exists.
-fn placeholder_client() -> anyhow::Result<Client> {
-    let config = Config::new("http://127.0.0.1:1".parse()?);
-    Ok(Client::try_from(config)?)
 }
 
 impl Drop for Cluster {
@@ -119,11 +152,13 @@ impl Drop for Cluster {
             let _ = child.kill();
             let _ = child.wait();
         }
+        if let Some(stop) = self.kubelet_stop.take() {
+            let _ = stop.send(());
+        }
     }
 }
 
-/// Polls `check` until it returns `Some`, failing after `secs` seconds with `what`.
-pub async fn eventually<T, F, Fut>(secs: u64, what: &str, mut check: F) -> T
+async fn eventually_result<T, F, Fut>(secs: u64, what: &str, mut check: F) -> anyhow::Result<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
@@ -131,9 +166,20 @@ where
     let deadline = Instant::now() + Duration::from_secs(secs);
     loop {
         if let Some(v) = check().await {
-            return v;
+            return Ok(v);
         }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        if Instant::now() > deadline {
+            bail!("timed out after {secs} s waiting for {what}");
+        }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Polls `check` until it returns `Some`, failing after `secs` seconds with `what`.
+pub async fn eventually<T, F, Fut>(secs: u64, what: &str, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    eventually_result(secs, what, check).await.unwrap_or_else(|e| panic!("{e}"))
 }

