@@ -46,6 +46,9 @@ fn locate() -> Result<PathBuf, String> {
         return Err(format!("{ASSETS_VAR} is unset and {} does not exist", shared.display()));
     }
     let target = std::env::temp_dir().join("drover-envtest-assets");
+    if unpacked(&shared, &target) {
+        return Ok(target);
+    }
     // `unpack` writes each binary through a temporary name and a rename, so concurrent test
     // processes may call it at once.
     let out = Command::new(&unpack)
@@ -56,6 +59,17 @@ fn locate() -> Result<PathBuf, String> {
         return Err(format!("{} failed: {}", unpack.display(), String::from_utf8_lossy(&out.stderr)));
     }
     complete(&target).map(|()| target)
+}
+
+/// Whether an earlier test process already unpacked (and checked) every binary.
+fn unpacked(shared: &Path, target: &Path) -> bool {
+    BINARIES.iter().all(|b| {
+        let modified = |p: PathBuf| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+        match (modified(target.join(b)), modified(shared.join(format!("{b}.xz")))) {
+            (Some(binary), Some(archive)) => binary >= archive,
+            _ => false,
+        }
+    })
 }
 
 fn complete(dir: &Path) -> Result<(), String> {
