@@ -13,14 +13,14 @@
 //!    earlier cycle whose bindings failed.
 //! 2. **Evictions** through `pods/{name}/eviction` (policy/v1, uid precondition), with a
 //!    `Preempted` or `Reclaimed` Event on the pod. 404 is fine (already gone).
-//! 3. **Bindings, gang-safe.** For each pod group with binds, first the PodGroup annotation
-//!    [`BIND_INTENT_ANNOTATION`] = `{"pods": {"<pod>": "<node>"}, "id": .., "at": ..}` by a
-//!    merge patch carrying the group's resourceVersion (any error, 409 included, skips the
-//!    group this cycle); then `pods/{name}/binding` for each pod, `bind_concurrency` at a
-//!    time (a 409 is fine when the pod is already on that node); then the annotation is
-//!    removed. If a binding fails, the annotation stays and the next cycle's recovery
-//!    finishes the job.
-//! 4. **Status** where it changed: PodGroup phase, counts, `observedGeneration` and the
+//! 3. **Bindings, gang-safe.** Half of `bind_concurrency` gangs at a time; for each, first
+//!    the PodGroup annotation [`BIND_INTENT_ANNOTATION`] = `{"pods": {"<pod>": "<node>"},
+//!    "id": .., "at": ..}` by a merge patch carrying the group's resourceVersion (any error,
+//!    409 included, skips the group this cycle); then `pods/{name}/binding` for each pod,
+//!    `bind_concurrency` at a time (a 409 is fine when the pod is already on that node); then
+//!    the annotation is removed. If a binding fails, the annotation stays and the next
+//!    cycle's recovery finishes the job.
+//! 4. **Status** where it changed, on the objects as the writes above returned them: PodGroup phase, counts, `observedGeneration` and the
 //!    `Unschedulable`/`Valid` conditions; Queue `allocated`, `deserved`, `fairShare`,
 //!    `queueState`.
 //!
@@ -227,6 +227,11 @@ impl State {
             .await;
         }
         if is_leader() {
+            // Bindings rewrote PodGroups (intent written and removed): status patches must
+            // carry the versions those writes returned, or they fail with 409.
+            if binds > 0 || evictions > 0 {
+                g = cache.gather(&mut self.overlay);
+            }
             status::write_groups(&ctx, &mut self.overlay, &g, &snap, &converted, &outcome).await;
             status::write_queues(&ctx, &g, &snap, &outcome).await;
             let report = CycleReport {

@@ -39,7 +39,8 @@ pub struct ControlPlane {
     apiserver_args: Vec<String>,
     etcd: Child,
     apiserver: Option<Child>,
-    others: Vec<Child>,
+    controller_manager: Option<Child>,
+    kube_scheduler: Option<Child>,
     keep_dir: bool,
 }
 
@@ -136,7 +137,8 @@ impl ControlPlane {
             apiserver_args,
             etcd,
             apiserver: None,
-            others: Vec::new(),
+            controller_manager: None,
+            kube_scheduler: None,
             keep_dir: false,
         };
         plane.start_apiserver().await?;
@@ -157,7 +159,7 @@ impl ControlPlane {
             ];
             let child =
                 spawn(&plane.assets.join("kube-controller-manager"), &args, &plane.dir.join("controller-manager.log"))?;
-            plane.others.push(child);
+            plane.controller_manager = Some(child);
         }
         Ok(plane)
     }
@@ -174,9 +176,15 @@ impl ControlPlane {
             "--secure-port=0".into(),
         ];
         args.extend(extra.iter().cloned());
+        self.stop_kube_scheduler();
         let child = spawn(&self.assets.join("kube-scheduler"), &args, &self.dir.join("kube-scheduler.log"))?;
-        self.others.push(child);
+        self.kube_scheduler = Some(child);
         Ok(())
+    }
+
+    /// Stops kube-scheduler if it runs.
+    pub fn stop_kube_scheduler(&mut self) {
+        kill(&mut self.kube_scheduler);
     }
 
     async fn start_apiserver(&mut self) -> anyhow::Result<()> {
@@ -210,10 +218,7 @@ impl ControlPlane {
 
     /// Kills kube-apiserver (SIGKILL): clients see refused connections until [`Self::start_apiserver_again`].
     pub fn kill_apiserver(&mut self) {
-        if let Some(mut child) = self.apiserver.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        kill(&mut self.apiserver);
     }
 
     /// Starts kube-apiserver again on the same port and etcd, and waits until it is ready.
@@ -273,10 +278,8 @@ impl ControlPlane {
 
 impl Drop for ControlPlane {
     fn drop(&mut self) {
-        for child in self.others.iter_mut() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        kill(&mut self.kube_scheduler);
+        kill(&mut self.controller_manager);
         // The API server before etcd: without etcd its shutdown waits.
         self.kill_apiserver();
         let _ = self.etcd.kill();
@@ -330,6 +333,13 @@ pub async fn client_from_text(text: &str) -> anyhow::Result<Client> {
     let kubeconfig = Kubeconfig::from_yaml(text)?;
     let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
     Ok(Client::try_from(config)?)
+}
+
+fn kill(child: &mut Option<Child>) {
+    if let Some(mut child) = child.take() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
 }
 
 /// Spawns a control-plane binary logging to `log`, killed if the test process dies.

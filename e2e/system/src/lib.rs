@@ -50,15 +50,16 @@ impl Cluster {
     /// Starts the control plane, `nodes` fake nodes of 8 GPUs and the CRDs, then
     /// `drover controllers` and `drover scheduler`. `None`: skipped (no control plane).
     pub async fn start(nodes: u32) -> Option<Cluster> {
-        let mut cluster = Self::start_without_drover(nodes).await?;
+        let mut cluster = Self::start_without_drover(nodes, Options::default()).await?;
         cluster.spawn_drover("controllers", &[]).expect("drover controllers starts");
         cluster.spawn_drover("scheduler", &["--period", "0.2"]).expect("drover scheduler starts");
         Some(cluster)
     }
 
-    /// The cluster without Drover's processes (a test starts them itself).
-    pub async fn start_without_drover(nodes: u32) -> Option<Cluster> {
-        let options = Options { controller_manager: true, ..Options::default() };
+    /// The cluster without Drover's processes (a test starts them itself), with what
+    /// `options` adds to the control plane (kube-controller-manager always runs).
+    pub async fn start_without_drover(nodes: u32, options: Options) -> Option<Cluster> {
+        let options = Options { controller_manager: true, ..options };
         let server = Server::start_with(&options).await?;
         let client = server.client();
         let mut cluster = Cluster { server, processes: Vec::new(), kubelet_stop: None, client };

@@ -163,10 +163,6 @@ impl Gathered {
         }
     }
 
-    pub(super) fn group(&self, key: &Key) -> Option<&Arc<PodGroup>> {
-        self.pod_groups.iter().find(|g| &key_of(&g.metadata) == key)
-    }
-
     pub(super) fn pods_by_key(&self) -> HashMap<Key, &Arc<Pod>> {
         self.pods.iter().map(|p| (key_of(&p.metadata), p)).collect()
     }

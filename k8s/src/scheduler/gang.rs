@@ -349,9 +349,61 @@ pub(super) async fn recover(
     out
 }
 
-/// Writes the cycle's bindings, group by group: the intent annotation first (skipped on any
-/// error, a 409 included), then the bindings, then the annotation's removal. A group with a
-/// failed binding keeps its intent, which the next cycle's recovery completes or rolls back.
+/// One gang's writes, planned before any is made.
+struct GangPlan {
+    key: Key,
+    group: Arc<PodGroup>,
+    pods: Vec<(PodRef, String)>,
+    id: String,
+    intent: String,
+}
+
+/// What writing one gang did, applied to the overlay and intents afterwards.
+struct GangWritten {
+    key: Key,
+    id: String,
+    /// The group as the intent write returned it (`None`: not written, nothing bound).
+    annotated: Option<(Option<String>, PodGroup)>,
+    binds: Vec<(PodRef, String, Result<(), String>)>,
+    /// The group as the intent's removal returned it.
+    cleared: Option<PodGroup>,
+}
+
+/// Writes one gang: the intent annotation (skipped on any error, a 409 included), then its
+/// bindings, then the annotation's removal if every binding succeeded.
+async fn write_gang(ctx: &Ctx<'_>, plan: GangPlan) -> GangWritten {
+    let GangPlan { key, group, pods, id, intent } = plan;
+    let mut out = GangWritten { key, id, annotated: None, binds: Vec::new(), cleared: None };
+    let written = match api::annotate_group(ctx.client, &group, BIND_INTENT_ANNOTATION, Some(&intent)).await {
+        Ok(w) => w,
+        Err(e) => {
+            let (ns, name) = &out.key;
+            if api::code(&e) == Some(409) {
+                tracing::debug!(namespace = %ns, group = %name, "pod group changed; binding next cycle");
+            } else {
+                tracing::warn!(namespace = %ns, group = %name, error = %e, "could not write the bind intent; binding next cycle");
+            }
+            return out;
+        }
+    };
+    out.binds = bind_many(ctx, pods).await;
+    if out.binds.iter().all(|(_, _, r)| r.is_ok()) {
+        match api::annotate_group(ctx.client, &written, BIND_INTENT_ANNOTATION, None).await {
+            Ok(cleared) => out.cleared = Some(cleared),
+            Err(e) => {
+                let (ns, name) = &out.key;
+                tracing::warn!(namespace = %ns, group = %name, error = %e, "could not remove the bind intent; retrying next cycle");
+            }
+        }
+    }
+    out.annotated = Some((group.metadata.resource_version.clone(), written));
+    out
+}
+
+/// Writes the cycle's bindings, several gangs at once (each in its own order: intent, then
+/// bindings, then the intent's removal, so that a crash at any point leaves either nothing or
+/// an intent that the next leader's recovery completes or rolls back). A group with a failed
+/// binding keeps its intent, which the next cycle's recovery completes or rolls back.
 /// Returns the number of pods bound.
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn bind_decisions(
@@ -369,17 +421,15 @@ pub(super) async fn bind_decisions(
     for &(pod, node) in binds {
         by_job.entry(snap.pods[pod].job).or_default().push((pod, node));
     }
-    let mut bound = 0;
+    let groups: HashMap<Key, &Arc<PodGroup>> = g.pod_groups.iter().map(|pg| (key_of(&pg.metadata), pg)).collect();
+    let mut plans = Vec::new();
     for (job, list) in by_job {
-        if !is_leader() {
-            break;
-        }
         let j = &snap.jobs[job];
         let key = (j.namespace.clone(), j.name.clone());
         if blocked.contains(&key) {
             continue;
         }
-        let Some(group) = g.group(&key) else { continue };
+        let Some(&group) = groups.get(&key) else { continue };
         if group.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(BIND_INTENT_ANNOTATION)) {
             continue; // an intent the recovery left alone (e.g. too young)
         }
@@ -393,31 +443,35 @@ pub(super) async fn bind_decisions(
             id: Some(id.clone()),
             at: Some(jiff::Timestamp::now().to_string()),
         };
-        let Ok(text) = serde_json::to_string(&intent) else { continue };
-        let written = match api::annotate_group(ctx.client, group, BIND_INTENT_ANNOTATION, Some(&text)).await {
-            Ok(w) => w,
-            Err(e) => {
-                if api::code(&e) == Some(409) {
-                    tracing::debug!(namespace = %key.0, group = %key.1, "pod group changed; binding next cycle");
-                } else {
-                    tracing::warn!(namespace = %key.0, group = %key.1, error = %e, "could not write the bind intent; binding next cycle");
-                }
-                continue;
-            }
-        };
-        overlay.group_written(group.metadata.resource_version.clone(), written.clone());
-        let results = bind_many(ctx, pods).await;
-        let (ok, errors) = note_binds(overlay, &results);
+        let Ok(intent) = serde_json::to_string(&intent) else { continue };
+        plans.push(GangPlan { key, group: group.clone(), pods, id, intent });
+    }
+    let gangs_at_once = (ctx.concurrency / 2).max(1);
+    let written: Vec<GangWritten> = futures::stream::iter(plans)
+        .filter(|_| std::future::ready(is_leader()))
+        .map(|plan| write_gang(ctx, plan))
+        .buffer_unordered(gangs_at_once)
+        .collect()
+        .await;
+    let mut bound = 0;
+    for gang in written {
+        let Some((before, annotated)) = gang.annotated else { continue };
+        overlay.group_written(before, annotated.clone());
+        let (ok, errors) = note_binds(overlay, &gang.binds);
         bound += ok;
-        if errors.is_empty() {
-            if clear_intent(ctx, overlay, &written).await {
-                intents.cleared(Some(&id));
-                continue;
+        match gang.cleared {
+            Some(cleared) => {
+                overlay.group_written(annotated.metadata.resource_version.clone(), cleared);
+                intents.cleared(Some(&gang.id));
             }
-        } else {
-            tracing::warn!(namespace = %key.0, group = %key.1, ?errors, "some bindings failed; the intent is recovered next cycle");
+            None => {
+                if !errors.is_empty() {
+                    let (ns, name) = &gang.key;
+                    tracing::warn!(namespace = %ns, group = %name, ?errors, "some bindings failed; the intent is recovered next cycle");
+                }
+                intents.pending(&gang.id);
+            }
         }
-        intents.pending(&id);
     }
     bound
 }
