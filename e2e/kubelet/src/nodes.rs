@@ -12,14 +12,17 @@ use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{Namespace, Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::Client;
+use kube::{Client, ResourceExt as _};
 use serde_json::json;
 use tokio::time::{Instant, MissedTickBehavior};
 
-use super::retry::{classify, Backoff, Failure};
-use super::{KubeletConfig, DEFAULT_MAX_PODS, MAX_NODES, NODE_LEASE_NAMESPACE};
+use crate::admission::{self, Amounts};
+use crate::names::{is_dns_subdomain, is_label_value, is_qualified_name};
+use crate::retry::{classify, Backoff, Failure};
+use crate::taints;
+use crate::{KubeletConfig, DEFAULT_MAX_PODS, MAX_NODES, NODE_LEASE_NAMESPACE};
 
 /// How often each node's Lease is renewed.
 pub(crate) const LEASE_RENEW_PERIOD: Duration = Duration::from_secs(10);
@@ -40,6 +43,8 @@ pub(crate) struct Fleet {
     prefix: String,
     count: u32,
     resources: BTreeMap<String, Quantity>,
+    /// `resources` in the kubelet's units, for admission.
+    allocatable: Amounts,
     labels: BTreeMap<String, String>,
     /// When this kubelet started: the transition time of the node conditions.
     started: Timestamp,
@@ -64,6 +69,16 @@ impl Fleet {
         let mut resources: BTreeMap<String, Quantity> =
             config.allocatable.iter().map(|(name, value)| (name.clone(), Quantity(value.clone()))).collect();
         resources.entry("pods".to_owned()).or_insert_with(|| Quantity(DEFAULT_MAX_PODS.to_owned()));
+        let allocatable = resources
+            .iter()
+            .map(|(name, value)| Ok((name.clone(), allocatable_amount(name, &value.0)?)))
+            .collect::<Result<Amounts, String>>()
+            .map_err(anyhow::Error::msg)?;
+        for (key, value) in &config.labels {
+            if !is_qualified_name(key) || !is_label_value(value) {
+                bail!("node label {key}={value:?} is not a valid Kubernetes label");
+            }
+        }
         let mut labels = BTreeMap::from([
             ("kubernetes.io/os".to_owned(), "linux".to_owned()),
             ("kubernetes.io/arch".to_owned(), "amd64".to_owned()),
@@ -74,11 +89,17 @@ impl Fleet {
             prefix: config.name_prefix.clone(),
             count: config.nodes,
             resources,
+            allocatable,
             labels,
             started,
             boot_id: format!("fake-{}", started.as_millisecond()),
             leases: AtomicBool::new(true),
         })
+    }
+
+    /// What every node offers to pods, in the kubelet's units.
+    pub(crate) fn allocatable(&self) -> &Amounts {
+        &self.allocatable
     }
 
     pub(crate) fn count(&self) -> u32 {
@@ -186,26 +207,51 @@ impl Fleet {
         }
     }
 
-    /// Whether `node` already has the status this kubelet registers (resources, Ready).
+    /// Whether `resources` (as the API server canonicalised them) are the configured ones.
+    fn same_resources(&self, resources: Option<&BTreeMap<String, Quantity>>) -> bool {
+        let amounts: Option<Amounts> = resources
+            .into_iter()
+            .flatten()
+            .map(|(name, q)| Some((name.clone(), admission::amount(name, &q.0)?)))
+            .collect();
+        amounts.as_ref() == Some(&self.allocatable)
+    }
+
+    /// Whether `node` already has the status this kubelet registers (resources, kubelet
+    /// version, every condition with its status and reason).
     fn status_current(&self, node: &Node) -> bool {
         let Some(status) = &node.status else {
             return false;
         };
-        status.capacity.as_ref() == Some(&self.resources)
-            && status.allocatable.as_ref() == Some(&self.resources)
+        self.same_resources(status.capacity.as_ref())
+            && self.same_resources(status.allocatable.as_ref())
             && status.node_info.as_ref().is_some_and(|info| info.kubelet_version == "fake")
-            && status.conditions.iter().flatten().any(|c| c.type_ == "Ready" && c.status == "True")
+            && self.conditions(self.started).iter().all(|wanted| {
+                status
+                    .conditions
+                    .iter()
+                    .flatten()
+                    .any(|c| c.type_ == wanted.type_ && c.status == wanted.status && c.reason == wanted.reason)
+            })
     }
 }
 
-/// A DNS-1123 subdomain: lowercase alphanumerics, '-' and '.', alphanumeric at both ends.
-fn is_dns_subdomain(name: &str) -> bool {
-    let bytes = name.as_bytes();
-    !bytes.is_empty()
-        && bytes.len() <= 253
-        && bytes.iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-' || *b == b'.')
-        && bytes[0].is_ascii_alphanumeric()
-        && bytes[bytes.len() - 1].is_ascii_alphanumeric()
+/// Checks one allocatable resource as the API server would (a qualified name, a non-negative
+/// quantity, a whole number for `pods` and extended resources) and returns its amount in the
+/// kubelet's units.
+pub(crate) fn allocatable_amount(name: &str, value: &str) -> Result<i64, String> {
+    if !is_qualified_name(name) {
+        return Err(format!("{name:?} is not a valid resource name"));
+    }
+    let quantity = drover_api::Quantity::parse(value).map_err(|e| format!("{name}: {e}"))?;
+    if quantity.is_negative() {
+        return Err(format!("{name}: {value:?} is negative"));
+    }
+    let whole = name == "pods" || (name.contains('/') && !name.contains("kubernetes.io/"));
+    if whole && quantity.nanos() % 1_000_000_000 != 0 {
+        return Err(format!("{name}: {value:?} is not a whole number"));
+    }
+    admission::amount(name, value).ok_or_else(|| format!("{name}: {value:?} is too large"))
 }
 
 /// Registers every node, then keeps their heartbeats forever.
@@ -228,7 +274,7 @@ async fn register(client: &Client, fleet: &Fleet, index: u32) -> anyhow::Result<
     let mut backoff = Backoff::new();
     loop {
         match register_once(client, fleet, index).await {
-            Ok(()) => return Ok(()),
+            Ok(_) => return Ok(()),
             Err(error) if classify(&error) == Failure::Rejected => {
                 bail!("the API server rejected node {}: {error}", fleet.name(index));
             }
@@ -240,7 +286,10 @@ async fn register(client: &Client, fleet: &Fleet, index: u32) -> anyhow::Result<
     }
 }
 
-async fn register_once(client: &Client, fleet: &Fleet, index: u32) -> Result<(), kube::Error> {
+/// Creates or adopts node `index` (adding its labels, and its pod CIDR if it has none),
+/// writes its status if it is not current and lifts the not-ready taint; returns the node as
+/// last written.
+async fn register_once(client: &Client, fleet: &Fleet, index: u32) -> Result<Node, kube::Error> {
     let api: Api<Node> = Api::all(client.clone());
     let name = fleet.name(index);
     let desired = fleet.node(index, Timestamp::now());
@@ -250,19 +299,30 @@ async fn register_once(client: &Client, fleet: &Fleet, index: u32) -> Result<(),
         Some(mut existing) => {
             let labels = existing.metadata.labels.get_or_insert_with(BTreeMap::new);
             let wanted = desired.metadata.labels.clone().unwrap_or_default();
-            if wanted.iter().any(|(k, v)| labels.get(k) != Some(v)) {
-                labels.extend(wanted);
+            let relabel = wanted.iter().any(|(k, v)| labels.get(k) != Some(v));
+            labels.extend(wanted);
+            // A pod CIDR can be set once; pod IPs come from this one whatever the node says.
+            let spec = existing.spec.get_or_insert_with(NodeSpec::default);
+            let give_cidr = spec.pod_cidr.is_none();
+            if give_cidr {
+                spec.pod_cidr = Some(fleet.pod_cidr(index));
+                spec.pod_cidrs = Some(vec![fleet.pod_cidr(index)]);
+            }
+            if relabel || give_cidr {
                 existing = api.replace(&name, &post, &existing).await?;
             }
             existing
         }
     };
-    if !fleet.status_current(&node) {
+    let node = if fleet.status_current(&node) {
+        node
+    } else {
         let mut node = node;
         node.status = desired.status;
-        api.replace_status(&name, &post, &node).await?;
-    }
-    Ok(())
+        api.replace_status(&name, &post, &node).await?
+    };
+    taints::lift_not_ready(&api, node.clone()).await?;
+    Ok(node)
 }
 
 /// Renews every node's heartbeat once per period, spread evenly over the period.
@@ -315,22 +375,25 @@ async fn heartbeat(client: &Client, fleet: &Fleet, index: u32, status_due: bool)
     }
 }
 
-/// Refreshes the node conditions' heartbeat time; re-registers the node if it is gone.
+/// Refreshes the node conditions' heartbeat time (a strategic merge by condition type, so
+/// other writers' conditions stay) and lifts a not-ready taint found on the node;
+/// re-registers the node if it is gone.
 async fn patch_node_heartbeat(client: &Client, fleet: &Fleet, index: u32) -> Result<(), kube::Error> {
     let api: Api<Node> = Api::all(client.clone());
     let name = fleet.name(index);
     let patch = json!({ "status": { "conditions": fleet.conditions(Timestamp::now()) } });
-    match api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
-        Ok(_) => Ok(()),
+    match api.patch_status(&name, &PatchParams::default(), &Patch::Strategic(&patch)).await {
+        Ok(node) => taints::lift_not_ready(&api, node).await,
         Err(error) if classify(&error) == Failure::NotFound => {
             tracing::info!(node = %name, "node disappeared; registering it again");
-            register_once(client, fleet, index).await
+            register_once(client, fleet, index).await.map(drop)
         }
         Err(error) => Err(error),
     }
 }
 
-/// Renews the node's Lease, creating it (and its namespace, and the node) when missing.
+/// Renews the node's Lease, creating it (owned by the node, so that garbage collection
+/// deletes it with the node) when missing, and its namespace and the node if they are gone.
 async fn renew_lease(client: &Client, fleet: &Fleet, index: u32) -> Result<(), kube::Error> {
     let api: Api<Lease> = Api::namespaced(client.clone(), NODE_LEASE_NAMESPACE);
     let name = fleet.name(index);
@@ -346,18 +409,27 @@ async fn renew_lease(client: &Client, fleet: &Fleet, index: u32) -> Result<(), k
         Err(error) if classify(&error) == Failure::NotFound => {}
         Err(error) => return Err(error),
     }
-    // No lease: the node may be gone as well (an emulator restart without state).
-    if api.get_opt(&name).await?.is_none() {
-        let nodes: Api<Node> = Api::all(client.clone());
-        if nodes.get_opt(&name).await?.is_none() {
+    // No lease: the node may be gone as well (deleted, and its lease with it).
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node = match nodes.get_opt(&name).await? {
+        Some(node) => node,
+        None => {
             tracing::info!(node = %name, "node disappeared; registering it again");
-            register_once(client, fleet, index).await?;
+            register_once(client, fleet, index).await?
         }
-    }
+    };
+    let owner = OwnerReference {
+        api_version: "v1".to_owned(),
+        kind: "Node".to_owned(),
+        name: name.clone(),
+        uid: node.uid().unwrap_or_default(),
+        ..Default::default()
+    };
     let lease = Lease {
         metadata: ObjectMeta {
             name: Some(name.clone()),
             namespace: Some(NODE_LEASE_NAMESPACE.to_owned()),
+            owner_references: Some(vec![owner]),
             ..Default::default()
         },
         spec: Some(LeaseSpec { acquire_time: spec.renew_time.clone(), ..spec }),
@@ -381,8 +453,9 @@ async fn renew_lease(client: &Client, fleet: &Fleet, index: u32) -> Result<(), k
         Ok(_) => {}
         Err(error) => match classify(&error) {
             Failure::Conflict => {}
-            Failure::Transient => return Err(error),
-            Failure::NotFound | Failure::Rejected => return leases_unsupported(fleet, error),
+            // Not allowed to create it (RBAC): a problem to report, not a missing API.
+            Failure::Transient | Failure::Rejected => return Err(error),
+            Failure::NotFound => return leases_unsupported(fleet, error),
         },
     }
     match api.create(&post, &lease).await {
@@ -410,7 +483,10 @@ mod tests {
         Fleet::new(&KubeletConfig {
             nodes,
             name_prefix: prefix.to_owned(),
-            allocatable: BTreeMap::from([("cpu".to_owned(), "32".to_owned())]),
+            allocatable: BTreeMap::from([
+                ("cpu".to_owned(), "32".to_owned()),
+                ("memory".to_owned(), "1024Mi".to_owned()),
+            ]),
             labels: BTreeMap::from([("pool".to_owned(), "a".to_owned())]),
         })
     }
@@ -435,6 +511,33 @@ mod tests {
         assert!(fleet(MAX_NODES + 1, "n").is_err());
         assert!(fleet(0, "").is_ok());
         assert!(fleet(MAX_NODES, "n").is_ok());
+        let with = |name: &str, value: &str| {
+            let config = KubeletConfig {
+                nodes: 1,
+                name_prefix: "n".to_owned(),
+                allocatable: BTreeMap::from([(name.to_owned(), value.to_owned())]),
+                ..Default::default()
+            };
+            Fleet::new(&config).map_err(|e| e.to_string())
+        };
+        assert!(with("nvidia.com/gpu", "8").is_ok());
+        assert!(with("cpu", "500m").is_ok());
+        assert!(with("cpu", "lots").unwrap_err().contains("cpu"));
+        assert!(with("memory", "-1Gi").unwrap_err().contains("negative"));
+        assert!(with("nvidia.com/gpu", "0.5").unwrap_err().contains("whole number"));
+        assert!(with("pods", "1.5").unwrap_err().contains("whole number"));
+        assert!(with("Bad Name", "1").unwrap_err().contains("resource name"));
+        let labelled = |key: &str, value: &str| {
+            Fleet::new(&KubeletConfig {
+                nodes: 1,
+                name_prefix: "n".to_owned(),
+                labels: BTreeMap::from([(key.to_owned(), value.to_owned())]),
+                ..Default::default()
+            })
+        };
+        assert!(labelled("example.com/pool", "a-1").is_ok());
+        assert!(labelled("pool", "no spaces").is_err());
+        assert!(labelled("-pool", "a").is_err());
     }
 
     #[test]
@@ -457,5 +560,20 @@ mod tests {
         assert_eq!(status.capacity.as_ref().unwrap()["pods"], Quantity("110".into()));
         assert_eq!(status.allocatable.as_ref().unwrap()["cpu"], Quantity("32".into()));
         assert!(fleet.status_current(&node));
+        // The API server writes quantities back in canonical form: still current.
+        let mut canonical = node.clone();
+        let status = canonical.status.as_mut().unwrap();
+        for list in [&mut status.capacity, &mut status.allocatable] {
+            list.as_mut().unwrap().insert("memory".to_owned(), Quantity("1Gi".into()));
+        }
+        assert!(fleet.status_current(&canonical));
+        let mut resized = node.clone();
+        resized.status.as_mut().unwrap().allocatable.as_mut().unwrap().insert("cpu".to_owned(), Quantity("16".into()));
+        assert!(!fleet.status_current(&resized));
+        // Ready alone, as someone else wrote it, is refreshed with the kubelet's conditions.
+        let mut bare = node;
+        bare.status.as_mut().unwrap().conditions =
+            Some(vec![NodeCondition { type_: "Ready".into(), status: "True".into(), ..Default::default() }]);
+        assert!(!fleet.status_current(&bare));
     }
 }

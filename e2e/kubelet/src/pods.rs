@@ -19,9 +19,11 @@ use kube::{Client, ResourceExt as _};
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 
-use super::nodes::Fleet;
-use super::retry::{classify, Backoff, Failure};
-use super::{DURATION_ANNOTATION, OUTCOME_ANNOTATION};
+use crate::admission::{self, Ledger, Rejection};
+use crate::events;
+use crate::nodes::Fleet;
+use crate::retry::{classify, Backoff, Failure};
+use crate::{DURATION_ANNOTATION, OUTCOME_ANNOTATION};
 
 /// Pod writes in flight at once, over all pods.
 const WRITE_CONCURRENCY: usize = 32;
@@ -45,6 +47,7 @@ pub(crate) async fn run(client: Client, fleet: Arc<Fleet>) -> anyhow::Result<()>
         fleet,
         writes: Semaphore::new(WRITE_CONCURRENCY),
         ips: Mutex::new(IpPool::default()),
+        admitted: Mutex::new(Ledger::default()),
         synced,
     });
     let mut router = Router { ctx: ctx.clone(), tracked: HashMap::new(), tasks: JoinSet::new(), epoch: 0 };
@@ -98,8 +101,10 @@ struct Ctx {
     fleet: Arc<Fleet>,
     writes: Semaphore,
     ips: Mutex<IpPool>,
-    /// True once the first complete pod list was seen, so that every pod IP in use is known
-    /// before any is handed out.
+    /// The pods admitted on each node: those found running, and those this kubelet started.
+    admitted: Mutex<Ledger>,
+    /// True once the first complete pod list was seen, so that every pod IP in use and every
+    /// running pod is known before any pod is admitted.
     synced: watch::Sender<bool>,
 }
 
@@ -153,6 +158,14 @@ impl Router {
                 _ => {}
             }
         }
+        {
+            let mut admitted = self.ctx.admitted.lock().unwrap_or_else(|e| e.into_inner());
+            if !live {
+                admitted.release(&uid);
+            } else if phase(&pod) != "Pending" {
+                admitted.record(node, &uid, &admission::pod_request(&pod));
+            }
+        }
         let wanted = live || pod.metadata.deletion_timestamp.is_some();
         match self.tracked.get_mut(&uid) {
             Some((sender, seen)) if wanted => {
@@ -176,6 +189,7 @@ impl Router {
     fn forget(&mut self, uid: &str) {
         self.tracked.remove(uid);
         self.ctx.ips.lock().unwrap_or_else(|e| e.into_inner()).release(uid);
+        self.ctx.admitted.lock().unwrap_or_else(|e| e.into_inner()).release(uid);
     }
 }
 
@@ -451,6 +465,17 @@ fn running_status(pod: &Pod, host_ip: Ipv4Addr, pod_ip: Ipv4Addr, now: Timestamp
     status
 }
 
+/// The status of a pod the kubelet refuses to start, as the real kubelet writes it: `Failed`
+/// with the rejection's reason and message.
+fn rejected_status(pod: &Pod, rejection: &Rejection, now: Timestamp) -> PodStatus {
+    let mut status = pod.status.clone().unwrap_or_default();
+    status.phase = Some("Failed".to_owned());
+    status.reason = Some(rejection.reason.clone());
+    status.message = Some(rejection.message.clone());
+    status.start_time.get_or_insert(Time(now));
+    status
+}
+
 /// The status of a pod that ends now.
 fn terminal_status(pod: &Pod, ending: Ending, now: Timestamp) -> PodStatus {
     let uid = pod.metadata.uid.as_deref().unwrap_or_default();
@@ -531,6 +556,22 @@ impl Ctx {
         Ok(self.pods(pod).delete(&pod.name_any(), &params).await?.left())
     }
 
+    /// Admits the pod on `node` if it fits beside the pods admitted there.
+    fn admit(&self, node: u32, pod: &Pod) -> Result<(), Rejection> {
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        let request = admission::pod_request(pod);
+        self.admitted.lock().unwrap_or_else(|e| e.into_inner()).admit(node, uid, &request, self.fleet.allocatable())
+    }
+
+    /// Marks the pod `Failed` for `rejection` and records a Warning Event about it.
+    async fn reject(&self, node: u32, pod: &Pod, rejection: &Rejection) -> Result<Pod, kube::Error> {
+        let node = self.fleet.name(node);
+        tracing::info!(pod = %pod.name_any(), %node, reason = %rejection.reason, "pod rejected on admission");
+        let written = self.write_status(pod, rejected_status(pod, rejection, Timestamp::now())).await?;
+        events::warn(&self.client, &written, &node, &rejection.reason, &rejection.message).await;
+        Ok(written)
+    }
+
     async fn get(&self, pod: &Pod) -> Result<Option<Pod>, kube::Error> {
         self.pods(pod).get_opt(&pod.name_any()).await
     }
@@ -578,15 +619,21 @@ async fn pod_task(ctx: Arc<Ctx>, node: u32, mut receiver: watch::Receiver<Arc<Po
                 continue;
             }
             Action::Start => {
-                // Every pod IP in use is known once the first full list was seen.
+                // Every pod IP in use and every running pod is known once the first full list
+                // was seen.
                 let mut synced = ctx.synced.subscribe();
                 if synced.wait_for(|synced| *synced).await.is_err() {
                     return;
                 }
-                let uid = latest.metadata.uid.as_deref().unwrap_or_default();
-                let pod_ip = ctx.ips.lock().unwrap_or_else(|e| e.into_inner()).allocate(uid, node, &ctx.fleet);
-                let status = running_status(&latest, ctx.fleet.node_ip(node), pod_ip, Timestamp::now());
-                ctx.write_status(&latest, status).await.map(Some)
+                match ctx.admit(node, &latest) {
+                    Ok(()) => {
+                        let uid = latest.metadata.uid.as_deref().unwrap_or_default();
+                        let pod_ip = ctx.ips.lock().unwrap_or_else(|e| e.into_inner()).allocate(uid, node, &ctx.fleet);
+                        let status = running_status(&latest, ctx.fleet.node_ip(node), pod_ip, Timestamp::now());
+                        ctx.write_status(&latest, status).await.map(Some)
+                    }
+                    Err(rejection) => ctx.reject(node, &latest, &rejection).await.map(Some),
+                }
             }
             Action::Finish(ending) => {
                 let status = terminal_status(&latest, ending, Timestamp::now());
@@ -742,6 +789,20 @@ mod tests {
     }
 
     #[test]
+    fn a_rejected_pod_fails_with_the_reason_and_never_runs() {
+        let p = pod(&[(DURATION_ANNOTATION, "1")]);
+        let rejection = Rejection { reason: "OutOfcpu".into(), message: "Pod was rejected: ...".into() };
+        let status = rejected_status(&p, &rejection, at(1_700_000_000_000));
+        assert_eq!(status.phase.as_deref(), Some("Failed"));
+        assert_eq!(status.reason.as_deref(), Some("OutOfcpu"));
+        assert_eq!(status.message.as_deref(), Some("Pod was rejected: ..."));
+        assert!(status.start_time.is_some() && status.container_statuses.is_none());
+        let mut rejected = p;
+        rejected.status = Some(status);
+        assert_eq!(decide(&rejected, at(1_800_000_000_000)), Action::Wait(None));
+    }
+
+    #[test]
     fn deletion_is_finished_respecting_finalizers() {
         let mut p = pod(&[]);
         p.status = Some(running_status(&p, Ipv4Addr::LOCALHOST, Ipv4Addr::LOCALHOST, at(0)));
@@ -771,8 +832,7 @@ mod tests {
     #[test]
     fn pod_ips_are_unique_per_node_and_reused_after_release() {
         let fleet =
-            Fleet::new(&crate::kubelet::KubeletConfig { nodes: 2, name_prefix: "node-".into(), ..Default::default() })
-                .unwrap();
+            Fleet::new(&crate::KubeletConfig { nodes: 2, name_prefix: "node-".into(), ..Default::default() }).unwrap();
         let mut pool = IpPool::default();
         pool.record("running", 0, Ipv4Addr::new(10, 1, 0, 2), &fleet);
         let a = pool.allocate("a", 0, &fleet);
