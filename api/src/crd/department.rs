@@ -5,7 +5,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
-use super::project::NodePoolQuota;
+use super::project::{NodePoolQuota, MAX_NODE_POOLS};
 
 /// Desired state of a department.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
@@ -20,11 +20,12 @@ use super::project::NodePoolQuota;
     printcolumn(name = "Pools", type_ = "string", json_path = ".spec.nodePools[*].name"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
-#[x_kube(validation = Rule::new("self.nodePools.all(p, self.nodePools.exists_one(q, q.name == p.name))").message("node pool names must be unique"))]
 #[serde(rename_all = "camelCase")]
 pub struct DepartmentSpec {
-    /// Quota per node pool.
-    #[schemars(length(min = 1))]
+    /// Quota per node pool, at most [`MAX_NODE_POOLS`], names unique (a list map keyed by
+    /// name, so the API server refuses duplicates itself).
+    #[schemars(length(min = 1, max = MAX_NODE_POOLS))]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
     pub node_pools: Vec<NodePoolQuota>,
 }
 

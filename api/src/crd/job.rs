@@ -9,6 +9,10 @@ use kube::{CustomResource, KubeSchema};
 use schemars::{json_schema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
 
+/// The most tasks a Job may have. Bounded so that the API server can estimate the cost of the
+/// CEL rule summing the tasks' replicas; real jobs have a handful (master, worker, ps, ...).
+pub const MAX_TASKS: u32 = 64;
+
 /// Desired state of a job.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[kube(
@@ -29,7 +33,6 @@ use serde::{Deserialize, Serialize};
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[x_kube(validation = Rule::new("!has(self.minAvailable) || self.minAvailable <= self.tasks.map(t, t.replicas).sum()").message("minAvailable must not exceed the total replicas of the tasks"))]
-#[x_kube(validation = Rule::new("self.tasks.all(t, self.tasks.exists_one(u, u.name == t.name))").message("task names must be unique"))]
 #[serde(rename_all = "camelCase")]
 pub struct JobSpec {
     /// Pods that must run together (the gang size); absent = all replicas. Replicas above it
@@ -43,8 +46,10 @@ pub struct JobSpec {
     /// The priority class of the job's pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority_class_name: Option<String>,
-    /// The tasks: groups of identical pods.
-    #[schemars(length(min = 1))]
+    /// The tasks: groups of identical pods, at most [`MAX_TASKS`], names unique (a list map
+    /// keyed by name, so the API server refuses duplicates itself).
+    #[schemars(length(min = 1, max = MAX_TASKS))]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
     pub tasks: Vec<TaskSpec>,
     /// Event -> action rules for the whole job.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -1,12 +1,14 @@
 //! Drover's custom resources, as Rust types from which the CRDs are generated (kube derive +
-//! schemars), with schema validation (types, enums, minimums, CEL rules) so that bad objects
-//! are refused at apply time with the field named.
+//! schemars), with schema validation (types, enums, ranges, list maps keyed by name, CEL
+//! rules over bounded lists) so that bad objects are refused at apply time with the field
+//! named, and a real API server admits the CRDs within its CEL cost budget.
 
 // kube's `printcolumn(name = .., type_ = ..)` attributes repeat their keys by design.
 #![allow(clippy::duplicated_attributes)]
 
 pub mod conditions;
 pub mod department;
+mod formats;
 pub mod job;
 pub mod podgroup;
 pub mod project;
@@ -21,7 +23,8 @@ pub const SCHEDULING_GROUP: &str = "scheduling.drover.dev";
 /// The API group of the batch Job.
 pub const BATCH_GROUP: &str = "batch.drover.dev";
 
-/// Every Drover CRD, in installation order (queues before the objects that name them).
+/// Every Drover CRD, in installation order (queues before the objects that name them), in the
+/// form a Kubernetes API server accepts without warnings.
 pub fn all() -> Vec<CustomResourceDefinition> {
     let crds = vec![
         queue::Queue::crd(),
@@ -30,7 +33,13 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         podgroup::PodGroup::crd(),
         job::Job::crd(),
     ];
-    crds.into_iter().map(|c| merge_crds(vec![c], "v1alpha1").expect("one version per CRD")).collect()
+    crds.into_iter()
+        .map(|c| {
+            let mut crd = merge_crds(vec![c], "v1alpha1").expect("one version per CRD");
+            formats::replace_unknown_integer_formats(&mut crd);
+            crd
+        })
+        .collect()
 }
 
 /// Every CRD as one multi-document YAML stream, as `drover crds` prints it for `kubectl apply -f -`.
@@ -83,8 +92,9 @@ mod tests {
         let job = schema("Job");
         let rules = job["properties"]["spec"]["x-kubernetes-validations"].to_string();
         assert!(rules.contains("self.minAvailable <= self.tasks.map(t, t.replicas).sum()"), "{rules}");
-        assert!(rules.contains("task names must be unique"), "{rules}");
-        let task = &job["properties"]["spec"]["properties"]["tasks"]["items"];
+        let tasks = &job["properties"]["spec"]["properties"]["tasks"];
+        assert_eq!(tasks["maxItems"], job::MAX_TASKS, "the rule over tasks has a bounded cost");
+        let task = &tasks["items"];
         assert!(task["x-kubernetes-validations"].to_string().contains("self.minAvailable <= self.replicas"), "{task}");
         assert_eq!(task["properties"]["template"]["x-kubernetes-preserve-unknown-fields"], true);
         assert_eq!(job["properties"]["spec"]["properties"]["maxRetry"]["default"], 3);
@@ -96,6 +106,24 @@ mod tests {
         let pg = schema("PodGroup");
         assert_eq!(pg["properties"]["spec"]["properties"]["minMember"]["minimum"].as_f64(), Some(1.0));
         assert_eq!(pg["properties"]["status"]["properties"]["phase"]["enum"].as_array().map(Vec::len), Some(5));
+    }
+
+    #[test]
+    fn names_within_lists_are_unique_by_list_map_key() {
+        let job = schema("Job");
+        let tasks = &job["properties"]["spec"]["properties"]["tasks"];
+        assert_eq!(tasks["x-kubernetes-list-type"], "map");
+        assert_eq!(tasks["x-kubernetes-list-map-keys"], serde_json::json!(["name"]));
+        assert!(tasks["items"]["required"].as_array().unwrap().contains(&"name".into()), "list map keys are required");
+        for kind in ["Project", "Department"] {
+            let spec = &schema(kind)["properties"]["spec"];
+            let pools = &spec["properties"]["nodePools"];
+            assert_eq!(pools["x-kubernetes-list-type"], "map", "{kind}");
+            assert_eq!(pools["x-kubernetes-list-map-keys"], serde_json::json!(["name"]), "{kind}");
+            assert_eq!(pools["maxItems"], project::MAX_NODE_POOLS, "{kind}");
+            assert!(pools["items"]["required"].as_array().unwrap().contains(&"name".into()), "{kind}");
+            assert!(spec.get("x-kubernetes-validations").is_none(), "{kind} needs no CEL for uniqueness");
+        }
     }
 
     #[test]

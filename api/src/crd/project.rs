@@ -7,6 +7,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
+/// The most node pools a Project or Department may name: far more kinds of nodes than a
+/// cluster has, and a bound on the list for any rule that reads it.
+pub const MAX_NODE_POOLS: u32 = 64;
+
 /// Desired state of a project.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[kube(
@@ -21,7 +25,6 @@ use serde::{Deserialize, Serialize};
     printcolumn(name = "Namespaces", type_ = "string", json_path = ".spec.namespaces"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
-#[x_kube(validation = Rule::new("self.nodePools.all(p, self.nodePools.exists_one(q, q.name == p.name))").message("node pool names must be unique"))]
 #[serde(rename_all = "camelCase")]
 pub struct ProjectSpec {
     /// The department the project belongs to.
@@ -30,8 +33,10 @@ pub struct ProjectSpec {
     /// Namespaces whose pods and Jobs go to this project's queues by default.
     #[serde(default)]
     pub namespaces: Vec<String>,
-    /// Quota per node pool.
-    #[schemars(length(min = 1))]
+    /// Quota per node pool, at most [`MAX_NODE_POOLS`], names unique (a list map keyed by
+    /// name, so the API server refuses duplicates itself).
+    #[schemars(length(min = 1, max = MAX_NODE_POOLS))]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
     pub node_pools: Vec<NodePoolQuota>,
 }
 
@@ -39,8 +44,9 @@ pub struct ProjectSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NodePoolQuota {
-    /// The node pool (value of the `drover.dev/node-pool` node label).
-    #[schemars(length(min = 1))]
+    /// The node pool (value of the `drover.dev/node-pool` node label, hence at most 63
+    /// characters).
+    #[schemars(length(min = 1, max = 63))]
     pub name: String,
     /// Guaranteed GPUs.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -29,8 +29,10 @@ use serde::{Deserialize, Serialize};
 #[x_kube(validation = Rule::new("!has(self.parent) || self.parent != ''").message("parent must be a queue name or absent"))]
 #[serde(rename_all = "camelCase")]
 pub struct QueueSpec {
-    /// The parent queue; absent for a top-level queue.
+    /// The parent queue (an object name, so at most 253 characters); absent for a top-level
+    /// queue.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
     pub parent: Option<String>,
     /// Guaranteed quota per resource (e.g. `nvidia.com/gpu: 8`); absent resources are 0.
     #[serde(default)]
