@@ -1,6 +1,6 @@
 //! Kubernetes Events on Drover's objects, so `kubectl describe` shows what the controllers
-//! and the scheduler did and why something cannot work. Written as core/v1 Events, which every API server
-//! (and the emulator) serves.
+//! and the scheduler did and why something cannot work. Written as core/v1 Events, which every
+//! API server serves.
 
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;

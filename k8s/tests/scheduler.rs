@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 
 use drover_api::crd::podgroup::{PodGroup, PodGroupPhase, PodGroupSpec};
 use drover_api::crd::queue::{Queue, QueueSpec};
-use drover_kubelet::{self as kubelet, KubeletConfig};
 use drover_envtest::Server;
 use drover_k8s::convert::POD_GROUP_ANNOTATION;
 use drover_k8s::scheduler::{self, NoopObserver, SchedulerOptions, BIND_INTENT_ANNOTATION, UNSCHEDULABLE};
+use drover_kubelet::{self as kubelet, KubeletConfig};
 use k8s_openapi::api::core::v1::{Binding, Event, Node, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};

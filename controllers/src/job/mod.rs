@@ -66,7 +66,7 @@
 //! names are deterministic, so a retried create can never duplicate a pod.
 //!
 //! There is no finalizer: children are owned by the Job and deleted by Kubernetes' garbage
-//! collector when it is. (The test emulator has no garbage collector.)
+//! collector when it is.
 
 mod build;
 mod plan;

@@ -55,7 +55,7 @@
 //! # What is not done
 //!
 //! No finalizers: deleting a Project or Department relies on the garbage collector to
-//! delete its queues through their ownerReferences (the emulator has none). A deleted
+//! delete its queues through their ownerReferences. A deleted
 //! project's namespace label stays until another project claims the namespace. Pods of the
 //! same ReplicaSet/StatefulSet are not grouped together: every plain pod gets its own group.
 

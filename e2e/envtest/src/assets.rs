@@ -51,10 +51,7 @@ fn locate() -> Result<PathBuf, String> {
     }
     // `unpack` writes each binary through a temporary name and a rename, so concurrent test
     // processes may call it at once.
-    let out = Command::new(&unpack)
-        .arg(&target)
-        .output()
-        .map_err(|e| format!("running {}: {e}", unpack.display()))?;
+    let out = Command::new(&unpack).arg(&target).output().map_err(|e| format!("running {}: {e}", unpack.display()))?;
     if !out.status.success() {
         return Err(format!("{} failed: {}", unpack.display(), String::from_utf8_lossy(&out.stderr)));
     }

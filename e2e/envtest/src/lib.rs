@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
 use kube::Client;
 
 pub use control_plane::{ControlPlane, Credentials, Options};
@@ -111,6 +111,16 @@ impl Server {
     }
 }
 
+/// Whether the API server lists the CRD's objects (its storage can answer for a moment after
+/// the CRD is established: clients that start then see 404 or 429 and back off).
+async fn served(client: &Client, crd: &CustomResourceDefinition) -> bool {
+    let Some(version) = crd.spec.versions.iter().find(|v| v.served) else { return false };
+    let gvk = GroupVersionKind::gvk(&crd.spec.group, &version.name, &crd.spec.names.kind);
+    let resource = ApiResource::from_gvk_with_plural(&gvk, &crd.spec.names.plural);
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    api.list(&ListParams::default().limit(1)).await.is_ok()
+}
+
 /// Creates (or updates, server-side) `crds` and waits until the API server serves them.
 pub async fn install_crds(client: &Client, crds: &[CustomResourceDefinition]) -> anyhow::Result<()> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
@@ -126,11 +136,10 @@ pub async fn install_crds(client: &Client, crds: &[CustomResourceDefinition]) ->
             let current = api.get(&name).await?;
             let established = current
                 .status
-                .and_then(|s| s.conditions)
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True");
-            if established {
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Established" && c.status == "True"));
+            if established && served(client, &current).await {
                 break;
             }
             if Instant::now() > deadline {

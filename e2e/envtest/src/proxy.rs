@@ -128,11 +128,7 @@ impl Resource {
             other => other.to_vec(),
         };
         let (plural, tail) = rest.split_first()?;
-        Some(Resource {
-            group,
-            plural: plural.to_string(),
-            subresource: tail.get(1).map(|s| s.to_string()),
-        })
+        Some(Resource { group, plural: plural.to_string(), subresource: tail.get(1).map(|s| s.to_string()) })
     }
 
     /// The names a fault may use for this resource.
@@ -171,12 +167,10 @@ impl FaultProxy {
                     (acceptor.clone(), client.clone(), upstream.clone(), state.clone());
                 tokio::spawn(async move {
                     let Ok(tls) = acceptor.accept(tcp).await else { return };
-                    let service = service_fn(move |request| {
-                        forward(request, client.clone(), upstream.clone(), faults.clone())
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(tls), service)
-                        .await;
+                    let service =
+                        service_fn(move |request| forward(request, client.clone(), upstream.clone(), faults.clone()));
+                    let _ =
+                        hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(tls), service).await;
                 });
             }
         });
@@ -281,11 +275,11 @@ fn server_config(cert: &CertPair) -> anyhow::Result<rustls::ServerConfig> {
     let certs = CertificateDer::pem_slice_iter(cert.cert_pem.as_bytes()).collect::<Result<Vec<_>, _>>()?;
     let key = PrivateKeyDer::from_pem_slice(cert.key_pem.as_bytes())?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    Ok(rustls::ServerConfig::builder_with_provider(provider)
+    rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
         .with_no_client_auth()
         .with_single_cert(certs, key)
-        .context("the proxy's serving certificate")?)
+        .context("the proxy's serving certificate")
 }
 
 fn upstream_client(ca_pem: &str) -> anyhow::Result<Upstream> {
@@ -298,8 +292,7 @@ fn upstream_client(ca_pem: &str) -> anyhow::Result<Upstream> {
         .with_safe_default_protocol_versions()?
         .with_root_certificates(roots)
         .with_no_client_auth();
-    let connector =
-        hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls).https_only().enable_http1().build();
+    let connector = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls).https_only().enable_http1().build();
     Ok(HttpClient::builder(TokioExecutor::new()).build(connector))
 }
 

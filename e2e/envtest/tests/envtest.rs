@@ -49,7 +49,8 @@ async fn tokens_client_certificates_and_exec_plugins_authenticate_and_rbac_autho
     assert_eq!(whoami(&exec_client).await.0, "admin");
 
     let wrong = plane.direct_client(&Credentials::Token("not-a-token")).await.expect("client");
-    let refused = Api::<SelfSubjectReview>::all(wrong).create(&PostParams::default(), &SelfSubjectReview::default()).await;
+    let refused =
+        Api::<SelfSubjectReview>::all(wrong).create(&PostParams::default(), &SelfSubjectReview::default()).await;
     assert!(matches!(refused, Err(kube::Error::Api(ref s)) if s.code == 401), "{refused:?}");
 }
 

@@ -93,7 +93,9 @@ async fn time_to_bind(
     let started = Instant::now();
     let child = start()?.map(Killed);
     while bound.len() < count {
-        let event = tokio::time::timeout(Duration::from_secs(600), stream.try_next()).await.context("no binding for 10 minutes")??;
+        let event = tokio::time::timeout(Duration::from_secs(600), stream.try_next())
+            .await
+            .context("no binding for 10 minutes")??;
         if let Some(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) = event {
             if p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some() {
                 bound.insert(p.metadata.name.unwrap_or_default());
@@ -105,8 +107,11 @@ async fn time_to_bind(
 
 async fn delete_all_pods(client: &Client) -> anyhow::Result<()> {
     let api: Api<Pod> = Api::namespaced(client.clone(), NS);
-    api.delete_collection(&DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() }, &ListParams::default())
-        .await?;
+    api.delete_collection(
+        &DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() },
+        &ListParams::default(),
+    )
+    .await?;
     while !api.list(&ListParams::default().limit(1)).await?.items.is_empty() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
@@ -147,7 +152,10 @@ async fn main() -> anyhow::Result<()> {
     let ready = Instant::now();
     loop {
         let list = nodes.list(&ListParams::default()).await?.items;
-        let untainted = list.iter().filter(|n| n.spec.as_ref().and_then(|s| s.taints.as_ref()).is_none_or(|t| t.is_empty())).count();
+        let untainted = list
+            .iter()
+            .filter(|n| n.spec.as_ref().and_then(|s| s.taints.as_ref()).is_none_or(|t| t.is_empty()))
+            .count();
         if untainted == args.nodes as usize {
             break;
         }
@@ -156,7 +164,11 @@ async fn main() -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    println!("{} nodes x 8 GPUs ready in {:.1} s; {pods} one-GPU pods per scheduler", args.nodes, ready.elapsed().as_secs_f64());
+    println!(
+        "{} nodes x 8 GPUs ready in {:.1} s; {pods} one-GPU pods per scheduler",
+        args.nodes,
+        ready.elapsed().as_secs_f64()
+    );
     let bin = std::env::current_exe()?.parent().and_then(|d| d.parent()).context("target folder")?.join("drover");
     let mut results = Vec::new();
 
@@ -189,7 +201,11 @@ async fn main() -> anyhow::Result<()> {
             .map(|g| {
                 let groups = groups.clone();
                 async move {
-                    let spec = PodGroupSpec { min_member: args.per_gang, queue: Some("bench".into()), ..PodGroupSpec::default() };
+                    let spec = PodGroupSpec {
+                        min_member: args.per_gang,
+                        queue: Some("bench".into()),
+                        ..PodGroupSpec::default()
+                    };
                     groups.create(&PostParams::default(), &PodGroup::new(&format!("gang-{g}"), spec)).await.map(|_| ())
                 }
             })

@@ -63,7 +63,10 @@ impl Cluster {
         let server = Server::start_with(&options).await?;
         let client = server.client();
         let mut cluster = Cluster { server, processes: Vec::new(), kubelet_stop: None, client };
-        cluster.prepare(nodes).await.unwrap_or_else(|e| panic!("preparing the cluster: {e:#}; logs in {}", cluster.logs().display()));
+        cluster
+            .prepare(nodes)
+            .await
+            .unwrap_or_else(|e| panic!("preparing the cluster: {e:#}; logs in {}", cluster.logs().display()));
         Some(cluster)
     }
 
@@ -96,14 +99,20 @@ impl Cluster {
         ready?;
         // Pods need the namespace's `default` ServiceAccount (made by kube-controller-manager).
         let accounts: Api<ServiceAccount> = Api::namespaced(self.client.clone(), "default");
-        eventually_result(30, "the default ServiceAccount", || async { accounts.get_opt("default").await.ok()?.map(|_| ()) })
-            .await
+        eventually_result(30, "the default ServiceAccount", || async {
+            accounts.get_opt("default").await.ok()?.map(|_| ())
+        })
+        .await
     }
 
     /// Starts `drover <command>` through the fault proxy as admin, logging to `<command>-N.log`.
     pub fn spawn_drover(&mut self, command: &str, extra: &[&str]) -> anyhow::Result<()> {
         let log = self.logs().join(format!("{command}-{}.log", self.processes.len()));
-        let child = self.drover_command(command, &log)?.args(extra).spawn().with_context(|| format!("starting drover {command}"))?;
+        let child = self
+            .drover_command(command, &log)?
+            .args(extra)
+            .spawn()
+            .with_context(|| format!("starting drover {command}"))?;
         self.processes.push(child);
         Ok(())
     }

@@ -38,7 +38,8 @@ fn drover(component: &str, namespace: &str, identity: &str, home: &Path) -> Comm
 }
 
 async fn create_namespace(client: &Client, name: &str) {
-    let ns = Namespace { metadata: ObjectMeta { name: Some(name.into()), ..ObjectMeta::default() }, ..Namespace::default() };
+    let ns =
+        Namespace { metadata: ObjectMeta { name: Some(name.into()), ..ObjectMeta::default() }, ..Namespace::default() };
     Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.expect("namespace created");
 }
 
@@ -50,7 +51,10 @@ async fn grant(client: &Client, name: &str, subject: serde_json::Value) {
         "subjects": [subject],
     }))
     .expect("binding");
-    Api::<ClusterRoleBinding>::all(client.clone()).create(&PostParams::default(), &binding).await.expect("binding created");
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("binding created");
 }
 
 /// Runs both components with `configure` applied and waits for both Leases in `namespace`.
@@ -88,8 +92,12 @@ async fn the_binaries_authenticate_with_every_kubeconfig_and_pod_credential() {
     .await;
 
     // 2. A client certificate of the cluster's CA, for a user RBAC knows.
-    grant(&client, "drover-cert-user", json!({"kind": "User", "name": "drover-cert", "apiGroup": "rbac.authorization.k8s.io"}))
-        .await;
+    grant(
+        &client,
+        "drover-cert-user",
+        json!({"kind": "User", "name": "drover-cert", "apiGroup": "rbac.authorization.k8s.io"}),
+    )
+    .await;
     let pair = plane.authority().client("drover-cert", &[]).expect("certificate");
     let cert = plane.write_kubeconfig("cert", &Credentials::Certificate(&pair)).expect("kubeconfig");
     both_components_lead(&client, &server, "auth-cert", |c| {
@@ -117,18 +125,22 @@ async fn the_binaries_authenticate_with_every_kubeconfig_and_pod_credential() {
     // service host and port in the environment. A private mount namespace puts them there.
     create_namespace(&client, "drover-system").await;
     let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "drover-system");
-    let account =
-        ServiceAccount { metadata: ObjectMeta { name: Some("drover".into()), ..ObjectMeta::default() }, ..ServiceAccount::default() };
+    let account = ServiceAccount {
+        metadata: ObjectMeta { name: Some("drover".into()), ..ObjectMeta::default() },
+        ..ServiceAccount::default()
+    };
     accounts.create(&PostParams::default(), &account).await.expect("service account");
-    grant(&client, "drover-sa", json!({"kind": "ServiceAccount", "name": "drover", "namespace": "drover-system"})).await;
+    grant(&client, "drover-sa", json!({"kind": "ServiceAccount", "name": "drover", "namespace": "drover-system"}))
+        .await;
     let request = TokenRequest {
-        spec: TokenRequestSpec { audiences: vec!["https://kubernetes.default.svc".into()], ..TokenRequestSpec::default() },
+        spec: TokenRequestSpec {
+            audiences: vec!["https://kubernetes.default.svc".into()],
+            ..TokenRequestSpec::default()
+        },
         ..TokenRequest::default()
     };
-    let issued: TokenRequest = accounts
-        .create_subresource("token", "drover", &PostParams::default(), &request)
-        .await
-        .expect("token issued");
+    let issued: TokenRequest =
+        accounts.create_subresource("token", "drover", &PostParams::default(), &request).await.expect("token issued");
     let secrets = plane.dir().join("serviceaccount");
     std::fs::create_dir_all(&secrets).expect("folder");
     std::fs::write(secrets.join("token"), issued.status.expect("token").token).expect("token file");
@@ -142,7 +154,10 @@ async fn the_binaries_authenticate_with_every_kubeconfig_and_pod_credential() {
         let args: Vec<_> = c.get_args().map(|a| a.to_owned()).collect();
         let mut wrapped = Command::new("unshare");
         wrapped.args(["--mount", "--propagation", "private", "sh", "-c", mount, "sh"]).arg(program).args(args);
-        wrapped.env("SA_DIR", &secrets).env("KUBERNETES_SERVICE_HOST", "127.0.0.1").env("KUBERNETES_SERVICE_PORT", &port);
+        wrapped
+            .env("SA_DIR", &secrets)
+            .env("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+            .env("KUBERNETES_SERVICE_PORT", &port);
         for (key, value) in c.get_envs() {
             match value {
                 Some(v) => wrapped.env(key, v),

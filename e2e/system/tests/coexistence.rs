@@ -105,7 +105,10 @@ async fn drover_and_kube_scheduler_share_nodes_without_overcommit_or_foreign_bin
             assert!(used <= 8, "node {node} runs pods of {used} GPUs (logs in {logs})");
         }
         samples += 1;
-        let plain_done = list.iter().filter(|p| p.metadata.name.as_deref().is_some_and(|n| n.starts_with("plain-")) && phase(p) == "Succeeded").count();
+        let plain_done = list
+            .iter()
+            .filter(|p| p.metadata.name.as_deref().is_some_and(|n| n.starts_with("plain-")) && phase(p) == "Succeeded")
+            .count();
         let mut jobs_done = 0;
         for j in 0..JOBS {
             let job = jobs.get(&format!("gang-{j}")).await.expect("job");
@@ -147,7 +150,10 @@ async fn drover_and_kube_scheduler_share_nodes_without_overcommit_or_foreign_bin
     assert_eq!(drover_bound.len(), (JOBS * 4) as usize, "Drover's bindings: {drover_bound:?}");
     assert!(drover_bound.iter().all(|p| p.starts_with("gang-")), "Drover bound a pod not its own: {drover_bound:?}");
     assert_eq!(others_bound.len(), PLAIN as usize, "kube-scheduler's bindings: {others_bound:?}");
-    assert!(others_bound.iter().all(|p| p.starts_with("plain-")), "kube-scheduler bound a Drover pod: {others_bound:?}");
+    assert!(
+        others_bound.iter().all(|p| p.starts_with("plain-")),
+        "kube-scheduler bound a Drover pod: {others_bound:?}"
+    );
     let list = pods.list(&ListParams::default()).await.expect("pods").items;
     let rejected: Vec<_> = list
         .iter()

@@ -1,4 +1,4 @@
-//! A Drover Job submitted to the emulator runs end to end through the real binaries: the
+//! A Drover Job submitted to a real API server runs end to end through the real binaries: the
 //! controllers make its pods and PodGroup, the scheduler binds the gang, the fake kubelet runs
 //! and completes the pods, and the Job ends Completed.
 
@@ -19,7 +19,7 @@ const JOB: &str = r#"{
       "template": {
         "metadata": {"annotations": {"sim.drover.dev/duration": "1"}},
         "spec": {"containers": [{"name": "main", "image": "trainer",
-          "resources": {"requests": {"nvidia.com/gpu": "2", "cpu": "1"}}}]}
+          "resources": {"requests": {"nvidia.com/gpu": "2", "cpu": "1"}, "limits": {"nvidia.com/gpu": "2"}}}]}
       }
     }]
   }

@@ -22,7 +22,7 @@ fn job(spec: serde_json::Value, name: &str) -> Job {
 fn template(annotations: serde_json::Value) -> serde_json::Value {
     json!({
         "metadata": {"annotations": annotations},
-        "spec": {"containers": [{"name": "main", "image": "trainer", "resources": {"requests": {"nvidia.com/gpu": "1"}}}]}
+        "spec": {"containers": [{"name": "main", "image": "trainer", "resources": {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}]}
     })
 }
 

@@ -1,4 +1,4 @@
-//! Scheduling semantics end to end through the real binaries (emulator + fake kubelet,
+//! Scheduling semantics end to end through the real binaries (real kube-apiserver + fake kubelet,
 //! `drover controllers`, `drover scheduler`): gangs are all-or-nothing, priority preempts
 //! within a queue, fair share reclaims across projects, and elastic jobs scale both ways.
 
@@ -42,7 +42,8 @@ fn task(name: &str, replicas: u32, gpus: u32, duration: Option<&str>) -> Value {
         "template": {
             "metadata": {"annotations": annotations},
             "spec": {"containers": [{"name": "main", "image": "trainer",
-                "resources": {"requests": {"nvidia.com/gpu": gpus.to_string(), "cpu": "1"}}}]}
+                "resources": {"requests": {"nvidia.com/gpu": gpus.to_string(), "cpu": "1"},
+                    "limits": {"nvidia.com/gpu": gpus.to_string()}}}]}
         }
     })
 }
