@@ -61,7 +61,8 @@ impl Faults {
     /// Makes the next `count` writes (POST, PUT, PATCH, DELETE) to `resource` fail with
     /// `status` without reaching the server. `resource` is a plural (`pods`, `leases`), a
     /// plural with its subresource (`pods/binding`, `jobs/status`), or either qualified by
-    /// the group (`jobs.batch.drover.dev/status`). Count 0 removes the fault.
+    /// the group (`jobs.batch.drover.dev/status`). A new fault for a resource replaces the
+    /// one it had; count 0 removes it.
     pub fn fail_next_writes(&self, resource: &str, count: u32, status: u16) {
         let mut writes = lock(&self.inner.writes);
         if count == 0 {

@@ -9,8 +9,8 @@ use std::time::Duration;
 use futures::StreamExt as _;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{
-    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStatus, HostIP, Pod, PodCondition, PodIP,
-    PodStatus,
+    Container, ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStatus, HostIP, Pod,
+    PodCondition, PodIP, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
@@ -421,25 +421,22 @@ fn running_status(pod: &Pod, host_ip: Ipv4Addr, pod_ip: Ipv4Addr, now: Timestamp
     status.init_container_statuses = spec.and_then(|s| s.init_containers.as_ref()).map(|inits| {
         inits
             .iter()
-            .map(|c| ContainerStatus {
-                name: c.name.clone(),
-                image: c.image.clone().unwrap_or_default(),
-                image_id: c.image.clone().unwrap_or_default(),
-                container_id: Some(container_id(uid, &c.name, now)),
-                ready: true,
-                started: Some(false),
-                state: Some(ContainerState {
-                    terminated: Some(ContainerStateTerminated {
-                        container_id: Some(container_id(uid, &c.name, now)),
-                        exit_code: 0,
-                        reason: Some("Completed".to_owned()),
-                        started_at: Some(Time(now)),
-                        finished_at: Some(Time(now)),
-                        ..Default::default()
-                    }),
+            .map(|c| {
+                let terminated = ContainerStateTerminated {
+                    container_id: Some(container_id(uid, &c.name, now)),
+                    exit_code: 0,
+                    reason: Some("Completed".to_owned()),
+                    started_at: Some(Time(now)),
+                    finished_at: Some(Time(now)),
                     ..Default::default()
-                }),
-                ..Default::default()
+                };
+                started_container(
+                    uid,
+                    c,
+                    now,
+                    false,
+                    ContainerState { terminated: Some(terminated), ..Default::default() },
+                )
             })
             .collect()
     });
@@ -447,22 +444,33 @@ fn running_status(pod: &Pod, host_ip: Ipv4Addr, pod_ip: Ipv4Addr, now: Timestamp
         spec.map(|s| s.containers.as_slice())
             .unwrap_or_default()
             .iter()
-            .map(|c| ContainerStatus {
-                name: c.name.clone(),
-                image: c.image.clone().unwrap_or_default(),
-                image_id: c.image.clone().unwrap_or_default(),
-                container_id: Some(container_id(uid, &c.name, now)),
-                ready: true,
-                started: Some(true),
-                state: Some(ContainerState {
-                    running: Some(ContainerStateRunning { started_at: Some(Time(now)) }),
-                    ..Default::default()
-                }),
-                ..Default::default()
+            .map(|c| {
+                let running = ContainerStateRunning { started_at: Some(Time(now)) };
+                started_container(uid, c, now, true, ContainerState { running: Some(running), ..Default::default() })
             })
             .collect(),
     );
     status
+}
+
+/// A ready container's status in `state` (init containers have run and are not `started`).
+fn started_container(
+    uid: &str,
+    c: &Container,
+    now: Timestamp,
+    started: bool,
+    state: ContainerState,
+) -> ContainerStatus {
+    ContainerStatus {
+        name: c.name.clone(),
+        image: c.image.clone().unwrap_or_default(),
+        image_id: c.image.clone().unwrap_or_default(),
+        container_id: Some(container_id(uid, &c.name, now)),
+        ready: true,
+        started: Some(started),
+        state: Some(state),
+        ..Default::default()
+    }
 }
 
 /// The status of a pod the kubelet refuses to start, as the real kubelet writes it: `Failed`

@@ -7,8 +7,9 @@
 //! to the last binding, seen through a watch. kube-scheduler runs with its client QPS and
 //! burst raised, so that the comparison is of schedulers, not of client rate limits.
 //!
-//! `cargo bench -p drover-e2e --bench throughput` (about 3 minutes); `-- --nodes N --pods-per-gang K`
-//! for other sizes, `-- --only drover|kube-scheduler` for one side.
+//! `cargo bench -p drover-e2e --bench throughput` (about 4 minutes); `-- --nodes N --pods-per-gang K`
+//! for other sizes, `-- --only drover|kube-scheduler` for one side, `-- --drover-arg ARG` (repeated)
+//! for flags of `drover scheduler`, `-- --keep` to keep the logs.
 
 use std::collections::HashSet;
 use std::process::{Child, Command, Stdio};
@@ -33,10 +34,12 @@ struct Args {
     nodes: u32,
     per_gang: u32,
     only: Option<String>,
+    drover_args: Vec<String>,
+    keep: bool,
 }
 
 fn args() -> anyhow::Result<Args> {
-    let mut args = Args { nodes: 1250, per_gang: 10, only: None };
+    let mut args = Args { nodes: 1250, per_gang: 10, only: None, drover_args: Vec::new(), keep: false };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -45,6 +48,8 @@ fn args() -> anyhow::Result<Args> {
                 args.per_gang = it.next().context("--pods-per-gang K")?.parse().context("--pods-per-gang K")?
             }
             "--only" => args.only = Some(it.next().context("--only drover|kube-scheduler")?),
+            "--drover-arg" => args.drover_args.push(it.next().context("--drover-arg ARG")?),
+            "--keep" => args.keep = true,
             "--bench" => {}
             other => bail!("unknown argument {other}"),
         }
@@ -224,8 +229,9 @@ async fn main() -> anyhow::Result<()> {
             Ok(Some(
                 Command::new(&bin)
                     .args(["scheduler", "--leader-elect", "false", "--metrics-addr", "127.0.0.1:0"])
+                    .args(&args.drover_args)
                     .env("KUBECONFIG", &kubeconfig)
-                    .env("RUST_LOG", "info")
+                    .env("RUST_LOG", "info,drover_k8s::scheduler=debug")
                     .stdout(Stdio::null())
                     .stderr(log)
                     .spawn()?,
@@ -235,6 +241,9 @@ async fn main() -> anyhow::Result<()> {
         drop(child);
         println!("drover:         {pods} pods bound in {secs:.2} s = {:.0} pods/s", pods as f64 / secs);
         results.push(("drover", pods as f64 / secs));
+    }
+    if args.keep {
+        server.plane_mut().keep_files();
     }
     if let [(_, kube), (_, drover)] = results[..] {
         println!("drover / kube-scheduler = {:.2}x", drover / kube);
