@@ -456,13 +456,27 @@ async fn bad_input_is_reported_not_fatal() {
 
     let pgs = podgroups_api(&client);
     // The group may show a passing reason while its pods are still being created; the reason
-    // it settles on must name the cluster as too small.
-    eventually(20, &format!("too-big Unschedulable, naming the cluster (logs in {logs})"), || async {
-        let pg = pgs.get("too-big").await.ok()?;
-        let cond = condition(&pg, "Unschedulable")?;
-        (cond["status"] == "True" && cond["message"].as_str().is_some_and(|m| m.contains("cluster"))).then_some(())
+    // it settles on must name the gang and the resource it lacks.
+    let seen = std::sync::Mutex::new(String::new());
+    let settled = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            if let Some(cond) = pgs.get("too-big").await.ok().and_then(|pg| condition(&pg, "Unschedulable")) {
+                let message = cond["message"].as_str().unwrap_or_default().to_string();
+                if cond["status"] == "True" && message.contains("gang of 3 pods") && message.contains("nvidia.com/gpu")
+                {
+                    return;
+                }
+                *seen.lock().unwrap() = message;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     })
     .await;
+    assert!(
+        settled.is_ok(),
+        "too-big's Unschedulable reason never named the gang and the GPUs; last: {:?} (logs in {logs})",
+        seen.lock().unwrap()
+    );
     let events: Api<Event> = Api::namespaced(client.clone(), "default");
     for (object, reason) in [("too-big", "Unschedulable"), ("orphan", "ParentNotFound")] {
         eventually(20, &format!("a {reason} Warning Event on {object}"), || async {
