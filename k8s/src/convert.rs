@@ -75,7 +75,8 @@
 //!
 //! **PodGroups → jobs.** `minMember`, per-task minimums from `minTaskMember`, queue from
 //! `spec.queue` (else [`DEFAULT_QUEUE`]), phase from `status.phase` (`Pending` when
-//! absent; `Completed`/`Failed` groups are left out silently), creation time in seconds.
+//! absent; `Completed`/`Failed` groups are left out silently unless they have a new unbound
+//! pod: their job was restarted, and they are `Pending` again), creation time in seconds.
 //! A group whose queue does not exist is left out (`QueueNotFound`), so is one whose
 //! queue was left out (`QueueInvalid`) or has child queues (`QueueNotLeaf`), and a
 //! `Pending` group in a closed queue (`QueueClosed`: never admitted; `Inqueue` and
@@ -441,7 +442,8 @@ fn group_job<'a>(
         PodGroupPhase::Pending => JobPhase::Pending,
         PodGroupPhase::Inqueue => JobPhase::Inqueue,
         PodGroupPhase::Running => JobPhase::Running,
-        PodGroupPhase::Completed | PodGroupPhase::Failed => return Err(pods),
+        PodGroupPhase::Completed | PodGroupPhase::Failed if !restarted(&pods) => return Err(pods),
+        PodGroupPhase::Completed | PodGroupPhase::Failed => JobPhase::Pending,
     };
     let queue = group.spec.queue.clone().filter(|q| !q.is_empty()).unwrap_or_else(|| DEFAULT_QUEUE.to_string());
     let left_out = match queue_state.get(&queue) {
@@ -621,4 +623,9 @@ fn resolve_priority(group: &PodGroup, members: &[Member], classes: &Classes) -> 
         },
         Some((_, None, value)) => Ok(Classes::bare("", value.unwrap_or(0))),
     }
+}
+
+/// Whether a finished group has a new unbound pod (its job controller restarted the job).
+fn restarted(pods: &[PodInfo<'_>]) -> bool {
+    pods.iter().any(|p| p.node.is_none() && !p.deleting)
 }

@@ -4,3 +4,4 @@ pub mod events;
 pub mod leader;
 pub mod metrics;
 pub mod scheduler;
+pub mod watch_backoff;

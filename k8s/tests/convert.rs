@@ -203,6 +203,39 @@ fn usage_of_pods_not_handed_to_the_core_is_subtracted_from_nodes() {
 }
 
 #[test]
+fn a_finished_group_with_a_new_unbound_pod_is_pending_again() {
+    // A restarted job: its group was marked Failed when every pod failed; the job controller
+    // deleted them and made new ones.
+    let mut restarted = group("restarted", 2);
+    restarted["status"] = json!({"phase": "Failed"});
+    let mut done = group("done", 1);
+    done["status"] = json!({"phase": "Failed"});
+    let mut old_bound = dpod("done-0", "done", "1");
+    old_bound["spec"]["nodeName"] = json!("n1");
+    let mut still_going = dpod("done-1", "done", "1");
+    still_going["metadata"]["deletionTimestamp"] = json!("2024-01-01T01:00:00Z");
+    let w = World {
+        nodes: vec![node("n1", "8", "0")],
+        pods: vec![
+            dpod("restarted-0", "restarted", "1"),
+            dpod("restarted-1", "restarted", "1"),
+            old_bound,
+            still_going,
+        ],
+        groups: vec![restarted, done],
+        ..Default::default()
+    };
+    let c = w.convert();
+    let job = job(&c, "restarted");
+    assert_eq!(job.phase, JobPhase::Pending);
+    assert_eq!(job.tasks[0].pods, vec![PodPhaseInput::Pending, PodPhaseInput::Pending]);
+    assert!(
+        c.jobs.iter().all(|j| j.name != "done"),
+        "a finished group with only bound or deleting pods stays finished"
+    );
+}
+
+#[test]
 fn pod_phases_and_counts() {
     let bound = |name: &str, node: &str| {
         let mut p = dpod(name, "g", "1");

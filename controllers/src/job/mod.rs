@@ -92,6 +92,7 @@ pub use build::{hosts_var, pod_host, pod_name};
 pub use plan::action_for;
 
 use crate::events::{self, EventType};
+use drover_k8s::watch_backoff::watch_backoff;
 use tracker::Tracker;
 
 /// The controller's name: field manager and Event source.
@@ -148,7 +149,7 @@ pub async fn run(client: Client, shutdown: impl Future<Output = ()> + Send + 'st
     let pod_events = {
         let ctx = ctx.clone();
         watcher(Api::<Pod>::all(client.clone()), children.clone())
-            .default_backoff()
+            .backoff(watch_backoff())
             .map_ok(move |event| {
                 ctx.tracker.observe(&event);
                 event
@@ -168,6 +169,7 @@ pub async fn run(client: Client, shutdown: impl Future<Output = ()> + Send + 'st
         .watches(Api::<PriorityClass>::all(client.clone()), watcher::Config::default(), move |pc: PriorityClass| {
             jobs_naming(&store, |j| j.spec.priority_class_name.as_deref() == Some(pc.name_any().as_str()))
         })
+        .trigger_backoff(watch_backoff())
         .graceful_shutdown_on(async move {
             let _ = rx.await;
         })
@@ -290,6 +292,8 @@ async fn reconcile_job(ctx: &Context, namespace: &str, name: &str) -> Result<Act
     let views: Vec<plan::PodView> = listed.items.iter().filter(|p| owned_by(*p, &uid)).map(plan::PodView::of).collect();
     let evictions = ctx.tracker.evictions(namespace, name);
     let plan = plan::plan(&job, &views, &evictions, validity, jiff::Timestamp::now());
+    tracing::debug!(job = name, pods = views.len(), state = ?plan.status.state, delete = plan.delete.len(),
+        create = plan.create.len(), requeue = ?plan.requeue, "job planned");
 
     if job.status.as_ref() != Some(&plan.status) {
         let mut updated = job.clone();

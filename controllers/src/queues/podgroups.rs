@@ -22,6 +22,7 @@ use super::{
     LABEL_JOB_NAME, LABEL_PROJECT, NODE_POOL_LABEL, POD_GROUP_PREFIX, SCHEDULER_NAME,
 };
 use crate::events::{self, EventType};
+use drover_k8s::watch_backoff::watch_backoff;
 
 const CONTROLLER: &str = "drover-pod-groups";
 
@@ -107,11 +108,12 @@ pub async fn run_pod_groups(client: Client, shutdown: impl Future<Output = ()> +
     let wc = watcher::Config::default()
         .fields(&format!("spec.schedulerName={SCHEDULER_NAME}"))
         .labels(&format!("!{LABEL_JOB_NAME}"));
-    let pod_events = reflector::reflector(writer, watcher(Api::<Pod>::all(client.clone()), wc).default_backoff());
+    let pod_events =
+        reflector::reflector(writer, watcher(Api::<Pod>::all(client.clone()), wc).backoff(watch_backoff()));
     let (projects, project_writer) = reflector::store::<Project>();
     let project_events = reflector::reflector(
         project_writer,
-        watcher(Api::<Project>::all(client.clone()), watcher::Config::default()).default_backoff(),
+        watcher(Api::<Project>::all(client.clone()), watcher::Config::default()).backoff(watch_backoff()),
     );
     let triggers: Triggers<Pod> = vec![
         trigger_with(changes(pod_events, pod_key), |p: Pod| Some(ObjectRef::from_obj(&p))).boxed(),

@@ -20,6 +20,7 @@ use serde_json::json;
 use super::runner::{changes, digest, drive, ready, shutdown_signal, Context, Retries, Triggers};
 use super::{find_valid, put_condition, reasons, same_condition, valid_condition, Error, Problem};
 use crate::events::{self, EventType};
+use drover_k8s::watch_backoff::watch_backoff;
 
 const CONTROLLER: &str = "drover-queue-status";
 const RESYNC: Duration = Duration::from_secs(300);
@@ -41,12 +42,12 @@ pub async fn run_queue_status(
     let (queues, writer) = reflector::store::<Queue>();
     let queue_events = reflector::reflector(
         writer,
-        watcher(Api::<Queue>::all(client.clone()), watcher::Config::default()).default_backoff(),
+        watcher(Api::<Queue>::all(client.clone()), watcher::Config::default()).backoff(watch_backoff()),
     );
     let (groups, group_writer) = reflector::store::<PodGroup>();
     let group_events = reflector::reflector(
         group_writer,
-        watcher(Api::<PodGroup>::all(client.clone()), watcher::Config::default()).default_backoff(),
+        watcher(Api::<PodGroup>::all(client.clone()), watcher::Config::default()).backoff(watch_backoff()),
     );
     let tree = queues.clone();
     let group_store = groups.clone();

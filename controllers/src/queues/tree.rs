@@ -27,6 +27,7 @@ use super::{
     valid_condition, valid_pool_name, Error, Problem, GPU_RESOURCE, LABEL_DEPARTMENT, LABEL_NODE_POOL, LABEL_PROJECT,
 };
 use crate::events::{self, EventType};
+use drover_k8s::watch_backoff::watch_backoff;
 
 /// The name Events are reported under.
 const CONTROLLER: &str = "drover-queue-tree";
@@ -63,15 +64,17 @@ async fn run_projects(client: Client, shutdown: Shutdown) {
     let (store, writer) = reflector::store::<Project>();
     let projects = reflector::reflector(
         writer,
-        watcher(Api::<Project>::all(client.clone()), watcher::Config::default()).default_backoff(),
+        watcher(Api::<Project>::all(client.clone()), watcher::Config::default()).backoff(watch_backoff()),
     );
     let related = store.clone();
     let by_department = store.clone();
     let by_namespace = store.clone();
-    let departments = watcher(Api::<Department>::all(client.clone()), watcher::Config::default()).default_backoff();
-    let queues =
-        watcher(Api::<Queue>::all(client.clone()), watcher::Config::default().labels(LABEL_PROJECT)).default_backoff();
-    let namespaces = watcher(Api::<Namespace>::all(client.clone()), watcher::Config::default()).default_backoff();
+    let departments =
+        watcher(Api::<Department>::all(client.clone()), watcher::Config::default()).backoff(watch_backoff());
+    let queues = watcher(Api::<Queue>::all(client.clone()), watcher::Config::default().labels(LABEL_PROJECT))
+        .backoff(watch_backoff());
+    let namespaces =
+        watcher(Api::<Namespace>::all(client.clone()), watcher::Config::default()).backoff(watch_backoff());
     let triggers: Triggers<Project> = vec![
         // The project itself, and the projects that list one of its namespaces (a claim may
         // pass to them).
@@ -119,10 +122,10 @@ async fn run_departments(client: Client, shutdown: Shutdown) {
     let (store, writer) = reflector::store::<Department>();
     let departments = reflector::reflector(
         writer,
-        watcher(Api::<Department>::all(client.clone()), watcher::Config::default()).default_backoff(),
+        watcher(Api::<Department>::all(client.clone()), watcher::Config::default()).backoff(watch_backoff()),
     );
     let queues = watcher(Api::<Queue>::all(client.clone()), watcher::Config::default().labels(LABEL_DEPARTMENT))
-        .default_backoff();
+        .backoff(watch_backoff());
     let triggers: Triggers<Department> = vec![
         trigger_with(changes(departments, spec_key::<Department>), |d: Department| Some(ObjectRef::from_obj(&d)))
             .boxed(),

@@ -118,13 +118,14 @@ impl Cluster {
     }
 
     /// A `drover <command>` ready to spawn against this cluster (admin, through the proxy),
-    /// with the harness's flags, its stderr going to `log`.
+    /// with the harness's flags, its stderr going to `log` (at the level `DROVER_E2E_LOG` names,
+    /// `info` by default).
     pub fn drover_command(&self, command: &str, log: &Path) -> anyhow::Result<Command> {
         let mut cmd = Command::new(binary("drover")?);
         cmd.arg(command)
             .args(["--metrics-addr", "127.0.0.1:0", "--lease-namespace", "default"])
             .env("KUBECONFIG", self.server.kubeconfig())
-            .env("RUST_LOG", "info")
+            .env("RUST_LOG", std::env::var("DROVER_E2E_LOG").unwrap_or_else(|_| "info".into()))
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(log)?);
         Ok(cmd)
@@ -168,7 +169,8 @@ impl Drop for Cluster {
     }
 }
 
-async fn eventually_result<T, F, Fut>(secs: u64, what: &str, mut check: F) -> anyhow::Result<T>
+/// Polls `check` until it returns `Some`; after `secs` seconds an error naming `what`.
+pub async fn eventually_result<T, F, Fut>(secs: u64, what: &str, mut check: F) -> anyhow::Result<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,

@@ -4,7 +4,7 @@
 
 use drover_api::crd::job::{Job, JobState};
 use drover_api::crd::queue::Queue;
-use drover_e2e::{eventually, Cluster};
+use drover_e2e::{eventually, eventually_result, Cluster};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
@@ -27,7 +27,6 @@ fn template(annotations: serde_json::Value) -> serde_json::Value {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "times out on the real API server when another test runs beside it (passes alone in 7 s); cause under investigation, see issue 7's note"]
 async fn failing_pods_restart_the_job_until_max_retry() {
     let Some(cluster) = Cluster::start(1).await else { return };
     let jobs: Api<Job> = Api::namespaced(cluster.client.clone(), "default");
@@ -39,11 +38,28 @@ async fn failing_pods_restart_the_job_until_max_retry() {
     });
     jobs.create(&PostParams::default(), &job(spec, "flaky")).await.expect("job created");
     let logs = cluster.logs().display().to_string();
-    let status = eventually(60, &format!("the job fails after its retry (logs in {logs})"), || async {
+    let failed = eventually_result(60, &format!("the job fails after its retry (logs in {logs})"), || async {
         let status = jobs.get("flaky").await.ok()?.status?;
         (status.state == JobState::Failed).then_some(status)
     })
     .await;
+    let status = match failed {
+        Ok(status) => status,
+        Err(e) => {
+            let job = jobs.get("flaky").await.map(|j| j.status);
+            let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), "default");
+            let listed = pods.list(&ListParams::default().labels("batch.drover.dev/job-name=flaky")).await;
+            let pods: Vec<_> = listed
+                .iter()
+                .flat_map(|l| &l.items)
+                .map(|p| {
+                    let phase = p.status.as_ref().and_then(|s| s.phase.clone());
+                    (p.metadata.name.clone(), phase, p.metadata.deletion_timestamp.is_some())
+                })
+                .collect();
+            panic!("{e}\njob status: {job:?}\npods (name, phase, deleting): {pods:?}");
+        }
+    };
     assert_eq!(status.retry_count, 1, "one restart, then maxRetry stops it");
 }
 

@@ -373,7 +373,6 @@ async fn api_faults_do_not_lose_or_duplicate_decisions() {
 // ---------------------------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "after a kube-apiserver restart the Job controller sometimes never reconciles a new Job under load; cause under investigation, see issue 7's note"]
 async fn an_api_server_outage_loses_nothing() {
     let Some(mut cluster) = Cluster::start(2).await else { return };
     let client = cluster.client.clone();

@@ -19,6 +19,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use crate::convert::{Objects, PodRef};
+use crate::watch_backoff::watch_backoff;
 
 /// `(namespace, name)`; namespace is empty for cluster-scoped objects.
 pub(super) type Key = (String, String);
@@ -54,7 +55,7 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
     let (reader, writer) = reflector::store();
-    let stream = watcher(api, watcher::Config::default()).default_backoff().reflect(writer);
+    let stream = watcher(api, watcher::Config::default()).backoff(watch_backoff()).reflect(writer);
     let task = tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         while let Some(item) = stream.next().await {

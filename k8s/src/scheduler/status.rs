@@ -46,7 +46,8 @@ fn desired(
     let mut status = current.clone();
     let all_finished = members.total > 0 && members.succeeded + members.failed == members.total;
     status.phase = match current.phase {
-        PodGroupPhase::Completed | PodGroupPhase::Failed => current.phase,
+        // A finished group stays finished unless the core has it again (a restarted job).
+        PodGroupPhase::Completed | PodGroupPhase::Failed if core.is_none() => current.phase,
         _ if all_finished => {
             if members.failed == 0 || members.succeeded >= group.spec.min_member {
                 PodGroupPhase::Completed
@@ -271,4 +272,31 @@ pub(super) async fn write_queues(ctx: &Ctx<'_>, g: &Gathered, snap: &Snapshot, o
         }
     }
     written
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failed_group() -> PodGroup {
+        serde_json::from_value(json!({
+            "apiVersion": "scheduling.drover.dev/v1alpha1", "kind": "PodGroup",
+            "metadata": {"name": "g", "namespace": "ns"},
+            "spec": {"minMember": 2}, "status": {"phase": "Failed"}
+        }))
+        .expect("a PodGroup")
+    }
+
+    #[test]
+    fn a_finished_group_stays_finished_unless_the_core_schedules_it_again() {
+        let group = failed_group();
+        let counts = PodCounts::default();
+        let idle = desired(&group, None, counts, Members::default(), None);
+        assert_eq!(idle.phase, PodGroupPhase::Failed);
+        let restarted = Members { total: 2, succeeded: 0, failed: 0 };
+        let again = desired(&group, Some((JobPhase::Pending, Some("waiting"))), counts, restarted, None);
+        assert_eq!(again.phase, PodGroupPhase::Pending, "a restarted job's group is live again");
+        let unschedulable = again.conditions.iter().find(|c| c.type_ == UNSCHEDULABLE).expect("a condition");
+        assert_eq!((unschedulable.status.as_str(), unschedulable.message.as_str()), ("True", "waiting"));
+    }
 }
