@@ -45,8 +45,8 @@ pub struct SchedulerArgs {
     /// Seconds between scheduling cycles (a cycle also starts at once when new work arrives).
     #[arg(long, default_value_t = 1.0)]
     period: f64,
-    /// Bindings and evictions in flight at once (gangs being bound at once: half of it).
-    #[arg(long, default_value_t = 64)]
+    /// Gangs bound at once: half of this; each gang's bindings, and evictions, up to this many at once.
+    #[arg(long, default_value_t = 128)]
     bind_concurrency: usize,
 }
 

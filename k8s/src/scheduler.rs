@@ -88,7 +88,7 @@ impl Default for SchedulerOptions {
             scheduler_name: "drover".into(),
             period: Duration::from_secs(1),
             config: SchedulerConfig::default(),
-            bind_concurrency: 64,
+            bind_concurrency: 128,
         }
     }
 }

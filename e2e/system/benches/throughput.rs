@@ -3,9 +3,11 @@
 //! A real control plane (drover-envtest), a fake kubelet with 1,250 nodes of 8 GPUs, and
 //! 10,000 one-GPU pods created at once — exactly the cluster's GPUs. Drover gets them as
 //! 1,000 gangs of 10 (PodGroups with `minMember: 10`); kube-scheduler gets the same pods as
-//! plain pods. For each scheduler: the time from starting its process (pods already created)
-//! to the last binding, seen through a watch. kube-scheduler runs with its client QPS and
-//! burst raised, so that the comparison is of schedulers, not of client rate limits.
+//! plain pods. Each scheduler runs on a control plane and nodes of its own, started the same
+//! way, one after the other in the same run. For each: the time from starting its process
+//! (pods already created) to the last binding, seen through a watch. kube-scheduler runs
+//! with its client QPS and burst raised, so that the comparison is of schedulers, not of
+//! client rate limits.
 //!
 //! `cargo bench -p drover-e2e --bench throughput` (about 4 minutes); `-- --nodes N --pods-per-gang K`
 //! for other sizes, `-- --only drover|kube-scheduler` for one side, `-- --drover-arg ARG` (repeated)
@@ -22,7 +24,7 @@ use drover_envtest::{Credentials, Server};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::watcher;
 use kube::Client;
 use serde_json::json;
@@ -110,19 +112,6 @@ async fn time_to_bind(
     Ok((started.elapsed().as_secs_f64(), child))
 }
 
-async fn delete_all_pods(client: &Client) -> anyhow::Result<()> {
-    let api: Api<Pod> = Api::namespaced(client.clone(), NS);
-    api.delete_collection(
-        &DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() },
-        &ListParams::default(),
-    )
-    .await?;
-    while !api.list(&ListParams::default().limit(1)).await?.items.is_empty() {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    Ok(())
-}
-
 struct Killed(Child);
 
 impl Drop for Killed {
@@ -132,16 +121,27 @@ impl Drop for Killed {
     }
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let args = args()?;
-    let Some(mut server) = Server::start().await else { return Ok(()) };
+/// A fresh control plane with the fake kubelet's nodes ready: each scheduler is measured on
+/// one of its own, so neither inherits the other's deleted pods, Events and etcd history.
+struct Bed {
+    server: Server,
+    client: Client,
+    kubeconfig: std::path::PathBuf,
+    kubelet: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        self.kubelet.abort();
+    }
+}
+
+async fn bed(args: &Args) -> anyhow::Result<Option<Bed>> {
+    let Some(server) = Server::start().await else { return Ok(None) };
     let plane = server.plane();
     let client = plane.direct_client(&Credentials::Token(plane.admin_token())).await?;
     let kubeconfig = plane.admin_kubeconfig();
     drover_envtest::install_crds(&client, &drover_api::crd::all()).await?;
-    let gpus = args.nodes * 8;
-    let pods = gpus as usize;
     let config = drover_kubelet::KubeletConfig {
         nodes: args.nodes,
         name_prefix: "node-".into(),
@@ -152,7 +152,8 @@ async fn main() -> anyhow::Result<()> {
         labels: Default::default(),
     };
     let kubelet_client = client.clone();
-    tokio::spawn(async move { drover_kubelet::run(kubelet_client, config, std::future::pending()).await });
+    let kubelet =
+        tokio::spawn(async move { drover_kubelet::run(kubelet_client, config, std::future::pending()).await });
     let nodes: Api<Node> = Api::all(client.clone());
     let ready = Instant::now();
     loop {
@@ -169,83 +170,93 @@ async fn main() -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    println!(
-        "{} nodes x 8 GPUs ready in {:.1} s; {pods} one-GPU pods per scheduler",
-        args.nodes,
-        ready.elapsed().as_secs_f64()
-    );
-    let bin = std::env::current_exe()?.parent().and_then(|d| d.parent()).context("target folder")?.join("drover");
-    let mut results = Vec::new();
+    println!("{} nodes x 8 GPUs ready in {:.1} s", args.nodes, ready.elapsed().as_secs_f64());
+    Ok(Some(Bed { server, client, kubeconfig, kubelet }))
+}
 
-    if args.only.as_deref() != Some("drover") {
-        let mut plain = Vec::with_capacity(pods);
-        for i in 0..pods {
-            plain.push(pod(&format!("plain-{i}"), "default-scheduler", None));
-        }
-        create_all(&client, plain).await?;
-        let (secs, child) = time_to_bind(&client, pods, || {
-            server.plane_mut().start_kube_scheduler(&["--kube-api-qps=5000".into(), "--kube-api-burst=5000".into()])?;
-            Ok(None)
-        })
-        .await?;
-        drop(child);
-        println!("kube-scheduler: {pods} pods bound in {secs:.2} s = {:.0} pods/s", pods as f64 / secs);
-        results.push(("kube-scheduler", pods as f64 / secs));
-        server.plane_mut().stop_kube_scheduler();
-        delete_all_pods(&client).await?;
-    }
+/// kube-scheduler's pods/s: the pods as plain pods, its client limits raised.
+async fn kube_scheduler(bed: &mut Bed, pods: usize) -> anyhow::Result<f64> {
+    let plain = (0..pods).map(|i| pod(&format!("plain-{i}"), "default-scheduler", None)).collect();
+    create_all(&bed.client, plain).await?;
+    let server = &mut bed.server;
+    let (secs, _) = time_to_bind(&bed.client, pods, || {
+        server.plane_mut().start_kube_scheduler(&["--kube-api-qps=5000".into(), "--kube-api-burst=5000".into()])?;
+        Ok(None)
+    })
+    .await?;
+    bed.server.plane_mut().stop_kube_scheduler();
+    println!("kube-scheduler: {pods} pods bound in {secs:.2} s = {:.0} pods/s", pods as f64 / secs);
+    Ok(pods as f64 / secs)
+}
 
-    if args.only.as_deref() != Some("kube-scheduler") {
-        let queues: Api<Queue> = Api::all(client.clone());
-        let mut spec = QueueSpec { over_quota_weight: 1, reclaimable: true, ..QueueSpec::default() };
-        spec.deserved.insert(GPU.into(), Quantity(gpus.to_string()));
-        queues.create(&PostParams::default(), &Queue::new("bench", spec)).await?;
-        let groups: Api<PodGroup> = Api::namespaced(client.clone(), NS);
-        let gangs = pods as u32 / args.per_gang;
-        futures::stream::iter(0..gangs)
-            .map(|g| {
-                let groups = groups.clone();
-                async move {
-                    let spec = PodGroupSpec {
-                        min_member: args.per_gang,
-                        queue: Some("bench".into()),
-                        ..PodGroupSpec::default()
-                    };
-                    groups.create(&PostParams::default(), &PodGroup::new(&format!("gang-{g}"), spec)).await.map(|_| ())
-                }
-            })
-            .buffer_unordered(64)
-            .try_collect::<Vec<()>>()
-            .await?;
-        let mut members = Vec::with_capacity(pods);
-        for g in 0..gangs {
-            for i in 0..args.per_gang {
-                members.push(pod(&format!("gang-{g}-{i}"), "drover", Some(&format!("gang-{g}"))));
+/// Drover's pods/s: the pods as gangs of `--pods-per-gang` in one queue.
+async fn drover(args: &Args, bed: &mut Bed, pods: usize) -> anyhow::Result<f64> {
+    let queues: Api<Queue> = Api::all(bed.client.clone());
+    let mut spec = QueueSpec { over_quota_weight: 1, reclaimable: true, ..QueueSpec::default() };
+    spec.deserved.insert(GPU.into(), Quantity(pods.to_string()));
+    queues.create(&PostParams::default(), &Queue::new("bench", spec)).await?;
+    let groups: Api<PodGroup> = Api::namespaced(bed.client.clone(), NS);
+    let gangs = pods as u32 / args.per_gang;
+    futures::stream::iter(0..gangs)
+        .map(|g| {
+            let groups = groups.clone();
+            async move {
+                let spec =
+                    PodGroupSpec { min_member: args.per_gang, queue: Some("bench".into()), ..PodGroupSpec::default() };
+                groups.create(&PostParams::default(), &PodGroup::new(&format!("gang-{g}"), spec)).await.map(|_| ())
             }
-        }
-        create_all(&client, members).await?;
-        let log = plane_log(&server, "drover-scheduler.log")?;
-        let (secs, child) = time_to_bind(&client, pods, || {
-            Ok(Some(
-                Command::new(&bin)
-                    .args(["scheduler", "--leader-elect", "false", "--metrics-addr", "127.0.0.1:0"])
-                    .args(&args.drover_args)
-                    .env("KUBECONFIG", &kubeconfig)
-                    .env("RUST_LOG", "info,drover_k8s::scheduler=debug")
-                    .stdout(Stdio::null())
-                    .stderr(log)
-                    .spawn()?,
-            ))
         })
+        .buffer_unordered(64)
+        .try_collect::<Vec<()>>()
         .await?;
-        drop(child);
-        println!("drover:         {pods} pods bound in {secs:.2} s = {:.0} pods/s", pods as f64 / secs);
-        results.push(("drover", pods as f64 / secs));
+    let mut members = Vec::with_capacity(pods);
+    for g in 0..gangs {
+        for i in 0..args.per_gang {
+            members.push(pod(&format!("gang-{g}-{i}"), "drover", Some(&format!("gang-{g}"))));
+        }
     }
-    if args.keep {
-        server.plane_mut().keep_files();
+    create_all(&bed.client, members).await?;
+    let log = plane_log(&bed.server, "drover-scheduler.log")?;
+    let bin = std::env::current_exe()?.parent().and_then(|d| d.parent()).context("target folder")?.join("drover");
+    let (secs, child) = time_to_bind(&bed.client, pods, || {
+        Ok(Some(
+            Command::new(&bin)
+                .args(["scheduler", "--leader-elect", "false", "--metrics-addr", "127.0.0.1:0"])
+                .args(&args.drover_args)
+                .env("KUBECONFIG", &bed.kubeconfig)
+                .env("RUST_LOG", "info,drover_k8s::scheduler=debug")
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()?,
+        ))
+    })
+    .await?;
+    drop(child);
+    println!("drover:         {pods} pods bound in {secs:.2} s = {:.0} pods/s", pods as f64 / secs);
+    Ok(pods as f64 / secs)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = args()?;
+    let pods = (args.nodes * 8) as usize;
+    println!("{pods} one-GPU pods per scheduler, each scheduler on a fresh control plane");
+    let mut results = Vec::new();
+    for side in ["kube-scheduler", "drover"] {
+        if args.only.as_deref().is_some_and(|o| o != side) {
+            continue;
+        }
+        let Some(mut bed) = bed(&args).await? else { return Ok(()) };
+        let rate = match side {
+            "kube-scheduler" => kube_scheduler(&mut bed, pods).await?,
+            _ => drover(&args, &mut bed, pods).await?,
+        };
+        results.push(rate);
+        if args.keep {
+            bed.server.plane_mut().keep_files();
+        }
     }
-    if let [(_, kube), (_, drover)] = results[..] {
+    if let [kube, drover] = results[..] {
         println!("drover / kube-scheduler = {:.2}x", drover / kube);
     }
     Ok(())

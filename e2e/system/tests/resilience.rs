@@ -192,8 +192,9 @@ async fn leader_failover_mid_gang_leaves_no_half_bound_gang() {
     let client = cluster.client.clone();
     let logs = cluster.logs().display().to_string();
     let mut replicas = [
-        spawn_own(&cluster, "scheduler", "own-a", &["--period", "0.2"]),
-        spawn_own(&cluster, "scheduler", "own-b", &["--period", "0.2"]),
+        // Eight bindings in flight: the gang's 64 take several round trips, so the kill lands mid-gang.
+        spawn_own(&cluster, "scheduler", "own-a", &["--period", "0.2", "--bind-concurrency", "8"]),
+        spawn_own(&cluster, "scheduler", "own-b", &["--period", "0.2", "--bind-concurrency", "8"]),
     ];
 
     // Make one of ours the leader: the harness's replica is stopped with SIGTERM (it
