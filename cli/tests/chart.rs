@@ -14,13 +14,7 @@ fn chart() -> PathBuf {
 /// Runs `script` with `python3 -c` and the chart's path as its first argument; `None` when
 /// helm-python-sdk is not installed.
 fn helm(script: &str, args: &[&str]) -> Option<String> {
-    let probe = Command::new("python3").args(["-c", "import helm_python"]).output();
-    if !probe.is_ok_and(|o| o.status.success()) {
-        assert!(
-            std::env::var("DROVER_REQUIRE_HELM").is_err(),
-            "helm-python-sdk is required (pip install helm-python-sdk, as CI does)"
-        );
-        eprintln!("SKIPPED: helm-python-sdk not found (pip install helm-python-sdk to run this test)");
+    if !drover_envtest::tools::helm_available() {
         return None;
     }
     let out = Command::new("python3").args(["-c", script]).arg(chart()).args(args).output().expect("python3 runs");

@@ -15,6 +15,7 @@ pub mod assets;
 pub mod control_plane;
 pub mod pki;
 pub mod proxy;
+pub mod tools;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

@@ -28,18 +28,6 @@ fn chart() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../charts/drover")
 }
 
-fn helm_available() -> bool {
-    let found = Command::new("python3").args(["-c", "import helm_python"]).output().is_ok_and(|o| o.status.success());
-    if !found {
-        assert!(
-            std::env::var("DROVER_REQUIRE_HELM").is_err(),
-            "helm-python-sdk is required (pip install helm-python-sdk, as CI does)"
-        );
-        eprintln!("SKIPPED: helm-python-sdk not found (pip install helm-python-sdk to run this test)");
-    }
-    found
-}
-
 /// Runs one Helm action (`install`, `upgrade` with an optional values file, `uninstall`) of
 /// the release `drover` through `kubeconfig`.
 fn helm(kubeconfig: &Path, action: &str, values: Option<&Path>) {
@@ -129,7 +117,7 @@ async fn run_as_chart(cluster: &Cluster, client: &Client, component: &str, log: 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_chart_installs_runs_drover_as_its_service_accounts_upgrades_and_uninstalls() {
-    if !helm_available() {
+    if !drover_envtest::tools::helm_available() {
         return;
     }
     let Some(cluster) = Cluster::start_without_drover(1, Options::default()).await else { return };
@@ -174,7 +162,6 @@ async fn the_chart_installs_runs_drover_as_its_service_accounts_upgrades_and_uni
     assert!(budgets.list(&ListParams::default().labels(INSTANCE)).await.expect("listed").items.is_empty());
 
     helm(&kubeconfig, "uninstall", None);
-    let left = |n: usize| n == 0;
     eventually(30, "the release's objects are gone", || async {
         let deployments = deployments.list(&ListParams::default().labels(INSTANCE)).await.ok()?.items.len();
         let accounts = Api::<ServiceAccount>::namespaced(client.clone(), NAMESPACE)
@@ -189,7 +176,7 @@ async fn the_chart_installs_runs_drover_as_its_service_accounts_upgrades_and_uni
             .ok()?
             .items
             .len();
-        (left(deployments) && left(accounts) && left(roles)).then_some(())
+        (deployments == 0 && accounts == 0 && roles == 0).then_some(())
     })
     .await;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
