@@ -6,6 +6,8 @@
 //! Without the control-plane binaries [`Cluster::start`] returns `None` after saying the test
 //! is skipped (a failure in CI, see drover-envtest).
 
+pub mod chart;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

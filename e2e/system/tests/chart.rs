@@ -1,184 +1,167 @@
 //! The Helm chart installed for real (the Helm v4 SDK through PyPI's `helm-python-sdk`) on the
-//! real API server with RBAC on: both binaries then run as the chart's ServiceAccounts, with
-//! the arguments, environment and configuration of its Deployments, and run a gang Job with no
-//! request refused; `helm upgrade` to another values file and `helm uninstall` work, and
-//! uninstalling leaves only the CRDs (Helm never deletes what `crds/` installed). Without
-//! helm-python-sdk the test prints SKIPPED; `DROVER_REQUIRE_HELM` (set in CI) forbids that.
+//! real API server with RBAC on, for the default values and for every values file under
+//! `charts/drover/ci/`: each install creates what its values ask for, `helm upgrade` to
+//! another values file applies it, and `helm uninstall` leaves only the CRDs (Helm never
+//! deletes what `crds/` installed; docs/install.md says so). Without helm-python-sdk the test
+//! prints SKIPPED; `DROVER_REQUIRE_HELM` (set in CI) forbids that.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 
-use drover_api::crd::job::{Job, JobState};
-use drover_e2e::{binary, eventually, Cluster};
+use drover_e2e::chart::{chart_dir, helm, HelmAction, INSTANCE, NAMESPACE};
+use drover_e2e::{eventually, Cluster};
 use drover_envtest::Options;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::rbac::v1::ClusterRole;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use kube::Client;
 use serde_json::json;
 
-const NAMESPACE: &str = "drover-system";
-const INSTANCE: &str = "app.kubernetes.io/instance=drover";
-
-fn chart() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../charts/drover")
+/// The values files CI installs: the defaults (`None`) and each file under `ci/`.
+fn values_files() -> Vec<Option<PathBuf>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(chart_dir().join("ci"))
+        .expect("charts/drover/ci is readable")
+        .map(|e| e.expect("a directory entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "charts/drover/ci has no values file");
+    std::iter::once(None).chain(files.into_iter().map(Some)).collect()
 }
 
-/// Runs one Helm action (`install`, `upgrade` with an optional values file, `uninstall`) of
-/// the release `drover` through `kubeconfig`.
-fn helm(kubeconfig: &Path, action: &str, values: Option<&Path>) {
-    let script = r#"
-import sys, helm_python as helm
-kubeconfig, action, chart = sys.argv[1], sys.argv[2], sys.argv[3]
-values = helm.values_from_yaml(open(sys.argv[4]).read()) if len(sys.argv) > 4 else None
-cfg = helm.Config(kubeconfig_path=kubeconfig, namespace="drover-system")
-if action == "install":
-    cfg.install(chart, "drover", values, namespace="drover-system", create_namespace=True, timeout=120)
-elif action == "upgrade":
-    cfg.upgrade(chart, "drover", values, namespace="drover-system", timeout=120)
-else:
-    cfg.uninstall("drover", timeout=120)
-"#;
-    let mut cmd = Command::new("python3");
-    cmd.args(["-c", script]).arg(kubeconfig).arg(action).arg(chart());
-    if let Some(v) = values {
-        cmd.arg(v);
-    }
-    let out = cmd.output().expect("python3 runs");
-    assert!(out.status.success(), "helm {action} failed: {}", String::from_utf8_lossy(&out.stderr));
+/// What a values file asks for, read the way the chart reads it.
+struct Expected {
+    scheduler_replicas: i32,
+    budgets: bool,
+    priority_classes: bool,
+    service_monitors: bool,
 }
 
-/// A process killed when dropped.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+fn expected(values: Option<&Path>) -> Expected {
+    let text = values.map(|p| std::fs::read_to_string(p).expect("values readable")).unwrap_or_default();
+    let v: serde_json::Value =
+        if text.trim().is_empty() { json!({}) } else { serde_yaml::from_str(&text).expect("values parse") };
+    let flag = |path: &[&str], default: bool| {
+        path.iter().try_fold(&v, |at, key| at.get(key)).and_then(|x| x.as_bool()).unwrap_or(default)
+    };
+    Expected {
+        scheduler_replicas: v["scheduler"]["replicas"].as_i64().unwrap_or(2) as i32,
+        budgets: flag(&["podDisruptionBudget", "enabled"], true),
+        priority_classes: flag(&["priorityClasses", "enabled"], false),
+        service_monitors: flag(&["metrics", "serviceMonitor", "enabled"], false),
     }
 }
 
-/// Starts the binary of the chart's Deployment `component` as its ServiceAccount: the
-/// container's arguments (the metrics address made local, the configuration file taken
-/// from the chart's ConfigMap) and environment.
-async fn run_as_chart(cluster: &Cluster, client: &Client, component: &str, log: &Path) -> Running {
-    let name = format!("drover-{component}");
-    let deployment = Api::<Deployment>::namespaced(client.clone(), NAMESPACE).get(&name).await.expect("deployment");
-    let pod = deployment.spec.expect("spec").template.spec.expect("pod spec");
-    assert_eq!(pod.service_account_name.as_deref(), Some(name.as_str()));
-    let container = &pod.containers[0];
-    let config = cluster.logs().join(format!("{component}.yaml"));
-    let mut args = Vec::new();
-    for arg in container.args.clone().unwrap_or_default() {
-        if arg.starts_with("--metrics-addr=") {
-            args.push("--metrics-addr=127.0.0.1:0".to_string());
-        } else if let Some(path) = arg.strip_prefix("--config=") {
-            let file = Path::new(path).file_name().and_then(|f| f.to_str()).expect("a file name").to_string();
-            let map = Api::<ConfigMap>::namespaced(client.clone(), NAMESPACE).get(&name).await.expect("configmap");
-            let text = map.data.and_then(|d| d.get(&file).cloned()).expect("the configuration in the ConfigMap");
-            std::fs::write(&config, text).expect("configuration written");
-            args.push(format!("--config={}", config.display()));
-        } else {
-            args.push(arg);
+/// The Prometheus Operator's ServiceMonitor kind, which the monitoring values create. The
+/// operator is not part of this control plane, so its CRD is installed here as a schemaless
+/// stand-in: enough for the API server to store the chart's objects.
+async fn install_service_monitor_crd(client: &Client) {
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "servicemonitors.monitoring.coreos.com"},
+        "spec": {"group": "monitoring.coreos.com", "scope": "Namespaced",
+            "names": {"plural": "servicemonitors", "singular": "servicemonitor", "kind": "ServiceMonitor",
+                "listKind": "ServiceMonitorList"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
+    }))
+    .expect("CRD manifest");
+    Api::<CustomResourceDefinition>::all(client.clone())
+        .create(&PostParams::default(), &crd)
+        .await
+        .expect("ServiceMonitor CRD created");
+    let monitors = service_monitors(client);
+    eventually(30, "the ServiceMonitor CRD is served", || async { monitors.list(&ListParams::default()).await.ok() })
+        .await;
+}
+
+fn service_monitors(client: &Client) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("monitoring.coreos.com", "v1", "ServiceMonitor");
+    Api::namespaced_with(client.clone(), NAMESPACE, &ApiResource::from_gvk(&gvk))
+}
+
+/// How many of the release's objects of each kind exist now, by kind.
+async fn release_objects(client: &Client) -> Vec<(&'static str, usize)> {
+    let by_label = ListParams::default().labels(INSTANCE);
+    macro_rules! count {
+        ($api:expr) => {
+            $api.list(&by_label).await.map(|l| l.items.len()).unwrap_or(usize::MAX)
+        };
+    }
+    vec![
+        ("Deployment", count!(Api::<Deployment>::namespaced(client.clone(), NAMESPACE))),
+        ("ServiceAccount", count!(Api::<ServiceAccount>::namespaced(client.clone(), NAMESPACE))),
+        ("ConfigMap", count!(Api::<ConfigMap>::namespaced(client.clone(), NAMESPACE))),
+        ("Service", count!(Api::<Service>::namespaced(client.clone(), NAMESPACE))),
+        ("PodDisruptionBudget", count!(Api::<PodDisruptionBudget>::namespaced(client.clone(), NAMESPACE))),
+        ("Role", count!(Api::<Role>::namespaced(client.clone(), NAMESPACE))),
+        ("RoleBinding", count!(Api::<RoleBinding>::namespaced(client.clone(), NAMESPACE))),
+        ("ClusterRole", count!(Api::<ClusterRole>::all(client.clone()))),
+        ("ClusterRoleBinding", count!(Api::<ClusterRoleBinding>::all(client.clone()))),
+        ("PriorityClass", count!(Api::<PriorityClass>::all(client.clone()))),
+        ("ServiceMonitor", count!(service_monitors(client))),
+    ]
+}
+
+/// Checks that the installed release has what `want` asks for.
+async fn check_install(client: &Client, want: &Expected, values: &str) {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NAMESPACE);
+    let scheduler = deployments.get("drover-scheduler").await.expect("the scheduler Deployment");
+    assert_eq!(scheduler.spec.and_then(|s| s.replicas), Some(want.scheduler_replicas), "{values}: scheduler replicas");
+    deployments.get("drover-controllers").await.expect("the controllers Deployment");
+    let count = |kind: &str, objects: &[(&str, usize)]| objects.iter().find(|(k, _)| *k == kind).map(|(_, n)| *n);
+    let objects = release_objects(client).await;
+    assert_eq!(count("PodDisruptionBudget", &objects), Some(if want.budgets { 2 } else { 0 }), "{values}: {objects:?}");
+    assert_eq!(count("ServiceMonitor", &objects), Some(if want.service_monitors { 2 } else { 0 }), "{values}");
+    assert_eq!(count("PriorityClass", &objects), Some(if want.priority_classes { 4 } else { 0 }), "{values}");
+    if want.priority_classes {
+        let classes: Api<PriorityClass> = Api::all(client.clone());
+        for (name, value) in [("inference", 125), ("build", 100), ("interactive-preemptible", 75), ("train", 50)] {
+            let class = classes.get(name).await.unwrap_or_else(|e| panic!("{values}: PriorityClass {name}: {e}"));
+            assert_eq!(class.value, value, "{values}: PriorityClass {name}");
         }
     }
-    let request = TokenRequest {
-        spec: TokenRequestSpec { audiences: vec![], expiration_seconds: Some(3600), ..Default::default() },
-        ..Default::default()
-    };
-    let token = Api::<ServiceAccount>::namespaced(client.clone(), NAMESPACE)
-        .create_token_request(&name, &PostParams::default(), &request)
-        .await
-        .expect("a token for the ServiceAccount")
-        .status
-        .expect("token status")
-        .token;
-    let kubeconfig = cluster.server().kubeconfig_for_token(&name, &token).expect("kubeconfig written");
-    let mut cmd = Command::new(binary("drover").expect("drover is built"));
-    cmd.args(&args).env("KUBECONFIG", kubeconfig).env_remove("RUST_LOG");
-    for var in container.env.clone().unwrap_or_default() {
-        let value = match (var.value, var.value_from) {
-            (Some(v), _) => v,
-            (None, Some(from)) if from.field_ref.as_ref().is_some_and(|f| f.field_path == "metadata.namespace") => {
-                NAMESPACE.to_string()
-            }
-            (_, from) => panic!("unexpected env {} from {from:?}", var.name),
-        };
-        cmd.env(var.name, value);
+}
+
+/// Uninstalls and waits until none of the release's objects is left; the CRDs stay.
+async fn uninstall(client: &Client, kubeconfig: &Path, values: &str) {
+    helm(kubeconfig, HelmAction::Uninstall).unwrap_or_else(|e| panic!("{values}: {e:#}"));
+    eventually(60, &format!("{values}: the release's objects are gone"), || async {
+        let objects = release_objects(client).await;
+        objects.iter().all(|(_, n)| *n == 0).then_some(())
+    })
+    .await;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in drover_api::crd::all() {
+        let name = crd.metadata.name.expect("CRD name");
+        assert!(crds.get_opt(&name).await.expect("read").is_some(), "{values}: Helm keeps the CRD {name}");
     }
-    let child =
-        cmd.stdout(Stdio::null()).stderr(std::fs::File::create(log).expect("log file")).spawn().expect("drover starts");
-    Running(child)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_chart_installs_runs_drover_as_its_service_accounts_upgrades_and_uninstalls() {
+async fn every_values_file_installs_upgrades_and_uninstalls() {
     if !drover_envtest::tools::helm_available() {
         return;
     }
     let Some(cluster) = Cluster::start_without_drover(1, Options::default()).await else { return };
     let client = cluster.client.clone();
     let kubeconfig = cluster.server().kubeconfig();
-    let logs = cluster.logs().display().to_string();
-    helm(&kubeconfig, "install", None);
+    install_service_monitor_crd(&client).await;
 
-    let scheduler_log = cluster.logs().join("chart-scheduler.log");
-    let controllers_log = cluster.logs().join("chart-controllers.log");
-    let processes = [
-        run_as_chart(&cluster, &client, "scheduler", &scheduler_log).await,
-        run_as_chart(&cluster, &client, "controllers", &controllers_log).await,
-    ];
-    let jobs: Api<Job> = Api::namespaced(client.clone(), "default");
-    let job: Job = serde_json::from_value(json!({
-        "apiVersion": "batch.drover.dev/v1alpha1", "kind": "Job",
-        "metadata": {"name": "gang", "namespace": "default"},
-        "spec": {"minAvailable": 2, "tasks": [{"name": "worker", "replicas": 2, "template": {
-            "metadata": {"annotations": {"sim.drover.dev/duration": "0.5"}},
-            "spec": {"containers": [{"name": "main", "image": "trainer", "resources": {
-                "requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}]}}}]}
-    }))
-    .expect("job manifest");
-    jobs.create(&PostParams::default(), &job).await.expect("job created");
-    eventually(90, &format!("the gang job completes under the chart's ServiceAccounts (logs in {logs})"), || async {
-        let status = jobs.get("gang").await.ok()?.status?;
-        (status.state == JobState::Completed).then_some(())
-    })
-    .await;
-    drop(processes);
-    for log in [&scheduler_log, &controllers_log] {
-        let text = std::fs::read_to_string(log).expect("log readable");
-        assert!(!text.to_lowercase().contains("forbidden"), "{} shows a refused request", log.display());
+    for values in values_files() {
+        let label = values.as_deref().map(|p| p.display().to_string()).unwrap_or_else(|| "default values".into());
+        helm(&kubeconfig, HelmAction::Install(values.as_deref())).unwrap_or_else(|e| panic!("{label}: {e:#}"));
+        check_install(&client, &expected(values.as_deref()), &label).await;
+        uninstall(&client, &kubeconfig, &label).await;
     }
 
-    helm(&kubeconfig, "upgrade", Some(&chart().join("ci/minimal-values.yaml")));
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NAMESPACE);
-    let replicas = deployments.get("drover-scheduler").await.expect("deployment").spec.and_then(|s| s.replicas);
-    assert_eq!(replicas, Some(1), "the upgrade applied the new values");
-    let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), NAMESPACE);
-    assert!(budgets.list(&ListParams::default().labels(INSTANCE)).await.expect("listed").items.is_empty());
-
-    helm(&kubeconfig, "uninstall", None);
-    eventually(30, "the release's objects are gone", || async {
-        let deployments = deployments.list(&ListParams::default().labels(INSTANCE)).await.ok()?.items.len();
-        let accounts = Api::<ServiceAccount>::namespaced(client.clone(), NAMESPACE)
-            .list(&ListParams::default().labels(INSTANCE))
-            .await
-            .ok()?
-            .items
-            .len();
-        let roles = Api::<ClusterRole>::all(client.clone())
-            .list(&ListParams::default().labels(INSTANCE))
-            .await
-            .ok()?
-            .items
-            .len();
-        (deployments == 0 && accounts == 0 && roles == 0).then_some(())
-    })
-    .await;
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    assert!(crds.get_opt("jobs.batch.drover.dev").await.expect("read").is_some(), "Helm keeps the CRDs");
+    // An upgrade from the defaults to the minimal values removes what those turn off.
+    let minimal = chart_dir().join("ci/minimal-values.yaml");
+    helm(&kubeconfig, HelmAction::Install(None)).expect("install");
+    helm(&kubeconfig, HelmAction::Upgrade(Some(&minimal))).expect("upgrade");
+    check_install(&client, &expected(Some(&minimal)), "upgrade to ci/minimal-values.yaml").await;
+    uninstall(&client, &kubeconfig, "after the upgrade").await;
 }
