@@ -14,25 +14,29 @@
 //! 2. **Evictions** through `pods/{name}/eviction` (policy/v1, uid precondition), with a
 //!    `Preempted` or `Reclaimed` Event on the pod. 404 is fine (already gone).
 //! 3. **Bindings, gang-safe.** Half of `bind_concurrency` gangs at a time; for each, first
-//!    the PodGroup annotation [`BIND_INTENT_ANNOTATION`] = `{"pods": {"<pod>": "<node>"},
-//!    "id": .., "at": ..}` by a merge patch carrying the group's resourceVersion (any error,
-//!    409 included, skips the group this cycle); then `pods/{name}/binding` for each pod,
-//!    `bind_concurrency` at a time (a 409 is fine when the pod is already on that node); then
-//!    the annotation is removed. If a binding fails, the annotation stays and the next
-//!    cycle's recovery finishes the job.
+//!    the group's `status.bindIntent` = `{"pods": {"<pod>": "<node>"}, "id": .., "at": ..}`
+//!    by a merge patch of the status subresource carrying the group's resourceVersion (any
+//!    error, 409 included, skips the group this cycle); then `pods/{name}/binding` for each
+//!    pod, `bind_concurrency` at a time (a 409 is fine when the pod is already on that node);
+//!    then the intent is removed. If a binding fails, the intent stays and the next cycle's
+//!    recovery finishes the job. Only the scheduler writes PodGroup status; the annotation
+//!    [`IGNORED_BIND_INTENT_ANNOTATION`], where intents once lived, is never read (a group
+//!    carrying it gets a Warning Event).
 //! 4. **Status** where it changed, on the objects as the writes above returned them: PodGroup phase, counts, `observedGeneration` and the
 //!    `Unschedulable`/`Valid` conditions; Queue `allocated`, `deserved`, `fairShare`,
 //!    `queueState`.
 //!
 //! **Recovery.** For every PodGroup carrying an intent: each pod of the intent that is
-//! still unbound is bound to its node if the node exists and the pod fits the node's idle
-//! capacity in the snapshot. If some pod cannot be (pod or node gone, no longer fits) and
-//! the gang would stay below its minimum, the pods bound per the intent are deleted with
-//! `gracePeriodSeconds: 0`; then the annotation is removed. A group with an unresolved
-//! intent gets no new bindings from the core. Intents of this process whose bindings failed
-//! are recovered in the next cycle; intents written by another process once they are older
-//! than one period (or at once, when they carry no time), so that a leader that has just
-//! lost the lease is not raced.
+//! still unbound is bound to its node if it is a member of the group and the binding passes
+//! every rule a new decision would (predicates: cordon, taints, selectors, affinity, node
+//! pool; the node's idle capacity; every queue bound up the tree). A refused binding gets a
+//! Warning Event `BindIntentRefused` on the group. If some pod cannot be bound (refused, pod
+//! or node gone) and the gang would stay below its minimum, the pods bound per the intent are
+//! deleted with `gracePeriodSeconds: 0`; then the intent is removed. A group with an
+//! unresolved intent gets no new bindings from the core. Intents of this process whose
+//! bindings failed are recovered in the next cycle; intents written by another process once
+//! they are older than one period (or at once, when they carry no time), so that a leader
+//! that has just lost the lease is not raced.
 //!
 //! **Stale stores.** Writes the stores have not shown yet (bindings, evictions, PodGroup
 //! patches) are laid over the store contents until the store shows a newer version of the
@@ -60,7 +64,7 @@ use crate::convert;
 use cache::{Cache, Overlay};
 use gang::{Ctx, Intents};
 
-pub use gang::{BindIntent, BIND_INTENT_ANNOTATION};
+pub use gang::IGNORED_BIND_INTENT_ANNOTATION;
 pub use status::{UNSCHEDULABLE, VALID};
 
 /// The leadership check, shared.
@@ -186,6 +190,7 @@ impl State {
         let started = Instant::now();
         let ctx = Ctx {
             client,
+            config: &options.config,
             scheduler_name: &options.scheduler_name,
             concurrency: options.bind_concurrency.max(1),
             period: options.period,

@@ -11,7 +11,7 @@ use drover_api::crd::podgroup::{PodGroup, PodGroupPhase, PodGroupSpec};
 use drover_api::crd::queue::{Queue, QueueSpec};
 use drover_envtest::Server;
 use drover_k8s::convert::POD_GROUP_ANNOTATION;
-use drover_k8s::scheduler::{self, NoopObserver, SchedulerOptions, BIND_INTENT_ANNOTATION, UNSCHEDULABLE};
+use drover_k8s::scheduler::{self, NoopObserver, SchedulerOptions, IGNORED_BIND_INTENT_ANNOTATION, UNSCHEDULABLE};
 use drover_kubelet::{self as kubelet, KubeletConfig};
 use k8s_openapi::api::core::v1::{Binding, Event, Node, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -204,12 +204,20 @@ impl Env {
             .expect("manual binding");
     }
 
-    async fn annotate_intent(&self, group: &str, pods: &[(&str, &str)]) {
+    /// Writes a bind intent into the group's status, as a scheduler that crashed after
+    /// writing it would have left it (or as someone allowed to write status could forge it).
+    async fn write_intent(&self, group: &str, pods: &[(&str, &str)]) {
         let map: BTreeMap<&str, &str> = pods.iter().copied().collect();
-        let value = json!({ "pods": map }).to_string();
         let api: Api<PodGroup> = Api::namespaced(self.client.clone(), NS);
-        let patch = json!({"metadata": {"annotations": {BIND_INTENT_ANNOTATION: value}}});
-        api.patch(group, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("intent annotated");
+        let patch = json!({"status": {"bindIntent": {"pods": map}}});
+        api.patch_status(group, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("intent written");
+    }
+
+    /// Taints a node `key=value:NoSchedule`.
+    async fn taint(&self, node: &str, key: &str, value: &str) {
+        let api: Api<Node> = Api::all(self.client.clone());
+        let patch = json!({"spec": {"taints": [{"key": key, "value": value, "effect": "NoSchedule"}]}});
+        api.patch(node, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("node tainted");
     }
 
     async fn events(&self, reason: &str) -> Vec<Event> {
@@ -244,7 +252,7 @@ fn condition<'a>(
 }
 
 fn has_intent(pg: &PodGroup) -> bool {
-    pg.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(BIND_INTENT_ANNOTATION))
+    pg.status.as_ref().is_some_and(|s| s.bind_intent.is_some())
 }
 
 const T: Duration = Duration::from_secs(8);
@@ -386,7 +394,7 @@ async fn recovery_completes_a_half_bound_gang() {
     env.gang("rec", "q", 4, 4, 4, None).await;
     // A crashed leader: intent written, half the pods bound.
     let plan = [("rec-0", "node-1"), ("rec-1", "node-1"), ("rec-2", "node-0"), ("rec-3", "node-0")];
-    env.annotate_intent("rec", &plan).await;
+    env.write_intent("rec", &plan).await;
     env.bind_manually("rec-0", "node-1").await;
     env.bind_manually("rec-2", "node-0").await;
     env.start_scheduler();
@@ -406,7 +414,7 @@ async fn recovery_rolls_back_when_a_node_vanished() {
     env.queue("q", None).await;
     env.gang("rb", "q", 4, 4, 4, None).await;
     let plan = [("rb-0", "node-0"), ("rb-1", "node-0"), ("rb-2", "node-gone"), ("rb-3", "node-gone")];
-    env.annotate_intent("rb", &plan).await;
+    env.write_intent("rb", &plan).await;
     env.bind_manually("rb-0", "node-0").await;
     env.bind_manually("rb-1", "node-0").await;
     env.start_scheduler();
@@ -460,5 +468,76 @@ async fn a_large_gang_binds_fully() {
         env.pod_group("huge").await.status.is_some_and(|s| s.phase == PodGroupPhase::Running)
     })
     .await;
+    env.stop().await;
+}
+
+/// The hole a tenant found: an intent in a PodGroup annotation (which anyone who may edit the
+/// group can write) placing 8 GPUs in a queue limited to 1, on a node whose taint the pods do
+/// not tolerate. The annotation is never read: nothing is bound, and the group gets a Warning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_bind_intent_annotation_is_ignored_and_reported() {
+    let Some(mut env) = Env::new(2).await else { return };
+    let limited =
+        QueueSpec { limit: Some(BTreeMap::from([(GPU.to_string(), Quantity("1".into()))])), ..QueueSpec::default() };
+    let queues: Api<Queue> = Api::all(env.client.clone());
+    queues.create(&PostParams::default(), &Queue::new("small", limited)).await.expect("queue created");
+    env.taint("node-1", "dedicated", "inference").await;
+    env.gang("forged", "small", 2, 2, 4, None).await;
+    let value = json!({"pods": {"forged-0": "node-1", "forged-1": "node-1"}, "at": "2020-01-01T00:00:00Z"}).to_string();
+    let groups: Api<PodGroup> = Api::namespaced(env.client.clone(), NS);
+    let patch = json!({"metadata": {"annotations": {IGNORED_BIND_INTENT_ANNOTATION: value}}});
+    groups.patch("forged", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("annotated");
+    env.start_scheduler();
+    wait_for("the ignored annotation reported", T, || async { !env.events("BindIntentIgnored").await.is_empty() })
+        .await;
+    for _ in 0..15 {
+        assert_eq!(env.bound("forged").await, 0, "a forged intent was obeyed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let events = env.events("BindIntentIgnored").await;
+    assert_eq!(events.len(), 1, "reported once, not every cycle: {events:?}");
+    env.stop().await;
+}
+
+/// An intent in status (a crashed leader's, or one forged by someone wrongly allowed to write
+/// status) is checked like a new decision: a binding onto a node whose taint the pod does not
+/// tolerate, or beyond the queue's limit, is refused and reported, and a gang that cannot
+/// reach its minimum without it is rolled back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn recovery_refuses_bindings_that_break_a_taint_or_a_queue_limit() {
+    let Some(mut env) = Env::new(2).await else { return };
+    let limited =
+        QueueSpec { limit: Some(BTreeMap::from([(GPU.to_string(), Quantity("4".into()))])), ..QueueSpec::default() };
+    let queues: Api<Queue> = Api::all(env.client.clone());
+    queues.create(&PostParams::default(), &Queue::new("small", limited)).await.expect("queue created");
+    env.queue("open", None).await;
+    env.taint("node-1", "dedicated", "inference").await;
+    // Over the limit: two pods of 4 GPUs in a queue limited to 4.
+    env.gang("greedy", "small", 2, 2, 4, None).await;
+    env.write_intent("greedy", &[("greedy-0", "node-0"), ("greedy-1", "node-0")]).await;
+    // Onto the tainted node.
+    env.gang("tainted", "open", 1, 1, 4, None).await;
+    env.write_intent("tainted", &[("tainted-0", "node-1")]).await;
+    env.start_scheduler();
+    wait_for("both intents resolved", T, || async {
+        !has_intent(&env.pod_group("greedy").await) && !has_intent(&env.pod_group("tainted").await)
+    })
+    .await;
+    let refusals: Vec<String> = env.events("BindIntentRefused").await.into_iter().filter_map(|e| e.message).collect();
+    assert!(
+        refusals.iter().any(|m| m.contains("greedy-1") && m.contains("limit")),
+        "the binding over the limit is reported: {refusals:?}"
+    );
+    assert!(
+        refusals.iter().any(|m| m.contains("tainted-0") && m.contains("taint")),
+        "the binding onto the tainted node is reported: {refusals:?}"
+    );
+    let tainted = env.members("tainted").await;
+    assert_ne!(tainted["tainted-0"].as_deref(), Some("node-1"), "bound onto a node it does not tolerate");
+    // The greedy gang cannot have both pods in its queue, and one alone is not a gang.
+    for _ in 0..15 {
+        assert_eq!(env.bound("greedy").await, 0, "the queue's limit was broken");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     env.stop().await;
 }

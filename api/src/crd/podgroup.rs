@@ -93,4 +93,23 @@ pub struct PodGroupStatus {
     /// `drover sim` prints).
     #[serde(default)]
     pub conditions: Vec<Condition>,
+    /// The bindings the scheduler is writing for the gang, kept until all are written: a new
+    /// leader completes or rolls them back after a crash. Lives in status because only the
+    /// scheduler may write it (tenants who can edit a PodGroup cannot write its status).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bind_intent: Option<BindIntent>,
+}
+
+/// The bindings of one gang that the scheduler is about to write: pod name (in the group's
+/// namespace) to node name, with an id and the time it was written (RFC 3339).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, schemars::JsonSchema)]
+pub struct BindIntent {
+    /// Pod name to node name.
+    pub pods: BTreeMap<String, String>,
+    /// Unique id of this intent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// When it was written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<String>,
 }

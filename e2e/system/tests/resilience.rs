@@ -10,11 +10,9 @@ use drover_e2e::{eventually, Cluster};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
-use kube::ResourceExt;
 use serde_json::{json, Value};
 
 const JOB_LABEL: &str = "batch.drover.dev/job-name";
-const BIND_INTENT: &str = "scheduling.drover.dev/bind-intent";
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -238,7 +236,7 @@ async fn leader_failover_mid_gang_leaves_no_half_bound_gang() {
     loop {
         let list = job_pods(&pods, "gang").await.unwrap_or_default();
         let bound = tracker.observe(&list);
-        let intent = pgs.get("gang").await.ok().map(|pg| pg.annotations().contains_key(BIND_INTENT));
+        let intent = pgs.get("gang").await.ok().map(|pg| !pg.data["status"]["bindIntent"].is_null());
         if list.len() == 64 && bound == 64 && intent == Some(false) {
             break;
         }
@@ -339,7 +337,7 @@ async fn api_faults_do_not_lose_or_duplicate_decisions() {
     loop {
         let list = job_pods(&pods, "gang").await.unwrap_or_default();
         let bound = tracker.observe(&list);
-        let intent = pgs.get("gang").await.ok().map(|pg| pg.annotations().contains_key(BIND_INTENT));
+        let intent = pgs.get("gang").await.ok().map(|pg| !pg.data["status"]["bindIntent"].is_null());
         if list.len() == 16 && bound == 16 && intent == Some(false) {
             break;
         }

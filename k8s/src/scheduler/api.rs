@@ -2,7 +2,7 @@
 //! PodGroup annotation patches. Each returns what happened; none panics, and none retries
 //! (the next cycle does).
 
-use drover_api::crd::podgroup::PodGroup;
+use drover_api::crd::podgroup::{BindIntent, PodGroup};
 use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
 use kube::api::{DeleteParams, EvictParams, ObjectMeta, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, Client};
@@ -104,22 +104,20 @@ pub(super) async fn pod_event(client: &Client, component: &str, pod: &PodRef, re
     events::publish_for(client, component, involved, EventType::Normal, reason, message).await;
 }
 
-/// Sets (`Some`) or removes (`None`) a PodGroup annotation with a merge patch that carries
-/// the group's resourceVersion, so that it fails with 409 if the group changed meanwhile.
-pub(super) async fn annotate_group(
+/// Writes (`Some`) or removes (`None`) the group's `status.bindIntent` with a merge patch of
+/// the status subresource carrying the group's resourceVersion, so that it fails with 409 if
+/// the group changed meanwhile. Tenants who may edit PodGroups cannot write their status.
+pub(super) async fn write_intent(
     client: &Client,
     group: &PodGroup,
-    annotation: &str,
-    value: Option<&str>,
+    intent: Option<&BindIntent>,
 ) -> Result<PodGroup, kube::Error> {
     let namespace = group.metadata.namespace.clone().unwrap_or_default();
     let name = group.metadata.name.clone().unwrap_or_default();
     let api: Api<PodGroup> = Api::namespaced(client.clone(), &namespace);
     let patch = json!({
-        "metadata": {
-            "resourceVersion": group.metadata.resource_version,
-            "annotations": { annotation: value },
-        }
+        "metadata": { "resourceVersion": group.metadata.resource_version },
+        "status": { "bindIntent": intent },
     });
-    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await
+    api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await
 }

@@ -1,44 +1,34 @@
-//! Writing decisions: evictions (with Events), gang-safe bindings behind a bind-intent
-//! annotation, and the recovery of intents a previous leader (or an earlier cycle) left
-//! behind.
+//! Writing decisions: evictions (with Events), gang-safe bindings behind a bind intent in
+//! the PodGroup's status, and the recovery of intents a previous leader (or an earlier cycle)
+//! left behind, each binding checked again against the predicates and the queue bounds.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use drover_api::crd::podgroup::PodGroup;
+use drover_api::crd::podgroup::{BindIntent, PodGroup};
+use drover_scheduler::config::SchedulerConfig;
+use drover_scheduler::framework::{Framework, ShareBound};
 use drover_scheduler::session::{EvictReason, PodState, Session, Statement};
 use drover_scheduler::snapshot::{self, JobId, NodeId, PodId, Snapshot};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
-use serde::{Deserialize, Serialize};
 
 use super::api::{self, Removal};
 use super::cache::{key_of, Gathered, Key, Overlay};
 use super::Leader;
 use crate::convert::{self, Converted, PodRef, DEFAULT_TASK, POD_GROUP_ANNOTATION, TASK_LABEL};
+use crate::events::{self, EventType};
 
-/// PodGroup annotation holding the bindings the scheduler is about to write for the group.
-pub const BIND_INTENT_ANNOTATION: &str = "scheduling.drover.dev/bind-intent";
-
-/// The value of [`BIND_INTENT_ANNOTATION`]: `{"pods": {"<pod>": "<node>", ...}}`, plus an id
-/// and a write time (RFC 3339) that the scheduler adds and that may be absent.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct BindIntent {
-    /// Pod name (in the group's namespace) to node name.
-    pub pods: BTreeMap<String, String>,
-    /// Unique id of this intent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub id: Option<String>,
-    /// When it was written.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub at: Option<String>,
-}
+/// The PodGroup annotation where bind intents once lived. Anyone who may edit a PodGroup can
+/// write it, so it is never read as an intent: a group carrying it gets a Warning Event.
+pub const IGNORED_BIND_INTENT_ANNOTATION: &str = "scheduling.drover.dev/bind-intent";
 
 /// What every writer needs.
 pub(super) struct Ctx<'a> {
     pub client: &'a Client,
+    pub config: &'a SchedulerConfig,
     pub scheduler_name: &'a str,
     pub concurrency: usize,
     pub period: Duration,
@@ -52,6 +42,8 @@ pub(super) struct Intents {
     /// Completed and removed: if the store still shows them, it is behind.
     cleared: HashSet<String>,
     cleared_order: VecDeque<String>,
+    /// Groups (uid and annotation value) already reported for the ignored annotation.
+    reported: HashSet<String>,
     seq: u64,
 }
 
@@ -161,9 +153,9 @@ fn note_binds(overlay: &mut Overlay, results: &[(PodRef, String, Result<(), Stri
     (ok, errors)
 }
 
-/// Removes the intent annotation; `false` if that failed (it is tried again next cycle).
+/// Removes the intent; `false` if that failed (it is tried again next cycle).
 async fn clear_intent(ctx: &Ctx<'_>, overlay: &mut Overlay, group: &PodGroup) -> bool {
-    match api::annotate_group(ctx.client, group, BIND_INTENT_ANNOTATION, None).await {
+    match api::write_intent(ctx.client, group, None).await {
         Ok(written) => {
             overlay.group_written(group.metadata.resource_version.clone(), written);
             true
@@ -193,10 +185,135 @@ fn young(at: Option<&str>, period: Duration) -> bool {
     age < jiff::SignedDuration::try_from(period).unwrap_or(jiff::SignedDuration::ZERO)
 }
 
-/// Completes or rolls back every bind intent found on the groups: pods of the intent still
-/// unbound are bound where the intent says if the node exists and they fit its idle capacity;
-/// if some cannot be and the gang would stay below its minimum, the pods bound per the intent
-/// are deleted at once. Then the annotation is removed.
+/// Whether the pod `p` may be bound to node `n` now, by the same rules as a new decision:
+/// a pending member of its gang, every predicate (cordon, taints, selectors, affinity, node
+/// pool), the node's idle capacity and every queue bound up the tree (limits, the deserved
+/// quota of non-preemptible work).
+fn may_bind(fw: &Framework, ssn: &Session, p: PodId, n: NodeId) -> Result<(), String> {
+    let snap = ssn.snap;
+    let pod = &snap.pods[p];
+    let node = &snap.nodes[n].name;
+    if ssn.pod_state[p] != PodState::Pending {
+        return Err("it is not pending".into());
+    }
+    fw.node_filter(snap, pod.job, pod.task, n).map_err(|e| format!("node {node}: {e}"))?;
+    if !ssn.fits_idle(n, ssn.requests(p), None) {
+        return Err(format!("it no longer fits node {node}"));
+    }
+    fw.allocatable(ssn, pod.job, ssn.requests(p), ShareBound::Idle)
+}
+
+/// Reports, once per group and value, a group carrying [`IGNORED_BIND_INTENT_ANNOTATION`].
+async fn report_ignored_annotations(ctx: &Ctx<'_>, intents: &mut Intents, g: &Gathered) {
+    for pg in &g.pod_groups {
+        let Some(value) = pg.metadata.annotations.as_ref().and_then(|a| a.get(IGNORED_BIND_INTENT_ANNOTATION)) else {
+            continue;
+        };
+        let seen = format!("{}/{value}", pg.metadata.uid.as_deref().unwrap_or_default());
+        if intents.reported.len() > CLEARED_KEPT {
+            intents.reported.clear();
+        }
+        if !intents.reported.insert(seen) {
+            continue;
+        }
+        let (namespace, name) = key_of(&pg.metadata);
+        tracing::warn!(%namespace, group = %name, "ignoring the annotation {IGNORED_BIND_INTENT_ANNOTATION}: bind intents are read only from status");
+        let message = format!(
+            "the annotation {IGNORED_BIND_INTENT_ANNOTATION} is ignored: only the scheduler records bindings, in status.bindIntent"
+        );
+        events::publish(ctx.client, "drover-scheduler", pg.as_ref(), EventType::Warning, "BindIntentIgnored", &message)
+            .await;
+    }
+}
+
+/// What recovery does with one intent, decided before any write.
+enum IntentPlan {
+    /// Bind these pods: the gang has its minimum with them.
+    Complete(Vec<(PodRef, String)>),
+    /// Delete the pods bound per the intent: the gang cannot reach its minimum.
+    RollBack { bound: Vec<PodRef>, lost: Vec<String> },
+}
+
+/// One intent to resolve.
+struct Resolution<'g> {
+    key: Key,
+    group: &'g Arc<PodGroup>,
+    id: Option<String>,
+    plan: IntentPlan,
+    /// Bindings refused by a rule, to report.
+    refused: Vec<String>,
+}
+
+/// Decides every intent against one session, in order, so that the bindings one intent
+/// completes count against the capacity and queue bounds the next is checked with.
+fn resolve<'g>(
+    ctx: &Ctx<'_>,
+    g: &Gathered,
+    snap: &Snapshot,
+    converted: &Converted,
+    found: Vec<(Key, &'g Arc<PodGroup>, &'g BindIntent)>,
+) -> Vec<Resolution<'g>> {
+    let mut ssn = Session::open(snap);
+    let mut fw = Framework::new(ctx.config);
+    fw.open(&mut ssn);
+    let pod_ids: HashMap<(&str, &str), PodId> =
+        converted.pods.iter().enumerate().map(|(i, r)| ((r.namespace.as_str(), r.name.as_str()), i)).collect();
+    let node_ids: HashMap<&str, NodeId> = snap.nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect();
+    let pods = g.pods_by_key();
+    let mut out = Vec::new();
+    for (key, group, intent) in found {
+        let mut st = Statement::new();
+        let mut to_bind: Vec<(PodRef, String)> = Vec::new();
+        let mut bound: Vec<PodRef> = Vec::new();
+        let mut lost: Vec<String> = Vec::new();
+        let mut refused: Vec<String> = Vec::new();
+        for (pod_name, node) in &intent.pods {
+            let Some(pod) = pods.get(&(key.0.clone(), pod_name.clone())) else {
+                lost.push(format!("pod {pod_name} is gone"));
+                continue;
+            };
+            if group_of(pod, ctx.scheduler_name) != Some(key.1.as_str()) {
+                refused.push(format!("pod {pod_name} is not a member of the group"));
+                continue;
+            }
+            match node_of(pod) {
+                Some(n) if n == node => bound.push(pod_ref(pod)),
+                Some(_) => {} // bound elsewhere, not by this intent
+                None if pod.metadata.deletion_timestamp.is_some() || finished(pod) => {
+                    lost.push(format!("pod {pod_name} is terminating"))
+                }
+                None => match (node_ids.get(node.as_str()), pod_ids.get(&(key.0.as_str(), pod_name.as_str()))) {
+                    (None, _) => lost.push(format!("node {node} of pod {pod_name} is gone")),
+                    (_, None) => lost.push(format!("pod {pod_name} cannot be scheduled now")),
+                    (Some(&n), Some(&p)) => match may_bind(&fw, &ssn, p, n) {
+                        Ok(()) => {
+                            ssn.allocate(&mut st, p, n);
+                            to_bind.push((pod_ref(pod), node.clone()));
+                        }
+                        Err(why) => refused.push(format!("pod {pod_name}: {why}")),
+                    },
+                },
+            }
+        }
+        lost.extend(refused.iter().cloned());
+        let adding: BTreeSet<&str> = to_bind.iter().map(|(p, _)| p.name.as_str()).collect();
+        let plan = if lost.is_empty() || gang_ok(group, &g.pods, ctx.scheduler_name, &adding) {
+            ssn.commit(st);
+            IntentPlan::Complete(to_bind)
+        } else {
+            ssn.discard(st);
+            IntentPlan::RollBack { bound, lost }
+        };
+        out.push(Resolution { key, group, id: intent.id.clone(), plan, refused });
+    }
+    out
+}
+
+/// Completes or rolls back every bind intent found in the groups' status: pods of the intent
+/// still unbound are bound where the intent says if [`may_bind`] allows it; if some cannot be
+/// and the gang would stay below its minimum, the pods bound per the intent are deleted at
+/// once. Then the intent is removed. A binding refused by a predicate or a queue bound is
+/// reported (Warning Event `BindIntentRefused` and a log line), never written.
 ///
 /// Intents of this process whose bindings failed are recovered at once; others (a previous
 /// leader's) once they are older than one period, or at once when they carry no time.
@@ -208,14 +325,22 @@ pub(super) async fn recover(
     is_leader: &Leader,
 ) -> Recovery {
     let mut out = Recovery::default();
-    let found: Vec<(Key, &Arc<PodGroup>, &String)> = g
-        .pod_groups
-        .iter()
-        .filter_map(|pg| {
-            let raw = pg.metadata.annotations.as_ref()?.get(BIND_INTENT_ANNOTATION)?;
-            Some((key_of(&pg.metadata), pg, raw))
-        })
-        .collect();
+    if is_leader() {
+        report_ignored_annotations(ctx, intents, g).await;
+    }
+    let mut found = Vec::new();
+    for pg in &g.pod_groups {
+        let Some(intent) = pg.status.as_ref().and_then(|s| s.bind_intent.as_ref()) else { continue };
+        if intent.id.as_ref().is_some_and(|id| intents.cleared.contains(id)) {
+            continue; // removed by this process; the store has not caught up
+        }
+        let own = intent.id.as_ref().is_some_and(|id| intents.own_pending.contains(id));
+        if !own && young(intent.at.as_deref(), ctx.period) {
+            out.blocked.insert(key_of(&pg.metadata));
+            continue;
+        }
+        found.push((key_of(&pg.metadata), pg, intent));
+    }
     if found.is_empty() {
         return out;
     }
@@ -228,125 +353,80 @@ pub(super) async fn recover(
             return out;
         }
     };
-    let mut ssn = Session::open(&snap);
-    let pod_ids: HashMap<(&str, &str), PodId> =
-        converted.pods.iter().enumerate().map(|(i, r)| ((r.namespace.as_str(), r.name.as_str()), i)).collect();
-    let node_ids: HashMap<&str, NodeId> = snap.nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect();
-    let pods = g.pods_by_key();
-
-    for (key, group, raw) in found {
+    for Resolution { key, group, id, plan, refused } in resolve(ctx, g, &snap, &converted, found) {
         if !is_leader() {
             out.blocked.insert(key);
             continue;
         }
-        let intent: BindIntent = match serde_json::from_str(raw) {
-            Ok(i) => i,
-            Err(e) => {
-                tracing::warn!(namespace = %key.0, group = %key.1, error = %e, "unreadable bind intent; removing it");
-                out.wrote = true;
-                if !clear_intent(ctx, overlay, group).await {
-                    out.blocked.insert(key);
+        if !refused.is_empty() {
+            let message = format!("bind intent not followed: {}", refused.join("; "));
+            tracing::warn!(namespace = %key.0, group = %key.1, %message, "refusing bindings of a bind intent");
+            events::publish(
+                ctx.client,
+                "drover-scheduler",
+                group.as_ref(),
+                EventType::Warning,
+                "BindIntentRefused",
+                &message,
+            )
+            .await;
+        }
+        out.wrote = true;
+        let resolved = match plan {
+            IntentPlan::Complete(to_bind) => {
+                if !to_bind.is_empty() {
+                    tracing::info!(namespace = %key.0, group = %key.1, pods = to_bind.len(), "completing a bind intent");
                 }
-                continue;
+                let results = bind_many(ctx, to_bind).await;
+                let (ok, errors) = note_binds(overlay, &results);
+                out.bound += ok;
+                if !errors.is_empty() {
+                    tracing::warn!(namespace = %key.0, group = %key.1, ?errors, "recovery could not bind every pod; retrying next cycle");
+                }
+                errors.is_empty()
+            }
+            IntentPlan::RollBack { bound, lost } => {
+                tracing::warn!(namespace = %key.0, group = %key.1, ?lost, "bind intent cannot be completed; rolling the gang back");
+                roll_back(ctx, overlay, bound).await
             }
         };
-        if intent.id.as_ref().is_some_and(|id| intents.cleared.contains(id)) {
-            continue; // removed by this process; the store has not caught up
-        }
-        let own = intent.id.as_ref().is_some_and(|id| intents.own_pending.contains(id));
-        if !own && young(intent.at.as_deref(), ctx.period) {
-            out.blocked.insert(key);
+        if resolved && clear_intent(ctx, overlay, group).await {
+            intents.cleared(id.as_deref());
             continue;
         }
-
-        let mut st = Statement::new();
-        let mut to_bind: Vec<(PodRef, String)> = Vec::new();
-        let mut bound_here: Vec<PodRef> = Vec::new();
-        let mut lost: Vec<String> = Vec::new();
-        for (pod_name, node) in &intent.pods {
-            let Some(pod) = pods.get(&(key.0.clone(), pod_name.clone())) else {
-                lost.push(format!("pod {pod_name} is gone"));
-                continue;
-            };
-            match node_of(pod) {
-                Some(n) if n == node => bound_here.push(pod_ref(pod)),
-                Some(_) => {} // bound elsewhere, not by this intent
-                None if pod.metadata.deletion_timestamp.is_some() || finished(pod) => {
-                    lost.push(format!("pod {pod_name} is terminating"))
-                }
-                None => match (node_ids.get(node.as_str()), pod_ids.get(&(key.0.as_str(), pod_name.as_str()))) {
-                    (None, _) => lost.push(format!("node {node} of pod {pod_name} is gone")),
-                    (_, None) => lost.push(format!("pod {pod_name} cannot be scheduled now")),
-                    (Some(&n), Some(&p)) => {
-                        if ssn.pod_state[p] == PodState::Pending && ssn.fits_idle(n, ssn.requests(p), None) {
-                            ssn.allocate(&mut st, p, n);
-                            to_bind.push((pod_ref(pod), node.clone()));
-                        } else {
-                            lost.push(format!("pod {pod_name} no longer fits node {node}"));
-                        }
-                    }
-                },
-            }
+        if let Some(id) = &id {
+            intents.pending(id);
         }
-        let adding: BTreeSet<&str> = to_bind.iter().map(|(p, _)| p.name.as_str()).collect();
-        let complete = lost.is_empty() || gang_ok(group, &g.pods, ctx.scheduler_name, &adding);
-        out.wrote = true;
-        if complete {
-            ssn.commit(st);
-            if !to_bind.is_empty() {
-                tracing::info!(namespace = %key.0, group = %key.1, pods = to_bind.len(), "completing a bind intent");
-            }
-            let results = bind_many(ctx, to_bind).await;
-            let (ok, errors) = note_binds(overlay, &results);
-            out.bound += ok;
-            if errors.is_empty() {
-                if clear_intent(ctx, overlay, group).await {
-                    intents.cleared(intent.id.as_deref());
-                    continue;
-                }
-            } else {
-                tracing::warn!(namespace = %key.0, group = %key.1, ?errors, "recovery could not bind every pod; retrying next cycle");
-            }
-            if let Some(id) = &intent.id {
-                intents.pending(id);
-            }
-            out.blocked.insert(key);
-        } else {
-            ssn.discard(st);
-            tracing::warn!(namespace = %key.0, group = %key.1, ?lost, "bind intent cannot be completed; rolling the gang back");
-            let client = ctx.client.clone();
-            let results: Vec<(PodRef, Result<Removal, String>)> = futures::stream::iter(bound_here)
-                .map(move |pod| {
-                    let client = client.clone();
-                    async move {
-                        let r = api::delete_now(&client, &pod).await;
-                        (pod, r)
-                    }
-                })
-                .buffer_unordered(ctx.concurrency)
-                .collect()
-                .await;
-            let mut failed = false;
-            for (pod, r) in &results {
-                match r {
-                    Ok(_) => overlay.pod_deleted(pod),
-                    Err(e) => {
-                        failed = true;
-                        tracing::warn!(error = %e, "rollback could not delete a pod; retrying next cycle");
-                    }
-                }
-            }
-            if !failed && clear_intent(ctx, overlay, group).await {
-                intents.cleared(intent.id.as_deref());
-                continue;
-            }
-            if let Some(id) = &intent.id {
-                intents.pending(id);
-            }
-            out.blocked.insert(key);
-        }
+        out.blocked.insert(key);
     }
     out
+}
+
+/// Deletes the pods a gang's intent bound; `false` if some deletion failed.
+async fn roll_back(ctx: &Ctx<'_>, overlay: &mut Overlay, bound: Vec<PodRef>) -> bool {
+    let client = ctx.client.clone();
+    let results: Vec<(PodRef, Result<Removal, String>)> = futures::stream::iter(bound)
+        .map(move |pod| {
+            let client = client.clone();
+            async move {
+                let r = api::delete_now(&client, &pod).await;
+                (pod, r)
+            }
+        })
+        .buffer_unordered(ctx.concurrency)
+        .collect()
+        .await;
+    let mut all = true;
+    for (pod, r) in &results {
+        match r {
+            Ok(_) => overlay.pod_deleted(pod),
+            Err(e) => {
+                all = false;
+                tracing::warn!(error = %e, "rollback could not delete a pod; retrying next cycle");
+            }
+        }
+    }
+    all
 }
 
 /// One gang's writes, planned before any is made.
@@ -355,7 +435,7 @@ struct GangPlan {
     group: Arc<PodGroup>,
     pods: Vec<(PodRef, String)>,
     id: String,
-    intent: String,
+    intent: BindIntent,
 }
 
 /// What writing one gang did, applied to the overlay and intents afterwards.
@@ -369,12 +449,12 @@ struct GangWritten {
     cleared: Option<PodGroup>,
 }
 
-/// Writes one gang: the intent annotation (skipped on any error, a 409 included), then its
-/// bindings, then the annotation's removal if every binding succeeded.
+/// Writes one gang: the intent (skipped on any error, a 409 included), then its bindings,
+/// then the intent's removal if every binding succeeded.
 async fn write_gang(ctx: &Ctx<'_>, plan: GangPlan) -> GangWritten {
     let GangPlan { key, group, pods, id, intent } = plan;
     let mut out = GangWritten { key, id, annotated: None, binds: Vec::new(), cleared: None };
-    let written = match api::annotate_group(ctx.client, &group, BIND_INTENT_ANNOTATION, Some(&intent)).await {
+    let written = match api::write_intent(ctx.client, &group, Some(&intent)).await {
         Ok(w) => w,
         Err(e) => {
             let (ns, name) = &out.key;
@@ -388,7 +468,7 @@ async fn write_gang(ctx: &Ctx<'_>, plan: GangPlan) -> GangWritten {
     };
     out.binds = bind_many(ctx, pods).await;
     if out.binds.iter().all(|(_, _, r)| r.is_ok()) {
-        match api::annotate_group(ctx.client, &written, BIND_INTENT_ANNOTATION, None).await {
+        match api::write_intent(ctx.client, &written, None).await {
             Ok(cleared) => out.cleared = Some(cleared),
             Err(e) => {
                 let (ns, name) = &out.key;
@@ -430,7 +510,7 @@ pub(super) async fn bind_decisions(
             continue;
         }
         let Some(&group) = groups.get(&key) else { continue };
-        if group.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(BIND_INTENT_ANNOTATION)) {
+        if group.status.as_ref().is_some_and(|s| s.bind_intent.is_some()) {
             continue; // an intent the recovery left alone (e.g. too young)
         }
         let pods: Vec<(PodRef, String)> = list
@@ -443,7 +523,6 @@ pub(super) async fn bind_decisions(
             id: Some(id.clone()),
             at: Some(jiff::Timestamp::now().to_string()),
         };
-        let Ok(intent) = serde_json::to_string(&intent) else { continue };
         plans.push(GangPlan { key, group: group.clone(), pods, id, intent });
     }
     let gangs_at_once = (ctx.concurrency / 2).max(1);
