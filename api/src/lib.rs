@@ -5,6 +5,7 @@
 
 pub mod constraints;
 pub mod crd;
+pub mod label_selector;
 pub mod labels;
 pub mod priority;
 pub mod quantity;

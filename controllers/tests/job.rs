@@ -546,6 +546,37 @@ async fn missing_queue_is_reported_until_created() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_fenced_to_other_namespaces_is_refused_until_it_admits_the_jobs() {
+    let Some(c) = Cluster::start(false, false).await else { return };
+    let queues: Api<drover_api::crd::queue::Queue> = Api::all(c.client.clone());
+    let queue = json!({"apiVersion": "scheduling.drover.dev/v1alpha1", "kind": "Queue", "metadata": {"name": "team-b"},
+        "spec": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "team-b"}}}});
+    queues.create(&PostParams::default(), &serde_json::from_value(queue).unwrap()).await.expect("queue created");
+    c.create_job(job_json("spend", vec![task("w", 1, json!({}))], json!({"queue": "team-b"}))).await;
+    eventually(30, "Valid=False QueueNotAllowed with a Warning", || async {
+        let s = c.status("spend").await;
+        let ev = c.events("spend").await;
+        let v = condition(&s, "Valid")
+            .is_some_and(|v| v.status == "False" && v.reason == "QueueNotAllowed" && v.message.contains("team-b"));
+        let warned = ev.iter().any(|(t, r, _)| t == "Warning" && r == "QueueNotAllowed");
+        ensure(v && warned, || format!("{s:?} {ev:?}"))
+    })
+    .await;
+    assert!(c.job_pods("spend").await.is_empty(), "no pod in a queue the namespace may not use");
+    assert!(Api::<PodGroup>::namespaced(c.client.clone(), NS).get_opt("spend").await.unwrap().is_none());
+
+    let admit = json!({"spec": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NS}}}});
+    queues.patch("team-b", &PatchParams::default(), &Patch::Merge(&admit)).await.expect("queue changed");
+    eventually(30, "pods once the queue admits the namespace", || async {
+        let s = c.status("spend").await;
+        let valid = condition(&s, "Valid").is_some_and(|v| v.status == "True");
+        ensure(valid && c.job_pods("spend").await.len() == 1, || format!("{s:?}"))
+    })
+    .await;
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_priority_class_is_reported_until_created() {
     let Some(c) = Cluster::start(false, false).await else { return };
     c.create_job(job_json("pc", vec![task("w", 1, json!({}))], json!({"priorityClassName": "train"}))).await;

@@ -280,6 +280,14 @@ async fn departments_and_projects_become_the_queue_tree() {
     assert_eq!(leaf.labels().get(queues::LABEL_PROJECT).map(String::as_str), Some("vision"));
     assert_eq!(leaf.labels().get(queues::LABEL_NODE_POOL).map(String::as_str), Some("h100"));
     assert!(!leaf.labels().contains_key(queues::LABEL_DEPARTMENT));
+    let fence = serde_json::to_value(&leaf.spec.namespace_selector).unwrap();
+    assert_eq!(
+        fence,
+        serde_json::json!({"matchLabels": {queues::LABEL_PROJECT: "vision"}}),
+        "only vision's namespaces"
+    );
+    let fence = serde_json::to_value(&top.spec.namespace_selector).unwrap();
+    assert_eq!(fence, serde_json::json!({"matchExpressions": [{"key": queues::LABEL_PROJECT, "operator": "Exists"}]}));
     let owner = &leaf.owner_references()[0];
     assert_eq!((owner.kind.as_str(), owner.name.as_str(), owner.controller), ("Project", "vision", Some(true)));
     assert_eq!(Some(&owner.uid), vision.uid().as_ref());

@@ -80,7 +80,10 @@
 //! A group whose queue does not exist is left out (`QueueNotFound`), so is one whose
 //! queue was left out (`QueueInvalid`) or has child queues (`QueueNotLeaf`), and a
 //! `Pending` group in a closed queue (`QueueClosed`: never admitted; `Inqueue` and
-//! `Running` groups stay in). A group with no pods yet is handed over (enqueue may admit
+//! `Running` groups stay in). A group whose namespace a `namespaceSelector` of its queue or
+//! of an ancestor does not select is left out whatever its phase (`QueueNotAllowed`; a
+//! namespace the scheduler has not seen yet counts as not selected), so work cannot spend
+//! another team's quota by naming its queue. A group with no pods yet is handed over (enqueue may admit
 //! it, so that controllers that wait for admission create its pods).
 //!
 //! **Priority.** The group's `spec.priorityClassName`, resolved against PriorityClass
@@ -119,11 +122,11 @@ use std::sync::Arc;
 
 use drover_api::crd::podgroup::{PodGroup, PodGroupPhase};
 use drover_api::crd::queue::Queue;
-use drover_api::ResourceList;
+use drover_api::{label_selector, ResourceList};
 use drover_scheduler::snapshot::{Constraints, JobInput, JobPhase, NodeInput, PodPhaseInput, QueueInput, TaskInput};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use serde::Serialize;
 
 use pod::Finding;
@@ -149,6 +152,8 @@ pub struct Objects<'a> {
     pub queues: &'a [Arc<Queue>],
     /// PriorityClasses.
     pub priority_classes: &'a [Arc<PriorityClass>],
+    /// Namespaces, whose labels decide which queues their work may use.
+    pub namespaces: &'a [Arc<Namespace>],
 }
 
 /// The pod behind one pod of the snapshot.
@@ -330,11 +335,17 @@ pub fn convert(objects: &Objects, scheduler_name: &str) -> Converted {
         }
     }
 
+    let empty = BTreeMap::new();
+    let namespaces: BTreeMap<&str, &BTreeMap<String, String>> = objects
+        .namespaces
+        .iter()
+        .filter_map(|n| Some((n.metadata.name.as_deref()?, n.metadata.labels.as_ref().unwrap_or(&empty))))
+        .collect();
     let mut jobs = Vec::new();
     let mut refs = Vec::new();
     for (key, group) in &groups {
         let pods = members.remove(key).unwrap_or_default();
-        match group_job(group, key, pods, &nodes, &queue_state, &classes, &mut problems) {
+        match group_job(group, key, pods, &nodes, &queue_state, &namespaces, &classes, &mut problems) {
             Ok((job, job_refs)) => {
                 jobs.push(job);
                 refs.extend(job_refs);
@@ -422,12 +433,35 @@ struct Member<'a> {
 
 /// Builds a group's job, or hands back its pods (those holding a node count as foreign
 /// usage) when the group is left out.
+/// Why the queue fences keep work of `namespace` out, if they do: the first selector (of the
+/// queue or an ancestor) that does not select the namespace's labels, or is malformed. A
+/// namespace not seen yet is kept out until it is.
+fn refusal(
+    fences: &[(String, LabelSelector)],
+    namespace: &str,
+    namespaces: &BTreeMap<&str, &BTreeMap<String, String>>,
+) -> Option<String> {
+    if fences.is_empty() {
+        return None;
+    }
+    let Some(labels) = namespaces.get(namespace) else {
+        return Some("the namespace is not known to the scheduler yet".into());
+    };
+    fences.iter().find_map(|(queue, selector)| match label_selector::selects(selector, labels) {
+        Ok(true) => None,
+        Ok(false) => Some(format!("the namespaceSelector of queue {queue:?} does not select it")),
+        Err(e) => Some(format!("the namespaceSelector of queue {queue:?} is malformed ({e})")),
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
 fn group_job<'a>(
     group: &PodGroup,
     (namespace, name): &(String, String),
     pods: Vec<PodInfo<'a>>,
     nodes: &BTreeMap<String, NodeDraft>,
     queue_state: &BTreeMap<String, QueueState>,
+    namespaces: &BTreeMap<&str, &BTreeMap<String, String>>,
     classes: &Classes,
     problems: &mut Vec<Problem>,
 ) -> Result<(JobInput, Vec<PodRef>), Vec<PodInfo<'a>>> {
@@ -455,6 +489,10 @@ fn group_job<'a>(
             "QueueNotLeaf",
             format!("queue {queue:?} has child queues; pod groups must be in a leaf queue"),
         )),
+        Some(QueueState::Valid { fences, .. }) if refusal(fences, namespace, namespaces).is_some() => {
+            let why = refusal(fences, namespace, namespaces).unwrap_or_default();
+            Some(problem("QueueNotAllowed", format!("namespace {namespace:?} may not use queue {queue:?}: {why}")))
+        }
         Some(QueueState::Valid { closed: true, .. }) if phase == JobPhase::Pending => {
             Some(problem("QueueClosed", format!("queue {queue:?} is closed; the group is not admitted until it opens")))
         }

@@ -25,6 +25,7 @@ struct World {
     groups: Vec<Value>,
     queues: Vec<Value>,
     classes: Vec<Value>,
+    namespaces: Vec<Value>,
 }
 
 fn arcs<T: serde::de::DeserializeOwned>(values: &[Value]) -> Vec<Arc<T>> {
@@ -35,8 +36,15 @@ impl World {
     fn convert(&self) -> Converted {
         let (nodes, pods, groups, queues, classes) =
             (arcs(&self.nodes), arcs(&self.pods), arcs(&self.groups), arcs(&self.queues), arcs(&self.classes));
-        let objects =
-            Objects { nodes: &nodes, pods: &pods, pod_groups: &groups, queues: &queues, priority_classes: &classes };
+        let namespaces = arcs(&self.namespaces);
+        let objects = Objects {
+            nodes: &nodes,
+            pods: &pods,
+            pod_groups: &groups,
+            queues: &queues,
+            priority_classes: &classes,
+            namespaces: &namespaces,
+        };
         convert(&objects, "drover")
     }
 }
@@ -664,6 +672,64 @@ fn closed_queues_keep_running_groups_and_admit_nothing_new() {
 }
 
 #[test]
+fn a_queue_admits_only_the_namespaces_its_selectors_and_its_ancestors_select() {
+    let in_queue = |name: &str, ns: &str, q: &str, phase: Option<&str>| {
+        let mut g = group(name, 1);
+        g["metadata"]["namespace"] = json!(ns);
+        g["spec"]["queue"] = json!(q);
+        if let Some(p) = phase {
+            g["status"] = json!({"phase": p});
+        }
+        g
+    };
+    let namespace = |name: &str, labels: Value| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}});
+    let project = |p: &str| json!({"matchLabels": {"scheduling.drover.dev/project": p}});
+    let w = World {
+        namespaces: vec![
+            namespace("team-a", json!({"scheduling.drover.dev/project": "a", "tier": "prod"})),
+            namespace("team-b", json!({"scheduling.drover.dev/project": "b"})),
+            namespace("loose", json!({"tier": "prod"})),
+        ],
+        queues: vec![
+            queue(
+                "dept",
+                json!({"namespaceSelector": {"matchExpressions": [
+                {"key": "scheduling.drover.dev/project", "operator": "Exists"}]}}),
+            ),
+            queue("a", json!({"parent": "dept", "namespaceSelector": project("a")})),
+            queue("open", json!({})),
+            queue("fenced-by-parent", json!({"parent": "dept"})),
+            queue(
+                "broken",
+                json!({"namespaceSelector": {"matchExpressions": [
+                {"key": "tier", "operator": "Equals", "values": ["prod"]}]}}),
+            ),
+        ],
+        groups: vec![
+            in_queue("own", "team-a", "a", None),
+            in_queue("stolen", "team-b", "a", None),
+            in_queue("stolen-running", "team-b", "a", Some("Running")),
+            in_queue("anyone", "loose", "open", None),
+            in_queue("outside-dept", "loose", "fenced-by-parent", None),
+            in_queue("inside-dept", "team-b", "fenced-by-parent", None),
+            in_queue("unknown-namespace", "nowhere", "a", None),
+            in_queue("malformed", "team-a", "broken", None),
+        ],
+        ..Default::default()
+    };
+    let c = w.convert();
+    let mut jobs: Vec<&str> = c.jobs.iter().map(|j| j.name.as_str()).collect();
+    jobs.sort();
+    assert_eq!(jobs, ["anyone", "inside-dept", "own"]);
+    for g in ["stolen", "stolen-running", "outside-dept", "unknown-namespace", "malformed"] {
+        assert!(has_problem(&c, "PodGroup", g, "QueueNotAllowed"), "{g}: {:?}", c.problems);
+    }
+    let stolen = c.problems.iter().find(|p| p.name == "stolen").expect("a problem");
+    assert!(stolen.message.contains("team-b") && stolen.message.contains("\"a\""), "{}", stolen.message);
+    assert!(has_problem(&c, "Queue", "broken", "InvalidNamespaceSelector"), "{:?}", c.problems);
+}
+
+#[test]
 fn group_fields_and_other_schedulers_pods() {
     let mut g = group("g", 2);
     g["status"] = json!({"phase": "Inqueue"});
@@ -703,6 +769,7 @@ fn cluster() -> World {
         groups: vec![train, huge],
         queues: vec![queue("research", json!({"deserved": {"nvidia.com/gpu": "16"}}))],
         classes: vec![class("train", 50, None)],
+        namespaces: vec![],
     }
 }
 
@@ -747,6 +814,7 @@ fn shuffled(w: &World, seed: u64) -> World {
         groups: shuffle(&w.groups, seed ^ 2),
         queues: shuffle(&w.queues, seed ^ 3),
         classes: shuffle(&w.classes, seed ^ 4),
+        namespaces: shuffle(&w.namespaces, seed ^ 5),
     }
 }
 
@@ -874,7 +942,7 @@ mod random {
             // A sane base that random objects add to (and sometimes collide with).
             let nodes = [vec![node("base-0", "32", "8"), node("base-1", "32", "8")], nodes].concat();
             let groups = [vec![group("g0", 1), group("g1", 2)], groups].concat();
-            World { nodes, pods, groups, queues, classes: vec![low, class("c-high", 500, None)] }
+            World { nodes, pods, groups, queues, classes: vec![low, class("c-high", 500, None)], namespaces: vec![] }
         }
     }
 

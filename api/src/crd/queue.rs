@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
@@ -53,6 +53,12 @@ pub struct QueueSpec {
     /// Open queues accept new pod groups; closed ones keep running what they have.
     #[serde(default)]
     pub state: QueueOpenState,
+    /// The namespaces whose work may use this queue (a label selector over Namespace
+    /// objects; `kubernetes.io/metadata.name` selects by name). Absent: every namespace, as
+    /// a Volcano queue; queues made from a Project admit only that Project's namespaces. The
+    /// selectors of the queue's ancestors must admit the namespace too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelector>,
 }
 
 fn one() -> u32 {

@@ -51,10 +51,11 @@
 //!
 //! # Bad input
 //!
-//! A Job naming a queue (other than `default`) or a PriorityClass that does not exist gets the
-//! condition `Valid=False` (reason `QueueNotFound` / `PriorityClassNotFound`) and a Warning
-//! Event, and nothing is created until it exists (Queues and PriorityClasses are watched; the
-//! job is also retried every [`INVALID_REQUEUE`]). A pod the API server refuses (an invalid
+//! A Job naming a queue (other than `default`) or a PriorityClass that does not exist, or a
+//! queue whose `namespaceSelector` (or an ancestor's) does not select the Job's namespace,
+//! gets the condition `Valid=False` (reason `QueueNotFound` / `PriorityClassNotFound` /
+//! `QueueNotAllowed`) and a Warning Event, and nothing is created until that changes (Queues
+//! and PriorityClasses are watched; the job is also retried every [`INVALID_REQUEUE`]). A pod the API server refuses (an invalid
 //! template) gives a Warning Event `FailedCreatePod` and a retry after [`INVALID_REQUEUE`].
 //!
 //! # Consistency
@@ -72,6 +73,7 @@ mod build;
 mod plan;
 mod tracker;
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -79,8 +81,9 @@ use std::time::Duration;
 use drover_api::crd::job::Job;
 use drover_api::crd::podgroup::PodGroup;
 use drover_api::crd::queue::Queue;
+use drover_api::label_selector;
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
@@ -120,6 +123,8 @@ pub const INVALID_REQUEUE: Duration = Duration::from_secs(30);
 const ERROR_REQUEUE: Duration = Duration::from_millis(300);
 /// Resync period of a quiet Job.
 const RESYNC: Duration = Duration::from_secs(300);
+/// Queue ancestors read when checking namespace selectors (a parent cycle stops here).
+const MAX_QUEUE_DEPTH: usize = 32;
 
 /// Why a reconcile failed.
 #[derive(Debug, thiserror::Error)]
@@ -219,10 +224,45 @@ fn owned_by<K: Resource>(obj: &K, uid: &str) -> bool {
     obj.meta().owner_references.iter().flatten().any(|o| o.controller == Some(true) && o.uid == uid)
 }
 
+/// Why `namespace` may not use `queue`, if it may not: the first `namespaceSelector` on the
+/// queue or an ancestor that does not select the namespace (or is malformed). The scheduler
+/// applies the same rule; this puts the reason on the Job before its pods exist.
+async fn queue_refusal(client: &Client, namespace: &str, queue: Queue) -> Result<Option<String>, kube::Error> {
+    let queues: Api<Queue> = Api::all(client.clone());
+    let mut labels: Option<BTreeMap<String, String>> = None;
+    let mut current = Some(queue);
+    for _ in 0..MAX_QUEUE_DEPTH {
+        let Some(q) = current.take() else { return Ok(None) };
+        if let Some(selector) = &q.spec.namespace_selector {
+            if labels.is_none() {
+                let ns = Api::<Namespace>::all(client.clone()).get_opt(namespace).await?;
+                labels = Some(ns.and_then(|n| n.metadata.labels).unwrap_or_default());
+            }
+            let name = q.name_any();
+            match label_selector::selects(selector, labels.as_ref().expect("read above")) {
+                Ok(true) => {}
+                Ok(false) => return Ok(Some(format!("the namespaceSelector of queue {name:?} does not select it"))),
+                Err(e) => return Ok(Some(format!("the namespaceSelector of queue {name:?} is malformed ({e})"))),
+            }
+        }
+        if let Some(parent) = q.spec.parent.as_deref() {
+            current = queues.get_opt(parent).await?;
+        }
+    }
+    Ok(None)
+}
+
 async fn validate(client: &Client, job: &Job) -> Result<plan::Validity, kube::Error> {
     if let Some(q) = job.spec.queue.as_deref().filter(|q| *q != DEFAULT_QUEUE) {
-        if Api::<Queue>::all(client.clone()).get_opt(q).await?.is_none() {
+        let Some(queue) = Api::<Queue>::all(client.clone()).get_opt(q).await? else {
             return Ok(Err(("QueueNotFound".into(), format!("queue {q:?} does not exist"))));
+        };
+        let namespace = job.namespace().unwrap_or_default();
+        if let Some(why) = queue_refusal(client, &namespace, queue).await? {
+            return Ok(Err((
+                "QueueNotAllowed".into(),
+                format!("namespace {namespace:?} may not use queue {q:?}: {why}"),
+            )));
         }
     }
     if let Some(pc) = job.spec.priority_class_name.as_deref() {

@@ -12,7 +12,9 @@ use drover_api::crd::queue::{Queue, QueueSpec};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    Condition, LabelSelector, LabelSelectorRequirement, ObjectMeta, OwnerReference,
+};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::{trigger_owners, trigger_with, Action};
 use kube::runtime::reflector::{self, ObjectRef};
@@ -154,6 +156,27 @@ impl Owner {
         Ok(Owner { kind: K::kind(&()).into_owned(), name: obj.name_any(), reference, label })
     }
 
+    /// The namespaces the owner's queues admit: a Project's, by the label the controllers
+    /// put on its namespaces (tenants cannot label namespaces); for a Department, those of
+    /// any project (its own projects' queues, below it, fence each project in).
+    fn namespace_selector(&self) -> LabelSelector {
+        if self.label == LABEL_PROJECT {
+            LabelSelector {
+                match_labels: Some(BTreeMap::from([(LABEL_PROJECT.to_string(), self.name.clone())])),
+                ..LabelSelector::default()
+            }
+        } else {
+            LabelSelector {
+                match_expressions: Some(vec![LabelSelectorRequirement {
+                    key: LABEL_PROJECT.to_string(),
+                    operator: "Exists".into(),
+                    values: None,
+                }]),
+                ..LabelSelector::default()
+            }
+        }
+    }
+
     /// Whether `meta`'s controller is this object (by kind and name: a recreated object
     /// takes over the queues of its predecessor).
     fn controls(&self, meta: &ObjectMeta) -> bool {
@@ -187,6 +210,7 @@ impl Desired {
         q.spec.deserved = deserved(&self.quota);
         q.spec.limit = self.quota.gpu_limit.as_ref().map(|l| BTreeMap::from([(GPU_RESOURCE.to_string(), l.clone())]));
         q.spec.over_quota_weight = self.quota.over_quota_weight;
+        q.spec.namespace_selector = Some(owner.namespace_selector());
     }
 
     fn new_queue(&self, owner: &Owner) -> Queue {

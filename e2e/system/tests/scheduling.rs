@@ -10,7 +10,7 @@ use drover_api::crd::podgroup::PodGroup;
 use drover_api::crd::project::Project;
 use drover_api::crd::queue::Queue;
 use drover_e2e::{eventually, Cluster};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{json, Value};
@@ -201,14 +201,22 @@ async fn reclaim_across_projects() {
         }),
     )
     .await;
-    for name in ["proj-a", "proj-b"] {
+    // Each project's queue admits only the project's namespace.
+    let namespaces: Api<Namespace> = Api::all(cluster.client.clone());
+    for (name, ns) in [("proj-a", "team-a"), ("proj-b", "team-b")] {
+        create(&namespaces, json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})).await;
+        let accounts: Api<ServiceAccount> = Api::namespaced(cluster.client.clone(), ns);
+        eventually(30, &format!("the default ServiceAccount of {ns}"), || async {
+            accounts.get_opt("default").await.ok().flatten()
+        })
+        .await;
         create(
             &projects,
             json!({
                 "apiVersion": "scheduling.drover.dev/v1alpha1",
                 "kind": "Project",
                 "metadata": {"name": name},
-                "spec": {"department": "research", "nodePools": [{"name": "gpu", "gpu": "4"}]}
+                "spec": {"department": "research", "namespaces": [ns], "nodePools": [{"name": "gpu", "gpu": "4"}]}
             }),
         )
         .await;
@@ -221,18 +229,24 @@ async fn reclaim_across_projects() {
     })
     .await;
 
-    let jobs: Api<Job> = Api::namespaced(cluster.client.clone(), NS);
-    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), NS);
-    create(&jobs, job("a", 1, task("worker", 8, 1, None), Some("proj-a.gpu"), None)).await;
-    wait_running(&pods, "a", 8, 30, &logs).await;
+    let in_namespace = |mut manifest: Value, ns: &str| {
+        manifest["metadata"]["namespace"] = json!(ns);
+        manifest
+    };
+    let jobs_a: Api<Job> = Api::namespaced(cluster.client.clone(), "team-a");
+    let jobs_b: Api<Job> = Api::namespaced(cluster.client.clone(), "team-b");
+    let pods_a: Api<Pod> = Api::namespaced(cluster.client.clone(), "team-a");
+    let pods_b: Api<Pod> = Api::namespaced(cluster.client.clone(), "team-b");
+    create(&jobs_a, in_namespace(job("a", 1, task("worker", 8, 1, None), Some("proj-a.gpu"), None), "team-a")).await;
+    wait_running(&pods_a, "a", 8, 30, &logs).await;
 
-    create(&jobs, job("b", 4, task("worker", 4, 1, None), Some("proj-b.gpu"), None)).await;
+    create(&jobs_b, in_namespace(job("b", 4, task("worker", 4, 1, None), Some("proj-b.gpu"), None), "team-b")).await;
     // While B's gang starts, A never drops below its deserved 4.
     eventually(30, &format!("B's gang runs and A keeps 4 (logs in {logs})"), || async {
-        let a = job_pods(&pods, "a").await?;
+        let a = job_pods(&pods_a, "a").await?;
         let a_running = count(&a, running);
         assert!(a_running >= 4, "project A was cut below its deserved 4 GPUs: {a_running} (logs in {logs})");
-        let b = job_pods(&pods, "b").await?;
+        let b = job_pods(&pods_b, "b").await?;
         (count(&b, running) == 4 && a_running == 4).then_some(())
     })
     .await;

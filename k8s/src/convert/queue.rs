@@ -5,14 +5,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use drover_api::crd::queue::{Queue, QueueOpenState, QueueingStrategy};
+use drover_api::label_selector;
 use drover_api::ResourceList;
 use drover_scheduler::snapshot::{QueueInput, QueueingStrategy as CoreStrategy};
 
 use super::{Problem, DEFAULT_QUEUE};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 /// What a pod group finds when it looks up its queue.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(super) enum QueueState {
     /// In the tree.
     Valid {
@@ -20,6 +22,9 @@ pub(super) enum QueueState {
         leaf: bool,
         /// Closed itself or below a closed queue.
         closed: bool,
+        /// The namespace selectors of the queue and its ancestors (queue name, selector):
+        /// each must admit a group's namespace.
+        fences: Vec<(String, LabelSelector)>,
     },
     /// Left out; the message says why.
     Invalid(String),
@@ -83,7 +88,20 @@ pub(super) fn convert(
             }
             None => {
                 let closed = chain.iter().any(|q| by_name[*q].spec.state == QueueOpenState::Closed);
-                state.insert(name.clone(), QueueState::Valid { leaf: true, closed });
+                let fences = chain
+                    .iter()
+                    .filter_map(|q| Some((q.to_string(), by_name[*q].spec.namespace_selector.clone()?)))
+                    .collect();
+                if let Some(Err(e)) =
+                    by_name[name.as_str()].spec.namespace_selector.as_ref().map(label_selector::validate)
+                {
+                    problems.push(problem(
+                        name,
+                        "InvalidNamespaceSelector",
+                        format!("namespaceSelector: {e}; the queue admits no namespace until it is fixed"),
+                    ));
+                }
+                state.insert(name.clone(), QueueState::Valid { leaf: true, closed, fences });
             }
         }
     }
@@ -133,7 +151,7 @@ pub(super) fn convert(
     }
     if !by_name.contains_key(DEFAULT_QUEUE) {
         inputs.push(implicit_default());
-        state.insert(DEFAULT_QUEUE.to_string(), QueueState::Valid { leaf: true, closed: false });
+        state.insert(DEFAULT_QUEUE.to_string(), QueueState::Valid { leaf: true, closed: false, fences: Vec::new() });
         inputs.sort_by(|a, b| a.name.cmp(&b.name));
     }
     (inputs, state)

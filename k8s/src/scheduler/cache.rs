@@ -8,7 +8,7 @@ use std::sync::Arc;
 use drover_api::crd::podgroup::PodGroup;
 use drover_api::crd::queue::Queue;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::runtime::reflector::{self, Store};
@@ -35,6 +35,7 @@ pub(super) struct Cache {
     pod_groups: Store<PodGroup>,
     queues: Store<Queue>,
     classes: Store<PriorityClass>,
+    namespaces: Store<Namespace>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -109,13 +110,15 @@ impl Cache {
         let (nodes, nodes_task) = reflect(Api::<Node>::all(client.clone()), "Node", on_new(trigger));
         let (queues, queues_task) = reflect(Api::<Queue>::all(client.clone()), "Queue", |_| {});
         let (classes, classes_task) = reflect(Api::<PriorityClass>::all(client.clone()), "PriorityClass", |_| {});
+        let (namespaces, namespaces_task) = reflect(Api::<Namespace>::all(client.clone()), "Namespace", |_| {});
         Cache {
             nodes,
             pods,
             pod_groups,
             queues,
             classes,
-            tasks: vec![pods_task, groups_task, nodes_task, queues_task, classes_task],
+            namespaces,
+            tasks: vec![pods_task, groups_task, nodes_task, queues_task, classes_task, namespaces_task],
         }
     }
 
@@ -127,6 +130,7 @@ impl Cache {
             self.pod_groups.wait_until_ready(),
             self.queues.wait_until_ready(),
             self.classes.wait_until_ready(),
+            self.namespaces.wait_until_ready(),
         )
         .map_err(|e| anyhow::anyhow!("a reflector stopped before its first list: {e}"))?;
         Ok(())
@@ -140,6 +144,7 @@ impl Cache {
             pod_groups: overlay.apply_groups(self.pod_groups.state()),
             queues: self.queues.state(),
             classes: self.classes.state(),
+            namespaces: self.namespaces.state(),
         }
     }
 }
@@ -151,6 +156,7 @@ pub(super) struct Gathered {
     pub pod_groups: Vec<Arc<PodGroup>>,
     pub queues: Vec<Arc<Queue>>,
     pub classes: Vec<Arc<PriorityClass>>,
+    pub namespaces: Vec<Arc<Namespace>>,
 }
 
 impl Gathered {
@@ -161,6 +167,7 @@ impl Gathered {
             pod_groups: &self.pod_groups,
             queues: &self.queues,
             priority_classes: &self.classes,
+            namespaces: &self.namespaces,
         }
     }
 
