@@ -1,13 +1,21 @@
 //! The `drover` command line.
 //!
-//! Exit codes: 0 success, 1 `--check` found mismatches, 2 bad input (scenario or config).
+//! Exit codes: 0 success; 1 `sim --check` found mismatches, or the scheduler or controllers
+//! stopped on a fatal error; 2 bad input (arguments, scenario, config, kubeconfig); 3 the
+//! named object does not exist; 4 the cluster could not be reached or refused the request.
 
 mod cluster;
+mod connect;
+mod explain;
+mod output;
+mod queue_state;
+mod queue_tree;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use drover_api::crd::queue::QueueOpenState;
 use drover_scheduler::config::SchedulerConfig;
 use drover_sim::{check, report, run, scenario};
 
@@ -29,6 +37,59 @@ enum Command {
     Scheduler(cluster::SchedulerArgs),
     /// Run the controllers (Jobs, queue tree, pod groups, queue status).
     Controllers(cluster::ControllerArgs),
+    /// Say why a job waits and what would let it start.
+    Explain(ExplainArgs),
+    /// Show the queue tree, or open or close a queue.
+    Queue(QueueArgs),
+}
+
+/// Options of `drover explain`.
+#[derive(clap::Args)]
+struct ExplainArgs {
+    #[command(subcommand)]
+    what: ExplainWhat,
+    #[command(flatten)]
+    kube: connect::KubeArgs,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value_t = output::Format::Table, global = true)]
+    output: output::Format,
+}
+
+#[derive(Subcommand)]
+enum ExplainWhat {
+    /// A batch.drover.dev Job, as NAMESPACE/NAME (NAME alone: the `default` namespace).
+    Job {
+        /// NAMESPACE/NAME of the Job.
+        target: String,
+    },
+}
+
+/// Options of `drover queue`.
+#[derive(clap::Args)]
+struct QueueArgs {
+    #[command(subcommand)]
+    action: QueueAction,
+    #[command(flatten)]
+    kube: connect::KubeArgs,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value_t = output::Format::Table, global = true)]
+    output: output::Format,
+}
+
+#[derive(Subcommand)]
+enum QueueAction {
+    /// Every queue with allocated, deserved, fair share and limit per resource.
+    Tree,
+    /// Let the queue admit new pod groups again.
+    Open {
+        /// The Queue's name.
+        name: String,
+    },
+    /// Stop the queue admitting new pod groups; what runs keeps running.
+    Close {
+        /// The Queue's name.
+        name: String,
+    },
 }
 
 #[derive(clap::Args)]
@@ -65,7 +126,43 @@ fn main() -> ExitCode {
         }
         Command::Scheduler(args) => serve(cluster::scheduler(args)),
         Command::Controllers(args) => serve(cluster::controllers(args)),
+        Command::Explain(args) => user_command(explain_job(args)),
+        Command::Queue(args) => user_command(queue(args)),
     }
+}
+
+/// Runs a user command to completion; its failure picks the exit code.
+fn user_command(command: impl std::future::Future<Output = Result<(), connect::Failure>>) -> ExitCode {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
+    match runtime.block_on(command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => failure.report(),
+    }
+}
+
+async fn explain_job(args: ExplainArgs) -> Result<(), connect::Failure> {
+    let ExplainWhat::Job { target } = &args.what;
+    let (namespace, name) = explain::parse_target(target)?;
+    let client = connect::client(&args.kube).await?;
+    let explanation = explain::fetch(&client, &namespace, &name).await?;
+    output::print(args.output, &explanation, explain::table);
+    Ok(())
+}
+
+async fn queue(args: QueueArgs) -> Result<(), connect::Failure> {
+    let client = connect::client(&args.kube).await?;
+    let state = match &args.action {
+        QueueAction::Tree => {
+            let tree = queue_tree::build(&queue_tree::fetch(&client).await?);
+            output::print(args.output, &tree, queue_tree::table);
+            return Ok(());
+        }
+        QueueAction::Open { name } => (name, QueueOpenState::Open),
+        QueueAction::Close { name } => (name, QueueOpenState::Closed),
+    };
+    let change = queue_state::set(&client, state.0, state.1).await?;
+    output::print(args.output, &change, queue_state::table);
+    Ok(())
 }
 
 /// Runs a long-lived process on a tokio runtime; exit code 1 on a fatal error.

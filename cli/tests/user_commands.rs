@@ -1,0 +1,186 @@
+//! The user commands (`drover explain job`, `drover queue tree|open|close`) as a user runs
+//! them: the `drover` binary through a kubeconfig against the real kube-apiserver, reading
+//! what the scheduler wrote in status, with the exit codes and object-naming errors the CLI
+//! documents, and RBAC refusals reported as such.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use drover_api::crd::job::{Job, JobSpec, JobStatus, TaskSpec};
+use drover_api::crd::podgroup::{PodGroup, PodGroupPhase, PodGroupSpec, PodGroupStatus};
+use drover_api::crd::queue::{Queue, QueueOpenState, QueueSpec, QueueStatus};
+use drover_envtest::{install_crds, Server};
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::Client;
+use serde_json::{json, Value};
+
+fn drover(kubeconfig: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_drover"))
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .env_remove("KUBECONFIG")
+        .output()
+        .expect("the drover binary runs")
+}
+
+fn stdout(out: &Output) -> String {
+    assert!(out.status.success(), "exit {:?}: {}", out.status.code(), String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout.clone()).expect("utf-8 output")
+}
+
+fn gpus(v: &str) -> BTreeMap<String, Quantity> {
+    BTreeMap::from([("nvidia.com/gpu".to_string(), Quantity(v.into()))])
+}
+
+/// Creates a queue and writes the status the scheduler would have written.
+async fn queue(client: &Client, name: &str, parent: Option<&str>, figures: [&str; 3], limit: Option<&str>) {
+    let api: Api<Queue> = Api::all(client.clone());
+    let spec = QueueSpec {
+        parent: parent.map(String::from),
+        deserved: gpus(figures[1]),
+        limit: limit.map(gpus),
+        ..QueueSpec::default()
+    };
+    api.create(&PostParams::default(), &Queue::new(name, spec)).await.unwrap();
+    let status = QueueStatus {
+        allocated: gpus(figures[0]),
+        deserved: gpus(figures[1]),
+        fair_share: gpus(figures[2]),
+        queue_state: Some("OverQuota".into()),
+        ..QueueStatus::default()
+    };
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(json!({"status": status}))).await.unwrap();
+}
+
+/// A Job and its PodGroup, waiting as the scheduler reports it.
+async fn waiting_job(client: &Client, namespace: &str, name: &str, queue: &str, gpus_needed: &str) {
+    let template =
+        serde_json::from_value(json!({"spec": {"containers": [{"name": "w", "image": "trainer"}]}})).unwrap();
+    let spec = JobSpec {
+        queue: Some(queue.into()),
+        tasks: vec![TaskSpec { name: "worker".into(), replicas: 4, template, ..TaskSpec::default() }],
+        ..JobSpec::default()
+    };
+    let jobs: Api<Job> = Api::namespaced(client.clone(), namespace);
+    jobs.create(&PostParams::default(), &Job::new(name, spec)).await.unwrap();
+    let status = JobStatus { pending: 4, ..JobStatus::default() };
+    jobs.patch_status(name, &PatchParams::default(), &Patch::Merge(json!({"status": status}))).await.unwrap();
+    let spec = PodGroupSpec {
+        min_member: 4,
+        min_resources: Some(gpus(gpus_needed)),
+        queue: Some(queue.into()),
+        ..PodGroupSpec::default()
+    };
+    let groups: Api<PodGroup> = Api::namespaced(client.clone(), namespace);
+    groups.create(&PostParams::default(), &PodGroup::new(name, spec)).await.unwrap();
+    let waiting = Condition {
+        type_: "Unschedulable".into(),
+        status: "True".into(),
+        reason: "Unschedulable".into(),
+        message: format!("queue {queue} is over its fair share in nvidia.com/gpu"),
+        last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()),
+        observed_generation: None,
+    };
+    let status =
+        PodGroupStatus { phase: PodGroupPhase::Inqueue, conditions: vec![waiting], ..PodGroupStatus::default() };
+    groups.patch_status(name, &PatchParams::default(), &Patch::Merge(json!({"status": status}))).await.unwrap();
+}
+
+/// A kubeconfig for a ServiceAccount that holds no role at all.
+async fn kubeconfig_without_rights(server: &Server, namespace: &str) -> std::path::PathBuf {
+    let accounts: Api<ServiceAccount> = Api::namespaced(server.client(), namespace);
+    let mut account = ServiceAccount::default();
+    account.metadata.name = Some("nobody".into());
+    accounts.create(&PostParams::default(), &account).await.unwrap();
+    let token =
+        accounts.create_token_request("nobody", &PostParams::default(), &TokenRequest::default()).await.unwrap();
+    server.kubeconfig_for_token("nobody", &token.status.unwrap().token).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_and_queue_commands_read_and_change_the_cluster_with_documented_exit_codes() {
+    let Some(server) = Server::start().await else { return };
+    let client = server.client();
+    install_crds(&client, &drover_api::crd::all()).await.unwrap();
+    let mut ns = Namespace::default();
+    ns.metadata.name = Some("team-a".into());
+    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.unwrap();
+    queue(&client, "research", None, ["8", "8", "12"], None).await;
+    queue(&client, "vision", Some("research"), ["6", "4", "8"], None).await;
+    queue(&client, "nlp", Some("research"), ["2", "4", "4"], Some("2")).await;
+    waiting_job(&client, "team-a", "train", "vision", "4").await;
+    waiting_job(&client, "team-a", "finetune", "nlp", "1").await;
+    let kubeconfig = server.kubeconfig();
+
+    // explain: the fair share of the job's queue blocks it, by how much, and the parent has room.
+    let table = stdout(&drover(&kubeconfig, &["explain", "job", "team-a/train"]));
+    assert!(
+        table.contains("queue vision would exceed its fair share (nvidia.com/gpu 6 in use + 4 needed > 8)"),
+        "{table}"
+    );
+    assert!(table.contains("work in queue vision frees 2 nvidia.com/gpu"), "{table}");
+    assert!(table.contains("scheduler: queue vision is over its fair share in nvidia.com/gpu"), "{table}");
+    let limited = stdout(&drover(&kubeconfig, &["explain", "job", "team-a/finetune"]));
+    assert!(limited.contains("queue nlp would exceed its limit (nvidia.com/gpu 2 in use + 1 needed > 2)"), "{limited}");
+
+    // -o json and -o yaml carry the same facts.
+    let json: Value =
+        serde_json::from_str(&stdout(&drover(&kubeconfig, &["explain", "job", "team-a/train", "-o", "json"]))).unwrap();
+    let yaml: Value =
+        serde_yaml::from_str(&stdout(&drover(&kubeconfig, &["explain", "job", "team-a/train", "-o", "yaml"]))).unwrap();
+    assert_eq!(json, yaml);
+    assert_eq!(json["verdict"], "Waiting");
+    assert_eq!(json["queuePath"][0]["name"], "vision");
+    assert_eq!(json["queuePath"][1]["name"], "research");
+    assert_eq!(json["queuePath"][0]["resources"]["nvidia.com/gpu"]["fairShare"], "8");
+
+    // queue tree: the whole tree, children under their parent, per resource.
+    let tree: Value = serde_json::from_str(&stdout(&drover(&kubeconfig, &["queue", "tree", "-o", "json"]))).unwrap();
+    let names: Vec<(&str, u64)> = tree["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| (q["name"].as_str().unwrap(), q["depth"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(names, [("research", 0), ("nlp", 1), ("vision", 1)]);
+    assert_eq!(tree["queues"][1]["resources"]["nvidia.com/gpu"]["limit"], "2");
+    let table = stdout(&drover(&kubeconfig, &["queue", "tree"]));
+    assert!(table.lines().any(|l| l.starts_with("  vision") && l.contains("nvidia.com/gpu")), "{table}");
+
+    // close and open: the spec changes, a second close changes nothing, and explain says so.
+    let queues: Api<Queue> = Api::all(client.clone());
+    let closed = stdout(&drover(&kubeconfig, &["queue", "close", "vision"]));
+    assert!(closed.contains("queue vision closed"), "{closed}");
+    assert_eq!(queues.get("vision").await.unwrap().spec.state, QueueOpenState::Closed);
+    let again: Value =
+        serde_json::from_str(&stdout(&drover(&kubeconfig, &["queue", "close", "vision", "-o", "json"]))).unwrap();
+    assert_eq!(again, json!({"queue": "vision", "state": "Closed", "changed": false}));
+    let table = stdout(&drover(&kubeconfig, &["explain", "job", "team-a/train"]));
+    assert!(table.contains("`drover queue open vision`"), "{table}");
+    stdout(&drover(&kubeconfig, &["queue", "open", "vision"]));
+    assert_eq!(queues.get("vision").await.unwrap().spec.state, QueueOpenState::Open);
+
+    // Errors name the object, and each kind has its exit code.
+    let missing = drover(&kubeconfig, &["explain", "job", "team-a/nope"]);
+    assert_eq!(missing.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("job team-a/nope not found"));
+    let missing = drover(&kubeconfig, &["queue", "close", "nope"]);
+    assert_eq!(missing.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("queue \"nope\" not found"));
+    let bad = drover(&kubeconfig, &["explain", "job", "a/b/c"]);
+    assert_eq!(bad.status.code(), Some(2));
+    let bad = drover(Path::new("/nonexistent/kubeconfig"), &["queue", "tree"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("/nonexistent/kubeconfig"));
+    let nobody = kubeconfig_without_rights(&server, "team-a").await;
+    let refused = drover(&nobody, &["queue", "close", "vision"]);
+    assert_eq!(refused.status.code(), Some(4));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("queue \"vision\": access refused"));
+    assert_eq!(queues.get("vision").await.unwrap().spec.state, QueueOpenState::Open);
+}
