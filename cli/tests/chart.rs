@@ -94,6 +94,9 @@ fn optional_parts_follow_their_values() {
         (&all, "kind: PriorityClass", true),
         (&minimal, "kind: PodDisruptionBudget", false),
         (&minimal, "kind: FlowSchema", false),
+        (&default, "rbac.authorization.k8s.io/aggregate-to-edit: \"true\"", true),
+        (&default, "name: drover-queue-viewer", true),
+        (&minimal, "rbac.authorization.k8s.io/aggregate-to-edit", false),
     ] {
         assert_eq!(text.contains(kind), present, "{kind} present should be {present}");
     }
@@ -118,6 +121,7 @@ except helm.HelmError as e:
         (r#"{"image": {"pullPolicy": "Sometimes"}}"#, "/image/pullPolicy"),
         (r#"{"metrics": {"port": 70000}}"#, "/metrics/port"),
         (r#"{"schedulr": {}}"#, "schedulr"),
+        (r#"{"userRoles": {"queueViewers": [{"kind": "ServiceAccount", "name": "x"}]}}"#, "/userRoles/queueViewers/0/kind"),
     ] {
         let Some(said) = helm(script, &[values]) else { return };
         assert!(!said.contains("ACCEPTED"), "{values} was accepted");
