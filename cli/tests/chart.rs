@@ -97,6 +97,8 @@ fn optional_parts_follow_their_values() {
         (&default, "rbac.authorization.k8s.io/aggregate-to-edit: \"true\"", true),
         (&default, "name: drover-queue-viewer", true),
         (&minimal, "rbac.authorization.k8s.io/aggregate-to-edit", false),
+        (&default, "kind: ValidatingAdmissionPolicy", true),
+        (&minimal, "kind: ValidatingAdmissionPolicy", false),
     ] {
         assert_eq!(text.contains(kind), present, "{kind} present should be {present}");
     }

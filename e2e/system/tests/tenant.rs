@@ -5,8 +5,9 @@
 //! to get more than team A's queues, quotas and nodes allow must fail: forging a bind intent
 //! (in status, in the body of a create, or in the annotation older versions trusted),
 //! changing a queue, writing Job or PodGroup status, submitting to team B's queue, joining
-//! team B's gang from team A's namespace, and evicting or deleting team B's pods, directly or
-//! through a higher-priority job. Without helm-python-sdk the test prints SKIPPED;
+//! team B's gang from team A's namespace, evicting or deleting team B's pods, directly or
+//! through a higher-priority job, and bypassing Drover with GPU pods for another scheduler or
+//! with `spec.nodeName` set (the chart's admission policy). Without helm-python-sdk the test prints SKIPPED;
 //! `DROVER_REQUIRE_HELM` (set in CI) forbids that.
 
 use std::collections::BTreeSet;
@@ -190,6 +191,26 @@ async fn a_tenant_with_edit_in_its_namespace_gets_nothing_beyond_its_queues_quot
         list.items.iter().any(|e| e.reason.as_deref() == Some("BindIntentIgnored")).then_some(())
     })
     .await;
+
+    // Pods that would bypass Drover: another scheduler, or a node named up front. The chart's
+    // admission policy refuses them; a pod without GPUs may use any scheduler.
+    let mut other_scheduler = pod("team-a", "elsewhere", "none", "1");
+    other_scheduler["spec"]["schedulerName"] = json!("default-scheduler");
+    // The API server loads a new policy within a few seconds; dry runs show when it is in force.
+    let dry_run = PostParams { dry_run: true, ..PostParams::default() };
+    let candidate: Pod = serde_json::from_value(other_scheduler).expect("manifest parses");
+    let refused = eventually(30, "the chart's admission policy is in force", || async {
+        alice_pods.create(&dry_run, &candidate).await.err().filter(|e| e.to_string().contains("spec.schedulerName"))
+    })
+    .await;
+    assert!(refused.to_string().contains("must set spec.schedulerName: drover"), "{refused}");
+    let mut pinned = pod("team-a", "pinned", "none", "1");
+    pinned["spec"]["nodeName"] = json!("node-0");
+    let refused = create(&alice_pods, pinned).await.expect_err("a GPU pod with spec.nodeName");
+    assert!(refused.to_string().contains("may not set spec.nodeName"), "{refused}");
+    let cpu_only = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "cpu-only", "namespace": "team-a"},
+        "spec": {"containers": [{"name": "main", "image": "tool", "resources": {"requests": {"cpu": "1"}}}]}});
+    create(&alice_pods, cpu_only).await.expect("a pod without GPUs may use another scheduler");
 
     // Queues and quotas: she may read them, not change or add them.
     let alice_queues: Api<Queue> = Api::all(alice.clone());
