@@ -69,13 +69,13 @@ pub const PENDING_CATEGORIES: [&str; 9] =
 /// | `StrictFIFO` | `waiting behind NS/JOB in StrictFIFO queue Q` |
 /// | `QueueLimit` | `queue Q would exceed its limit (…)` |
 /// | `Quota` | `non-preemptible work may only use queue Q's deserved quota (…)` |
-/// | `FairShare` | `queue Q would exceed its fair share (…)`, failed reclaim |
+/// | `FairShare` | `queue Q would exceed its fair share (…)`, `reclaim: …` (no queue to reclaim from) |
 /// | `Gang` | `gang of N pods: only K fit; …` |
-/// | `Unschedulable` | `0/N nodes are available: …` (a single pod fits no node) |
-/// | `Other` | anything else (`not considered this cycle`, unknown text) |
+/// | `Unschedulable` | `0/N nodes are available: …` (a single pod fits no node), `preempt: …` (evicting cannot free enough) |
+/// | `Other` | anything else (unknown text) |
 ///
 /// Only the first clause counts: the core appends later failures after `; ` (`gang of 4
-/// pods: only 2 fit; 0/3 nodes are available: …; preemption in queue q cannot free enough`),
+/// pods: only 2 fit; 0/3 nodes are available: …; preempt: idle and evictable capacity …`),
 /// and the first clause is the obstacle the job met first. `elastic pods wait: ` is looked
 /// through (its remainder is categorised).
 pub fn pending_reason_category(reason: &str) -> &'static str {
@@ -95,11 +95,12 @@ pub fn pending_reason_category(reason: &str) -> &'static str {
         "StrictFIFO"
     } else if first.contains("its limit") {
         "QueueLimit"
-    } else if first.contains("deserved quota") {
+    } else if first.contains("deserved quota") && !first.starts_with("reclaim:") {
         "Quota"
-    } else if first.contains("fair share") || first.starts_with("reclaiming") {
+    } else if first.contains("fair share") || first.starts_with("reclaim:") {
         "FairShare"
     } else if first.contains("nodes are available")
+        || first.starts_with("preempt:")
         || first.contains("insufficient ")
         || first.contains("node(s) ")
         || first.contains("whole cluster")

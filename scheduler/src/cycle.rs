@@ -5,11 +5,11 @@ use std::time::{Duration, Instant};
 
 use crate::actions::{self, Ctx};
 use crate::config::{ActionName, SchedulerConfig};
-use crate::framework::Framework;
+use crate::framework::{Framework, ShareBound};
 use crate::placement::Placer;
 use crate::res::Res;
 use crate::session::{Decisions, PodState, Session};
-use crate::snapshot::{JobPhase, Snapshot};
+use crate::snapshot::{JobId, JobPhase, Snapshot};
 
 /// Everything a cycle produced.
 #[derive(Debug, Clone)]
@@ -66,6 +66,18 @@ pub fn run_cycle_observed(
     close(&fw, ssn)
 }
 
+/// What keeps a waiting job's next pod off the cluster, for a job no action gave a reason:
+/// its queue's bound, else the nodes' conditions.
+fn blocker(fw: &Framework, ssn: &Session, job: JobId) -> String {
+    let Some(pod) = ssn.pending_pods(job).next() else {
+        return "waiting for its pods to be re-created".to_string();
+    };
+    match fw.allocatable(ssn, job, ssn.requests(pod), ShareBound::Idle) {
+        Err(why) => why,
+        Ok(()) => Placer::default().explain(ssn, fw, pod, None),
+    }
+}
+
 fn close(fw: &Framework, mut ssn: Session) -> CycleOutcome {
     let snap = ssn.snap;
     for j in 0..snap.jobs.len() {
@@ -85,9 +97,10 @@ fn close(fw: &Framework, mut ssn: Session) -> CycleOutcome {
                 {
                     "evicted pods are terminating"
                 }
-                _ => "not considered this cycle",
+                _ => "",
             };
-            ssn.reasons[j] = Some(why.to_string());
+            let why = if why.is_empty() { blocker(fw, &ssn, j) } else { why.to_string() };
+            ssn.reasons[j] = Some(why);
         }
         if fw.job_ready(&ssn, j) {
             ssn.job_phase[j] = JobPhase::Running;

@@ -61,6 +61,9 @@ pub struct Queue {
     pub deserved: Res,
     /// Which resources the queue declares a quota for.
     pub deserved_declared: Vec<bool>,
+    /// Which resources the quota governs: those declared, or every one when none is; never
+    /// `pods`, which is node capacity, not quota.
+    pub governed: Vec<bool>,
     /// Hard cap (`UNLIMITED` where none).
     pub limit: Res,
     /// Share of unused capacity.
@@ -74,9 +77,9 @@ pub struct Queue {
 impl Queue {
     /// Whether the queue's quota governs resource `r`: the resources it declares a deserved
     /// quota for, or every resource when it declares none (a queue without quota has a
-    /// quota of zero).
+    /// quota of zero); never the pod count.
     pub fn quota_covers(&self, r: usize) -> bool {
-        self.deserved_declared[r] || !self.deserved_declared.iter().any(|d| *d)
+        self.governed[r]
     }
 
     /// Whether `alloc` exceeds the deserved quota in a resource the quota governs.
@@ -394,7 +397,7 @@ pub fn build(nodes: &[NodeInput], queues: &[QueueInput], jobs: &[JobInput]) -> R
         });
     }
 
-    let snap_queues = build_queues(queues, n, &vec_of, &index)?;
+    let snap_queues = build_queues(queues, n, &vec_of, &index, pods_resource)?;
     let queue_index: HashMap<&str, QueueId> =
         snap_queues.iter().enumerate().skip(1).map(|(i, q)| (q.name.as_str(), i)).collect();
 
@@ -469,6 +472,7 @@ fn build_queues(
     n: usize,
     vec_of: &dyn Fn(&ResourceList, i64) -> Res,
     index: &HashMap<&str, usize>,
+    pods_resource: usize,
 ) -> Result<Vec<Queue>, SnapshotError> {
     let mut sorted: Vec<&QueueInput> = queues.iter().collect();
     sorted.sort_by(|a, b| a.name.cmp(&b.name));
@@ -478,6 +482,7 @@ fn build_queues(
         children: Vec::new(),
         deserved: Res::zero(n),
         deserved_declared: vec![false; n],
+        governed: vec![false; n],
         limit: Res::filled(n, UNLIMITED),
         over_quota_weight: 1,
         reclaimable: true,
@@ -492,12 +497,15 @@ fn build_queues(
         for k in q.deserved.0.keys() {
             declared[index[k.as_str()]] = true;
         }
+        let none_declared = !declared.iter().any(|d| *d);
+        let governed = (0..n).map(|r| r != pods_resource && (declared[r] || none_declared)).collect();
         out.push(Queue {
             name: q.name.clone(),
             parent: None,
             children: Vec::new(),
             deserved: vec_of(&q.deserved, 0),
             deserved_declared: declared,
+            governed,
             limit: q.limit.as_ref().map(|l| vec_of(l, UNLIMITED)).unwrap_or_else(|| Res::filled(n, UNLIMITED)),
             over_quota_weight: q.over_quota_weight,
             reclaimable: q.reclaimable,

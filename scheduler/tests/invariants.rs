@@ -640,7 +640,9 @@ fn fair_shares_consistent(c: &Cycle) -> Result<(), String> {
     for node in snap.nodes.iter().filter(|n| !n.unschedulable) {
         capacity.add(&node.allocatable);
     }
-    if let Some(r) = fair[ROOT].first_exceeding(&capacity) {
+    // The pod count is node capacity, not shared by fair share (unbounded there by design).
+    let exceeding = |a: &Res, b: &Res| (0..a.len()).find(|&r| r != snap.pods_resource && a[r] > b[r]);
+    if let Some(r) = exceeding(&fair[ROOT], &capacity) {
         return Err(format!("root fair share {} {} > capacity {}", snap.resources[r], fair[ROOT][r], capacity[r]));
     }
     for (q, queue) in snap.queues.iter().enumerate() {
@@ -648,13 +650,13 @@ fn fair_shares_consistent(c: &Cycle) -> Result<(), String> {
         for &child in &queue.children {
             children.add(&fair[child]);
         }
-        if let Some(r) = children.first_exceeding(&fair[q]) {
+        if let Some(r) = exceeding(&children, &fair[q]) {
             return Err(format!(
                 "children of queue {:?} share {} {} > its fair share {}",
                 queue.name, snap.resources[r], children[r], fair[q][r]
             ));
         }
-        if let Some(r) = fair[q].first_exceeding(&queue.limit) {
+        if let Some(r) = exceeding(&fair[q], &queue.limit) {
             return Err(format!(
                 "queue {} fair share {} {} > limit {}",
                 queue.name, snap.resources[r], fair[q][r], queue.limit[r]
@@ -749,6 +751,33 @@ fn deterministic(c: &Cycle) -> Result<(), String> {
     Ok(())
 }
 
+/// Every job with a waiting pod says why, in words a user can act on: never empty, never
+/// a dangling `; `, and naming a queue, a resource, a node condition or the job it waits for.
+fn reasons_name_what_blocks(c: &Cycle) -> Result<(), String> {
+    let snap = c.snap;
+    for (j, job) in snap.jobs.iter().enumerate() {
+        let waiting = job
+            .tasks
+            .iter()
+            .flat_map(|t| &t.pods)
+            .any(|&p| !matches!(c.out.pod_state[p], PodState::Bound(_) | PodState::Allocated(_)));
+        if !waiting {
+            continue;
+        }
+        let reason = c.out.reasons[j].as_deref().unwrap_or("");
+        let names_something = reason.contains("queue ")
+            || reason.contains("node")
+            || reason.contains("admitted")
+            || reason.contains("terminat")
+            || reason.contains("waiting behind")
+            || snap.resources.iter().any(|r| reason.contains(r.as_str()));
+        if reason.is_empty() || reason.starts_with(';') || reason.contains("; ;") || !names_something {
+            return Err(format!("job {} waits with the reason {reason:?}", job.key()));
+        }
+    }
+    Ok(())
+}
+
 /// 256 cases per property (`PROPTEST_CASES` overrides, for longer soak runs), and no
 /// regression files written next to the sources.
 fn proptest_config() -> ProptestConfig {
@@ -797,6 +826,11 @@ proptest! {
     #[test]
     fn pods_bound_in_a_cycle_are_not_evicted_in_it(case in case()) {
         run_checked(&case, binds_stand)?;
+    }
+
+    #[test]
+    fn every_waiting_job_says_what_blocks_it(case in case()) {
+        run_checked(&case, reasons_name_what_blocks)?;
     }
 
     #[test]
@@ -887,7 +921,7 @@ fn every_invariant_detects_a_violation() {
     let config = config_of(&case);
     let snap = snapshot::build(&case.nodes, &case.queues, &case.jobs).expect("consistent inputs");
     let clean = run_cycle(&snap, &config);
-    let corruptions: [Corruption; 9] = [
+    let corruptions: [Corruption; 10] = [
         ("over-commit", nodes_not_over_committed, |o| o.pod_state.fill(PodState::Allocated(0))),
         ("gang below minimum", gangs_at_or_above_minimum, |o| o.pod_state[0] = PodState::Bound(0)),
         ("non-preemptible eviction", only_preemptible_evicted, |o| {
@@ -899,6 +933,10 @@ fn every_invariant_detects_a_violation() {
         ("double bind", binds_unique_and_from_pending, |o| o.decisions.binds.extend([(0, 0), (0, 0)])),
         ("bind undone", binds_stand, |o| o.decisions.binds.push((0, 0))),
         ("nondeterminism", deterministic, |o| o.decisions.binds.push((0, 0))),
+        ("reason missing", reasons_name_what_blocks, |o| {
+            o.pod_state.fill(PodState::Pending);
+            o.reasons.fill(Some("; something".into()));
+        }),
     ];
     for (what, invariant, corrupt) in corruptions {
         let check =

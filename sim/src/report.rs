@@ -33,7 +33,7 @@ pub struct JobReport {
     pub running: u32,
     /// Pods waiting for a node.
     pub pending: u32,
-    /// Pods evicted in the last cycle.
+    /// Evictions of the job's pods over the whole run (the entries of `evictions`).
     pub evicted: u32,
     /// Why pods still wait ("" when none wait).
     pub reason: String,
@@ -103,12 +103,16 @@ pub fn report(name: &str, result: &SimResult) -> Report {
                 counts[job].1 += 1;
                 (None, "Pending")
             }
-            PodFate::Evicted(n) => {
-                counts[job].2 += 1;
-                (Some(n.clone()), "Evicted")
-            }
+            PodFate::Evicted(n) => (Some(n.clone()), "Evicted"),
         };
         pods.insert(pod_key(snap, p), PodReport { node, state });
+    }
+    // A job's evictions over the whole run, as the `evictions` list has them.
+    let job_of: BTreeMap<String, usize> = (0..snap.pods.len()).map(|p| (pod_key(snap, p), snap.pods[p].job)).collect();
+    for e in &result.evictions {
+        if let Some(&j) = job_of.get(&e.pod) {
+            counts[j].2 += 1;
+        }
     }
     let jobs = snap
         .jobs

@@ -11,9 +11,9 @@
 
 use crate::framework::ShareBound;
 use crate::placement::Avail;
-use crate::snapshot::{JobId, JobPhase, QueueId, QueueingStrategy};
+use crate::snapshot::{JobId, JobPhase, QueueId};
 
-use super::{jobs_by_queue, place_all, select_queue, Ctx};
+use super::{class, jobs_by_queue, place_all, select_queue, strict, Ctx};
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Tier {
@@ -110,11 +110,6 @@ impl Pass<'_> {
     }
 }
 
-/// Whether the queue starts its jobs strictly in order.
-fn strict(ctx: &Ctx, q: QueueId) -> bool {
-    ctx.ssn.snap.queues[q].strategy == QueueingStrategy::StrictFifo
-}
-
 /// A strictly ordered job's whole turn: its minimum, then every elastic pod, before any later
 /// job of its queue. An elastic pod that cannot be placed ends the turn as a failure, which
 /// blocks the later jobs (Determined's priority scheduler: while higher-priority work waits,
@@ -127,11 +122,6 @@ fn place_whole_turn(ctx: &mut Ctx, job: JobId, bound: ShareBound) -> Result<bool
         place_one_elastic(ctx, job, bound)?;
     }
     Ok(false)
-}
-
-/// 0 for GPU jobs, 1 for CPU-only jobs: StrictFIFO blocks each class separately.
-fn class(ctx: &Ctx, job: JobId) -> usize {
-    usize::from(!ctx.ssn.snap.jobs[job].tasks.iter().any(|t| t.gpu))
 }
 
 /// Places the job's gang minimum; `Ok(false)`: the job needs nothing more this pass.

@@ -1,15 +1,16 @@
 //! Backfill: after the other actions, start what fits in idle capacity without delaying
 //! gangs ordered before it. Each gang that still cannot start holds the idle capacity it
 //! could use now (on the nodes it would take); later jobs may only use what nobody ahead of
-//! them holds. This is what lets CPU-only and small jobs run beside a waiting large gang,
-//! and what keeps a strictly ordered queue strict.
+//! them holds. This is what lets CPU-only and small jobs run beside a waiting large gang. In
+//! a StrictFIFO queue nothing passes a waiting job of its class (GPU or CPU-only), even one
+//! that cannot fit at all: the queue stays strict.
 
 use crate::framework::ShareBound;
 use crate::placement::Avail;
 use crate::res::Res;
 use crate::snapshot::{JobId, JobPhase, NodeId, QueueingStrategy};
 
-use super::{place_all, starving, Ctx};
+use super::{class, place_all, starving, strict, Ctx};
 
 /// Runs the action.
 pub fn run(ctx: &mut Ctx) {
@@ -24,19 +25,25 @@ pub fn run(ctx: &mut Ctx) {
             free.add(&ctx.ssn.idle(node));
         }
     }
+    // Per queue and class: a StrictFIFO queue whose earlier job of that class still waits,
+    // which nothing later of that class may pass.
+    let mut blocked = vec![[false; 2]; snap.queues.len()];
     for job in jobs {
+        let (q, c) = (snap.jobs[job].queue, class(ctx, job));
+        if blocked[q][c] {
+            continue;
+        }
         if strict_waiting(ctx, job) {
             let waiting: Vec<usize> = ctx.ssn.pending_pods(job).collect();
             hold_for(ctx, &waiting, &mut hold, &mut free, key_resource(ctx, job));
+            blocked[q][c] = true;
             continue;
         }
         let gang = ctx.ssn.gang_pods(job);
         let need = ctx.ssn.sum_requests(&gang);
         let key = key_resource(ctx, job);
-        if free[key] <= 0 && need[key] > 0 {
-            continue;
-        }
-        if ctx.fw.allocatable(ctx.ssn, job, &need, ShareBound::Idle).is_err() {
+        if free[key] <= 0 && need[key] > 0 || ctx.fw.allocatable(ctx.ssn, job, &need, ShareBound::Idle).is_err() {
+            blocked[q][c] = strict(ctx, q);
             continue;
         }
         match place_all(ctx, &gang, Avail::Idle(Some(&hold))) {
@@ -46,7 +53,10 @@ pub fn run(ctx: &mut Ctx) {
                 ctx.ssn.reasons[job] = None;
                 free.sub(&need);
             }
-            Err(_) => hold_for(ctx, &gang, &mut hold, &mut free, key),
+            Err(_) => {
+                hold_for(ctx, &gang, &mut hold, &mut free, key);
+                blocked[q][c] = strict(ctx, q);
+            }
         }
     }
 }

@@ -11,7 +11,7 @@ pub mod reclaim;
 use crate::framework::{EvictMode, Framework, Victim};
 use crate::placement::{Avail, Placer};
 use crate::session::{EvictReason, PodState, Session, Statement};
-use crate::snapshot::{JobId, JobPhase, NodeId, PodId, QueueId, ROOT};
+use crate::snapshot::{JobId, JobPhase, NodeId, PodId, QueueId, QueueingStrategy, ROOT};
 
 /// Everything an action works with.
 pub struct Ctx<'a, 's> {
@@ -31,6 +31,37 @@ pub fn starving(ctx: &Ctx, job: JobId) -> bool {
         && !ctx.fw.job_ready(ssn, job)
         && ssn.pending_pods(job).next().is_some()
         && ssn.min_reachable(job)
+}
+
+/// The starving jobs of each leaf queue that may evict for their gang, in job order: every
+/// starving job, except that in a `StrictFIFO` queue only the first waiting job of each class
+/// (GPU, CPU-only) may, as nothing passes it there.
+pub fn evicting_jobs(ctx: &Ctx) -> Vec<Vec<JobId>> {
+    let waiting =
+        jobs_by_queue(ctx, |j| ctx.ssn.job_phase[j] != JobPhase::Pending && ctx.ssn.pending_pods(j).next().is_some());
+    waiting
+        .into_iter()
+        .enumerate()
+        .map(|(q, jobs)| {
+            let mut seen = [false; 2];
+            jobs.into_iter()
+                .filter(|&j| {
+                    let first = !std::mem::replace(&mut seen[class(ctx, j)], true);
+                    (first || !strict(ctx, q)) && starving(ctx, j)
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Whether the queue starts its jobs strictly in order.
+pub fn strict(ctx: &Ctx, q: QueueId) -> bool {
+    ctx.ssn.snap.queues[q].strategy == QueueingStrategy::StrictFifo
+}
+
+/// 0 for GPU jobs, 1 for CPU-only jobs: StrictFIFO holds each class separately.
+pub fn class(ctx: &Ctx, job: JobId) -> usize {
+    usize::from(!ctx.ssn.snap.jobs[job].tasks.iter().any(|t| t.gpu))
 }
 
 /// Jobs of each leaf queue matching `keep`, in the framework's job order.
@@ -173,8 +204,33 @@ impl VictimCache {
     }
 }
 
+/// Adds `why` to the job's reason for waiting (after what an earlier action said).
+pub fn append_reason(ctx: &mut Ctx, job: JobId, why: &str) {
+    let joined = match ctx.ssn.reasons[job].as_deref() {
+        Some(prior) if !prior.is_empty() && !prior.contains(why) => format!("{prior}; {why}"),
+        _ => why.to_string(),
+    };
+    ctx.ssn.set_reason(job, joined);
+}
+
+/// Whether `job`'s gang already fits idle capacity within the action's bound: then nothing
+/// is evicted for it (the next allocation places it).
+pub fn fits_without_eviction(ctx: &mut Ctx, job: JobId, fits: &dyn Fn(&Ctx) -> bool) -> bool {
+    if !fits(ctx) {
+        return false;
+    }
+    let gang = ctx.ssn.gang_pods(job);
+    match try_place_all(ctx, &gang, Avail::Idle(None)) {
+        Some(st) => {
+            ctx.ssn.discard(st);
+            true
+        }
+        None => false,
+    }
+}
+
 /// Sorts the candidates, evicts what makes room for `job`'s gang and pipelines the gang, or,
-/// when nothing works, adds `failure` to the job's reason. On success, returns where its
+/// when nothing works, sets the job's reason to `failure`. On success, returns where its
 /// evictions start in the session's decisions.
 pub fn make_room(
     ctx: &mut Ctx,
@@ -182,11 +238,11 @@ pub fn make_room(
     mut candidates: Vec<&Victim>,
     mode: EvictMode,
     fits: &dyn Fn(&Ctx) -> bool,
-    failure: &str,
+    failure: &dyn Fn(&mut Ctx, &[&Victim]) -> String,
 ) -> Option<usize> {
     ctx.fw.sort_victims(ctx.ssn, mode, &mut candidates);
     let gang = ctx.ssn.gang_pods(job).len();
-    match evict_for(ctx, job, &candidates, mode, fits) {
+    match evict_for(ctx, job, &mut candidates, mode, fits) {
         Some(st) => {
             let evicted = st.len() - gang;
             let since = ctx.ssn.decisions.evictions.len();
@@ -195,29 +251,94 @@ pub fn make_room(
                 EvictMode::Preempt => "preempted",
                 EvictMode::Reclaim => "reclaimed",
             };
-            ctx.ssn.set_reason(job, format!("waiting for {evicted} {what} pod(s) to terminate"));
+            let why = if evicted == 0 {
+                "waiting for evicted pods to terminate on the nodes it will use".to_string()
+            } else {
+                format!("waiting for {evicted} {what} pod(s) to terminate")
+            };
+            ctx.ssn.set_reason(job, why);
             Some(since)
         }
         None => {
-            let prior = ctx.ssn.reasons[job].clone().unwrap_or_default();
-            ctx.ssn.set_reason(job, format!("{prior}; {failure}"));
+            let why = failure(ctx, &candidates);
+            append_reason(ctx, job, &why);
             None
         }
     }
 }
 
+/// Why evicting every candidate would not seat the gang: the first resource the gang needs
+/// more of than the idle and freeable capacity of the nodes its pods may use, or else that
+/// the capacity is split across nodes so that no placement fits.
+pub fn shortfall(ctx: &mut Ctx, job: JobId, candidates: &[&Victim], action: &str) -> String {
+    let snap = ctx.ssn.snap;
+    let gang = ctx.ssn.gang_pods(job);
+    let usable = usable_nodes(ctx, &gang);
+    let need = ctx.ssn.sum_requests(&gang);
+    let mut have = crate::res::Res::zero(need.len());
+    for &n in &usable {
+        let ssn = &ctx.ssn;
+        have.add(
+            &snap.nodes[n]
+                .allocatable
+                .minus(&ssn.node_used[n])
+                .plus(&ssn.node_releasing[n])
+                .minus(&ssn.node_pipelined[n]),
+        );
+    }
+    for v in candidates {
+        for &p in &v.pods {
+            if ctx.ssn.pod_state[p].running_on().is_some_and(|n| usable.binary_search(&n).is_ok()) {
+                have.add(ctx.ssn.requests(p));
+            }
+        }
+    }
+    match (0..need.len()).find(|&r| need[r] > have[r].max(0)) {
+        Some(r) => format!(
+            "{action}: idle and evictable capacity on nodes the gang can use gives {} of {} {}",
+            snap.amount(r, have[r].max(0)),
+            snap.amount(r, need[r]),
+            snap.resources[r]
+        ),
+        None => format!(
+            "{action}: enough could be freed in total, but not on nodes where the gang's {} pod(s) fit together",
+            gang.len()
+        ),
+    }
+}
+
+/// The nodes any pod of `gang` may use (sorted), by the pods' constraints.
+fn usable_nodes(ctx: &mut Ctx, gang: &[PodId]) -> Vec<NodeId> {
+    let mut seen_tasks = Vec::new();
+    let mut nodes = Vec::new();
+    for &p in gang {
+        let task = (ctx.ssn.snap.pods[p].job, ctx.ssn.snap.pods[p].task);
+        if seen_tasks.contains(&task) {
+            continue;
+        }
+        seen_tasks.push(task);
+        nodes.extend(ctx.placer.feasibility(ctx.ssn, ctx.fw, p).nodes.iter().copied());
+    }
+    nodes.sort_unstable();
+    nodes.dedup();
+    nodes
+}
+
 /// Tries to make room for `job`'s gang by evicting candidates in order, then pipelines the
-/// gang onto the freed capacity. Victims that turn out unnecessary are spared. Returns the
-/// statement holding evictions and pipelined pods, or `None` when no set of candidates helps.
+/// gang onto the freed capacity. Only victims on nodes some pod of the gang may use count.
+/// In reclaim, the candidates still to try are ranked again after each eviction (a queue
+/// that drops below its fair share stops coming first). Victims that turn out unnecessary
+/// are spared. Returns the statement holding evictions and pipelined pods, or `None` when no
+/// set of candidates helps.
 fn evict_for(
     ctx: &mut Ctx,
     job: JobId,
-    candidates: &[&Victim],
+    candidates: &mut [&Victim],
     mode: EvictMode,
     fits: &dyn Fn(&Ctx) -> bool,
 ) -> Option<Statement> {
     let gang = ctx.ssn.gang_pods(job);
-    let feas = ctx.placer.feasibility(ctx.ssn, ctx.fw, gang[0]);
+    let usable = usable_nodes(ctx, &gang);
     let reason = match mode {
         EvictMode::Preempt => EvictReason::Preempt,
         EvictMode::Reclaim => EvictReason::Reclaim,
@@ -225,8 +346,10 @@ fn evict_for(
     let mut chosen: Vec<usize> = Vec::new();
     let mut nodes: Vec<NodeId> = Vec::new();
     let mut st = Statement::new();
-    for (i, v) in candidates.iter().enumerate() {
-        if !v.pods.iter().any(|&p| ctx.ssn.pod_state[p].running_on().is_some_and(|n| feas.ok(n))) {
+    for i in 0..candidates.len() {
+        let v = candidates[i];
+        if !v.pods.iter().any(|&p| ctx.ssn.pod_state[p].running_on().is_some_and(|n| usable.binary_search(&n).is_ok()))
+        {
             continue;
         }
         if !ctx.fw.may_evict(ctx.ssn, mode, job, v) {
@@ -234,6 +357,9 @@ fn evict_for(
         }
         evict_unit(ctx.ssn, &mut st, v, reason, &mut nodes);
         chosen.push(i);
+        if mode == EvictMode::Reclaim {
+            ctx.fw.sort_victims(ctx.ssn, mode, &mut candidates[i + 1..]);
+        }
         if !fits(ctx) {
             continue;
         }
@@ -261,7 +387,8 @@ fn evict_unit(ssn: &mut Session, st: &mut Statement, v: &Victim, reason: EvictRe
 }
 
 /// Re-applies a working victim set without each victim in turn (latest first), keeping the
-/// smaller set whenever the gang still fits.
+/// smaller set whenever the gang still fits; this may drop every victim (the gang then waits
+/// only for pods already being evicted).
 fn spare_unneeded(
     ctx: &mut Ctx,
     gang: &[PodId],
@@ -295,8 +422,8 @@ fn spare_unneeded(
         ctx.ssn.discard(st);
         None
     };
-    if chosen.len() > 1 && chosen.len() <= MAX_PRUNE {
-        for k in (0..chosen.len() - 1).rev() {
+    if chosen.len() <= MAX_PRUNE {
+        for k in (0..chosen.len()).rev() {
             let without: Vec<usize> = chosen.iter().enumerate().filter(|&(i, _)| i != k).map(|(_, &c)| c).collect();
             if let Some(st) = attempt(ctx, &without) {
                 ctx.ssn.discard(st);

@@ -1,17 +1,18 @@
 //! Preempt: within one queue, make room for a starving pod group (admitted, below its gang
 //! minimum) by evicting elastic pods (of jobs of equal or lower priority) and then whole
 //! lower-priority preemptible jobs, lowest priority and newest first. Evictions happen only
-//! when they let the starving group reach its minimum; the group is then pipelined onto the
-//! capacity being freed and bound in a later cycle.
+//! when they let the starving group reach its minimum, never for a group that already fits
+//! idle capacity, and in a StrictFIFO queue only for the first waiting job; the group is then
+//! pipelined onto the capacity being freed and bound in a later cycle.
 
-use super::{jobs_by_queue, make_room, starving, Ctx, VictimCache};
+use super::{evicting_jobs, fits_without_eviction, jobs_by_queue, make_room, shortfall, starving, Ctx, VictimCache};
 use crate::framework::{EvictMode, ShareBound, Victim};
 use crate::res::Res;
 
 /// Runs the action.
 pub fn run(ctx: &mut Ctx) {
     let snap = ctx.ssn.snap;
-    let starving_jobs = jobs_by_queue(ctx, |j| starving(ctx, j));
+    let starving_jobs = evicting_jobs(ctx);
     let running = jobs_by_queue(ctx, |j| ctx.ssn.job_running[j] > 0);
     let mut cache = VictimCache::new(snap.jobs.len());
     for (q, jobs) in starving_jobs.iter().enumerate() {
@@ -26,6 +27,10 @@ pub fn run(ctx: &mut Ctx) {
             if failed.as_ref().is_some_and(|(r, p)| r.fits_in(&need) && priority <= *p) {
                 continue;
             }
+            let fits = |c: &Ctx| c.fw.allocatable(c.ssn, job, &need, ShareBound::Idle).is_ok();
+            if fits_without_eviction(ctx, job, &fits) {
+                continue;
+            }
             let others = || running[q].iter().copied().filter(|&o| o != job && ctx.ssn.job_running[o] > 0);
             cache.fill(ctx.ssn, others());
             let candidates: Vec<&Victim> = others()
@@ -36,8 +41,7 @@ pub fn run(ctx: &mut Ctx) {
                 failed = Some((need, priority));
                 continue;
             }
-            let fits = |c: &Ctx| c.fw.allocatable(c.ssn, job, &need, ShareBound::Idle).is_ok();
-            let failure = format!("preemption in queue {} cannot free enough", snap.queues[q].name);
+            let failure = |c: &mut Ctx, victims: &[&Victim]| shortfall(c, job, victims, "preempt");
             match make_room(ctx, job, candidates, EvictMode::Preempt, &fits, &failure) {
                 Some(since) => cache.forget_evicted(ctx.ssn, since),
                 None => failed = Some((need, priority)),

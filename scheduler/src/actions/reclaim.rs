@@ -1,19 +1,24 @@
-//! Reclaim: across queues, give a starving pod group of a queue below its fair share the
-//! resources other queues use beyond their deserved quota. Priority plays no part; victims
-//! come from queues over fair share first, then over quota, never below a queue's deserved
-//! quota, never non-preemptible work, and from non-reclaimable queues only their elastic
-//! pods while overused. The group is pipelined onto the freed capacity.
+//! Reclaim: across queues, give a starving pod group of a queue that stays within its fair
+//! share the resources other queues use beyond their deserved quota. Priority plays no
+//! part. Which units may be taken is the fair-share plugin's rule (KAI's: judged on the
+//! sibling queues where the two paths part); victims come from queues over fair share
+//! first, ranked again after each eviction, never non-preemptible work, and from
+//! non-reclaimable queues only their elastic pods while overused. Nothing is evicted for a
+//! group that already fits idle capacity. The group is pipelined onto the freed capacity.
 
 use crate::framework::{EvictMode, ShareBound, Victim};
 use crate::res::Res;
-use crate::snapshot::JobId;
+use crate::snapshot::{JobId, ROOT};
 
-use super::{jobs_by_queue, make_room, select_queue, starving, Ctx, VictimCache};
+use super::{
+    append_reason, evicting_jobs, fits_without_eviction, jobs_by_queue, make_room, select_queue, shortfall, starving,
+    Ctx, VictimCache,
+};
 
 /// Runs the action.
 pub fn run(ctx: &mut Ctx) {
     let snap = ctx.ssn.snap;
-    let by_queue = jobs_by_queue(ctx, |j| starving(ctx, j));
+    let by_queue = evicting_jobs(ctx);
     let running = jobs_by_queue(ctx, |j| ctx.ssn.job_running[j] > 0);
     let mut cache = VictimCache::new(snap.jobs.len());
     let mut cursor = vec![0usize; by_queue.len()];
@@ -29,14 +34,35 @@ pub fn run(ctx: &mut Ctx) {
         if failed[q].as_ref().is_some_and(|r| r.fits_in(&need)) {
             continue;
         }
-        let within_share =
-            (0..need.len()).all(|r| need[r] == 0 || ctx.ssn.queue_alloc[q][r] + need[r] <= ctx.ssn.fair_share[q][r]);
-        if !within_share {
+        let fits = |c: &Ctx| c.fw.allocatable(c.ssn, job, &need, ShareBound::FairShare).is_ok();
+        // The job's own queue must stay within its fair share; its ancestors are checked once
+        // the victims are chosen (their allocation then drops by what is reclaimed below them).
+        let (alloc, share) = (&ctx.ssn.queue_alloc[q], &ctx.ssn.fair_share[q]);
+        if let Some(r) = (0..need.len()).find(|&r| need[r] > 0 && alloc[r] + need[r] > share[r]) {
+            let why = format!(
+                "reclaim: queue {} would exceed its fair share ({} {} > {})",
+                snap.queues[q].name,
+                snap.resources[r],
+                snap.amount(r, alloc[r] + need[r]),
+                snap.amount(r, share[r])
+            );
+            append_reason(ctx, job, &why);
             continue;
         }
+        if fits_without_eviction(ctx, job, &fits) {
+            continue;
+        }
+        // Queues above their deserved quota somewhere on the way up (a resource a queue does
+        // not name counts as deserved 0): only their jobs can be victims.
+        let above = |v: usize| {
+            snap.ancestry(v).any(|a| {
+                let (alloc, deserved) = (&ctx.ssn.queue_alloc[a], &snap.queues[a].deserved);
+                (0..need.len()).any(|r| r != snap.pods_resource && need[r] > 0 && alloc[r] > deserved[r])
+            })
+        };
         let others = || {
             (0..running.len())
-                .filter(|&v| v != q && !running[v].is_empty() && snap.queues[v].over_quota(&ctx.ssn.queue_alloc[v]))
+                .filter(|&v| v != q && v != ROOT && !running[v].is_empty() && above(v))
                 .flat_map(|v| running[v].iter().copied())
                 .filter(|&o| ctx.ssn.job_running[o] > 0)
         };
@@ -46,14 +72,42 @@ pub fn run(ctx: &mut Ctx) {
             .filter(|v| ctx.fw.may_evict(ctx.ssn, EvictMode::Reclaim, job, v))
             .collect();
         if candidates.is_empty() {
+            let why = no_victims(ctx, job, &need, above(q));
+            append_reason(ctx, job, &why);
             failed[q] = Some(need);
             continue;
         }
-        let fits = |c: &Ctx| c.fw.allocatable(c.ssn, job, &need, ShareBound::FairShare).is_ok();
-        let failure = "reclaiming from other queues would not let it start";
-        match make_room(ctx, job, candidates, EvictMode::Reclaim, &fits, failure) {
+        let failure = |c: &mut Ctx, victims: &[&Victim]| shortfall(c, job, victims, "reclaim");
+        match make_room(ctx, job, candidates, EvictMode::Reclaim, &fits, &failure) {
             Some(since) => cache.forget_evicted(ctx.ssn, since),
             None => failed[q] = Some(need),
         }
+    }
+}
+
+/// Why no unit of another queue may be reclaimed for `job`.
+fn no_victims(ctx: &Ctx, job: JobId, need: &Res, own_above: bool) -> String {
+    let snap = ctx.ssn.snap;
+    let wanted: Vec<&str> = (0..need.len())
+        .filter(|&r| r != snap.pods_resource && need[r] > 0)
+        .map(|r| snap.resources[r].as_str())
+        .collect();
+    let q = snap.jobs[job].queue;
+    let any_above = (1..snap.queues.len()).any(|v| {
+        v != q && snap.queues[v].children.is_empty() && {
+            let (alloc, deserved) = (&ctx.ssn.queue_alloc[v], &snap.queues[v].deserved);
+            (0..need.len()).any(|r| r != snap.pods_resource && need[r] > 0 && alloc[r] > deserved[r])
+        }
+    });
+    if !any_above {
+        format!("reclaim: no other queue is above its deserved quota in {}", wanted.join(", "))
+    } else if own_above {
+        format!(
+            "reclaim: queue {} is above its deserved quota and no other queue is above its fair share in {}",
+            snap.queues[q].name,
+            wanted.join(", ")
+        )
+    } else {
+        "reclaim: the work above other queues' deserved quota is non-preemptible or in non-reclaimable queues".into()
     }
 }

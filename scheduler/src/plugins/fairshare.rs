@@ -2,10 +2,11 @@
 //! reclaimable flag. Each cycle it computes every queue's demand and fair share (see
 //! [`crate::fair_share`]), orders sibling queues most-deprived first, keeps allocations
 //! within limits and (in the fair pass) within fair shares, keeps non-preemptible work within
-//! deserved quota, admits pod groups only when their queue can hold their minimum, and picks
-//! reclaim victims from queues over fair share first, then over quota, never cutting a
-//! queue below its deserved quota and never from non-reclaimable queues (except their
-//! elastic pods while they are overused).
+//! deserved quota, admits pod groups only when their queue can hold their minimum, and
+//! decides which reclaim victims may be taken (KAI's rule, see [`reclaimable_from`]): from
+//! queues over fair share first, never from a queue at or below its deserved quota, and never
+//! from non-reclaimable queues (except their elastic pods while they are overused). The pod
+//! count is node capacity, not quota: it has no fair-share bound here.
 
 use std::cmp::Ordering;
 
@@ -97,6 +98,10 @@ pub fn compute_shares(ssn: &mut Session, jobs_by_queue: &[Vec<JobId>], mode: Fai
         }
         stack.extend(children.iter().copied());
     }
+    // The pod count is node capacity, not something queues share: no fair-share bound on it.
+    for share in &mut fair {
+        share[snap.pods_resource] = UNLIMITED;
+    }
     ssn.demand = demand;
     ssn.fair_share = fair;
 }
@@ -182,6 +187,44 @@ fn exceeding(req: &Res, have: &Res, cap: &Res) -> Option<(usize, i64, i64)> {
     (0..req.len())
         .find(|&r| req[r] > 0 && cap[r] != UNLIMITED && have[r].saturating_add(req[r]) > cap[r])
         .map(|r| (r, have[r] + req[r], cap[r]))
+}
+
+/// The two sibling queues where the paths from the root to `a` and to `b` part: (the one
+/// above `a`, the one above `b`); `None` when one queue is in the other's subtree.
+fn split(snap: &Snapshot, a: QueueId, b: QueueId) -> Option<(QueueId, QueueId)> {
+    let path = |q: QueueId| {
+        let mut p: Vec<QueueId> = snap.ancestry(q).collect();
+        p.reverse();
+        p
+    };
+    let (pa, pb) = (path(a), path(b));
+    let at = pa.iter().zip(&pb).position(|(x, y)| x != y)?;
+    Some((pa[at], pb[at]))
+}
+
+/// KAI's reclaim rule, judged on the sibling queues where the reclaimer's and the victim's
+/// paths part and on the state left by the units already taken: the victim side must be
+/// above its deserved quota in a resource the reclaimer needs (a queue at or below its
+/// deserved quota is never a victim), and either above its fair share there — meaning above
+/// the larger of fair share and deserved, as fair shares shrink when quotas are
+/// over-subscribed — or the reclaimer side must stay within its own deserved quota with the
+/// request. A resource the victim side does not name has deserved 0; the reclaimer side is
+/// held only to the resources its quota governs; `pods` never counts.
+fn reclaimable_from(ssn: &Session, mine: QueueId, theirs: QueueId, need: &Res) -> bool {
+    let snap = ssn.snap;
+    let wanted = |r: usize| r != snap.pods_resource && need[r] > 0;
+    let alloc = &ssn.queue_alloc[theirs];
+    let deserved = &snap.queues[theirs].deserved;
+    let above_deserved = (0..need.len()).any(|r| wanted(r) && alloc[r] > deserved[r]);
+    if !above_deserved {
+        return false;
+    }
+    let fair = &ssn.fair_share[theirs];
+    let above_fair = (0..need.len()).any(|r| wanted(r) && alloc[r] > fair[r].max(deserved[r]));
+    let own = &snap.queues[mine];
+    let within_own = (0..need.len())
+        .all(|r| !wanted(r) || !own.quota_covers(r) || ssn.queue_alloc[mine][r] + need[r] <= own.deserved[r]);
+    above_fair || within_own
 }
 
 impl Plugin for FairShare {
@@ -299,24 +342,17 @@ impl Plugin for FairShare {
             return true;
         }
         let snap = ssn.snap;
-        let pq = snap.jobs[preemptor].queue;
-        let vq = snap.jobs[v.job].queue;
-        if pq == vq {
+        let (pq, vq) = (snap.jobs[preemptor].queue, snap.jobs[v.job].queue);
+        let Some((mine, theirs)) = split(snap, pq, vq) else { return false };
+        let need = ssn.sum_requests(&ssn.gang_pods(preemptor));
+        if !reclaimable_from(ssn, mine, theirs, &need) {
             return false;
         }
-        let freed = &v.freed;
-        let mut reclaimable = true;
-        for q in snap.ancestry(vq).filter(|&q| !ssn.in_subtree(pq, q)) {
-            let queue = &snap.queues[q];
-            let alloc = &ssn.queue_alloc[q];
-            let over = (0..freed.len()).any(|r| freed[r] > 0 && queue.quota_covers(r) && alloc[r] > queue.deserved[r]);
-            let cut = (0..freed.len()).any(|r| freed[r] > 0 && alloc[r] - freed[r] < queue.deserved[r]);
-            if !over || cut {
-                return false;
-            }
-            reclaimable &= queue.reclaimable;
-        }
-        reclaimable || (v.elastic && self.overused(ssn, vq))
+        let fenced = snap
+            .ancestry(vq)
+            .take_while(|&q| q != snap.queues[theirs].parent.unwrap_or(ROOT))
+            .any(|q| !snap.queues[q].reclaimable);
+        !fenced || (v.elastic && self.overused(ssn, vq))
     }
 
     fn victim_rank(&self, ssn: &Session, mode: EvictMode, v: &Victim) -> i64 {
