@@ -79,6 +79,13 @@ pub trait Plugin {
         true
     }
 
+    /// Whether some work of leaf queue `queue` may be reclaimed for `preemptor`: a cheap
+    /// filter, by queue, before victim units are formed ([`Plugin::may_evict`] still judges
+    /// each unit).
+    fn may_reclaim_from(&self, _ssn: &Session, _preemptor: JobId, _queue: QueueId) -> bool {
+        true
+    }
+
     /// Rank of a victim (lower goes first) in this mode.
     fn victim_rank(&self, _ssn: &Session, _mode: EvictMode, _victim: &Victim) -> i64 {
         0
@@ -107,6 +114,12 @@ pub trait Plugin {
 }
 
 /// The enabled plugins, combined.
+/// The plugins that rank victims, in precedence order.
+const RANKING_PLUGINS: [&str; 3] = ["fairshare", "gang", "priority"];
+
+/// How many ranks a victim's sort key holds (one per ranking plugin).
+pub const MAX_RANKS: usize = RANKING_PLUGINS.len();
+
 pub struct Framework {
     plugins: Vec<Box<dyn Plugin>>,
     victim_precedence: Vec<usize>,
@@ -134,7 +147,7 @@ impl Framework {
             })
             .collect();
         let mut victim_precedence = Vec::new();
-        for name in ["fairshare", "gang", "priority"] {
+        for name in RANKING_PLUGINS {
             victim_precedence.extend(plugins.iter().position(|p| p.name() == name));
         }
         Framework { plugins, victim_precedence, job_name_rank: Vec::new() }
@@ -188,14 +201,28 @@ impl Framework {
         self.plugins.iter().all(|p| p.may_evict(ssn, mode, preemptor, v))
     }
 
+    /// Whether every plugin lets some work of `queue` be reclaimed for `preemptor`.
+    pub fn may_reclaim_from(&self, ssn: &Session, preemptor: JobId, queue: QueueId) -> bool {
+        self.plugins.iter().all(|p| p.may_reclaim_from(ssn, preemptor, queue))
+    }
+
+    /// A victim's ranks by the ranking plugins, in precedence order (the first part of
+    /// [`Framework::sort_victims`]'s key); at most [`MAX_RANKS`] plugins rank.
+    pub fn victim_ranks(&self, ssn: &Session, mode: EvictMode, v: &Victim) -> [i64; MAX_RANKS] {
+        let mut ranks = [0; MAX_RANKS];
+        for (slot, &i) in ranks.iter_mut().zip(&self.victim_precedence) {
+            *slot = self.plugins[i].victim_rank(ssn, mode, v);
+        }
+        ranks
+    }
+
     /// Sorts victims: by fair-share tier, then gang (elastic pods first), then priority,
     /// then newest job first (ties by namespace/name, last first), then highest pod first.
     /// Each victim's key is computed once.
     pub fn sort_victims(&self, ssn: &Session, mode: EvictMode, victims: &mut [&Victim]) {
         use std::cmp::Reverse;
         victims.sort_by_cached_key(|v| {
-            let ranks: Vec<i64> =
-                self.victim_precedence.iter().map(|&i| self.plugins[i].victim_rank(ssn, mode, v)).collect();
+            let ranks = self.victim_ranks(ssn, mode, v);
             let job = &ssn.snap.jobs[v.job];
             (ranks, Reverse(job.created_at), Reverse(self.job_name_rank[v.job]), Reverse(v.pods[0]))
         });

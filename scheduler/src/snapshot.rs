@@ -57,6 +57,8 @@ pub struct Queue {
     pub parent: Option<QueueId>,
     /// Child queues, in name order.
     pub children: Vec<QueueId>,
+    /// Queues above it up to the root (0 for the root, 1 for a top-level queue).
+    pub depth: usize,
     /// Guaranteed quota (0 where not declared).
     pub deserved: Res,
     /// Which resources the queue declares a quota for.
@@ -214,6 +216,28 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// The two sibling queues where the paths from the root to `a` and to `b` part: (the
+    /// one above `a`, the one above `b`); `None` when one queue is the other or its ancestor.
+    pub fn split(&self, a: QueueId, b: QueueId) -> Option<(QueueId, QueueId)> {
+        let (mut a, mut b) = (a, b);
+        let (mut da, mut db) = (self.queues[a].depth, self.queues[b].depth);
+        let up = |q: QueueId| self.queues[q].parent.unwrap_or(ROOT);
+        while da > db {
+            (a, da) = (up(a), da - 1);
+        }
+        while db > da {
+            (b, db) = (up(b), db - 1);
+        }
+        if a == b {
+            return None;
+        }
+        // Climb together until the parents meet; remember the children of the meeting point.
+        while up(a) != up(b) {
+            (a, b) = (up(a), up(b));
+        }
+        Some((a, b))
+    }
+
     /// The chain from a queue up to (excluding) the root.
     pub fn ancestry(&self, q: QueueId) -> impl Iterator<Item = QueueId> + '_ {
         std::iter::successors(Some(q), move |&q| self.queues[q].parent).take_while(|&q| q != ROOT)
@@ -480,6 +504,7 @@ fn build_queues(
         name: String::new(),
         parent: None,
         children: Vec::new(),
+        depth: 0,
         deserved: Res::zero(n),
         deserved_declared: vec![false; n],
         governed: vec![false; n],
@@ -503,6 +528,7 @@ fn build_queues(
             name: q.name.clone(),
             parent: None,
             children: Vec::new(),
+            depth: 0,
             deserved: vec_of(&q.deserved, 0),
             deserved_declared: declared,
             governed,
@@ -539,6 +565,13 @@ fn build_queues(
         }
         if q != ROOT && out[q].parent != Some(ROOT) {
             return Err(SnapshotError::Cycle(out[start].name.clone()));
+        }
+    }
+    let mut stack = vec![ROOT];
+    while let Some(q) = stack.pop() {
+        for c in out[q].children.clone() {
+            out[c].depth = out[q].depth + 1;
+            stack.push(c);
         }
     }
     Ok(out)

@@ -9,7 +9,9 @@ pub mod preempt;
 pub mod reclaim;
 
 use crate::framework::{EvictMode, Framework, Victim};
-use crate::placement::{Avail, Placer};
+use std::rc::Rc;
+
+use crate::placement::{Avail, Feasibility, Placer};
 use crate::session::{EvictReason, PodState, Session, Statement};
 use crate::snapshot::{JobId, JobPhase, NodeId, PodId, QueueId, QueueingStrategy, ROOT};
 
@@ -307,18 +309,22 @@ pub fn shortfall(ctx: &mut Ctx, job: JobId, candidates: &[&Victim], action: &str
     }
 }
 
-/// The nodes any pod of `gang` may use (sorted), by the pods' constraints.
-fn usable_nodes(ctx: &mut Ctx, gang: &[PodId]) -> Vec<NodeId> {
-    let mut seen_tasks = Vec::new();
-    let mut nodes = Vec::new();
+/// The feasibility of each distinct task constraints of `gang`: a node is usable by the gang
+/// when one of them allows it.
+fn gang_feasibility(ctx: &mut Ctx, gang: &[PodId]) -> Vec<Rc<Feasibility>> {
+    let mut out: Vec<Rc<Feasibility>> = Vec::new();
     for &p in gang {
-        let task = (ctx.ssn.snap.pods[p].job, ctx.ssn.snap.pods[p].task);
-        if seen_tasks.contains(&task) {
-            continue;
+        let f = ctx.placer.feasibility(ctx.ssn, ctx.fw, p);
+        if !out.iter().any(|o| Rc::ptr_eq(o, &f)) {
+            out.push(f);
         }
-        seen_tasks.push(task);
-        nodes.extend(ctx.placer.feasibility(ctx.ssn, ctx.fw, p).nodes.iter().copied());
     }
+    out
+}
+
+/// The nodes any pod of `gang` may use (sorted).
+fn usable_nodes(ctx: &mut Ctx, gang: &[PodId]) -> Vec<NodeId> {
+    let mut nodes: Vec<NodeId> = gang_feasibility(ctx, gang).iter().flat_map(|f| f.nodes.iter().copied()).collect();
     nodes.sort_unstable();
     nodes.dedup();
     nodes
@@ -338,7 +344,8 @@ fn evict_for(
     fits: &dyn Fn(&Ctx) -> bool,
 ) -> Option<Statement> {
     let gang = ctx.ssn.gang_pods(job);
-    let usable = usable_nodes(ctx, &gang);
+    let feasible = gang_feasibility(ctx, &gang);
+    let usable = |n: NodeId| feasible.iter().any(|f| f.ok(n));
     let reason = match mode {
         EvictMode::Preempt => EvictReason::Preempt,
         EvictMode::Reclaim => EvictReason::Reclaim,
@@ -348,16 +355,17 @@ fn evict_for(
     let mut st = Statement::new();
     for i in 0..candidates.len() {
         let v = candidates[i];
-        if !v.pods.iter().any(|&p| ctx.ssn.pod_state[p].running_on().is_some_and(|n| usable.binary_search(&n).is_ok()))
-        {
+        if !v.pods.iter().any(|&p| ctx.ssn.pod_state[p].running_on().is_some_and(usable)) {
             continue;
         }
         if !ctx.fw.may_evict(ctx.ssn, mode, job, v) {
             continue;
         }
+        let ranked = (mode == EvictMode::Reclaim).then(|| ctx.fw.victim_ranks(ctx.ssn, mode, v));
         evict_unit(ctx.ssn, &mut st, v, reason, &mut nodes);
         chosen.push(i);
-        if mode == EvictMode::Reclaim {
+        // Ranks follow the victim's queue: when this queue's rank moved, re-rank the rest.
+        if ranked.is_some_and(|before| before != ctx.fw.victim_ranks(ctx.ssn, mode, v)) {
             ctx.fw.sort_victims(ctx.ssn, mode, &mut candidates[i + 1..]);
         }
         if !fits(ctx) {
@@ -387,8 +395,7 @@ fn evict_unit(ssn: &mut Session, st: &mut Statement, v: &Victim, reason: EvictRe
 }
 
 /// Re-applies a working victim set without each victim in turn (latest first), keeping the
-/// smaller set whenever the gang still fits; this may drop every victim (the gang then waits
-/// only for pods already being evicted).
+/// smaller set whenever the gang still fits.
 fn spare_unneeded(
     ctx: &mut Ctx,
     gang: &[PodId],
@@ -422,8 +429,10 @@ fn spare_unneeded(
         ctx.ssn.discard(st);
         None
     };
-    if chosen.len() <= MAX_PRUNE {
-        for k in (0..chosen.len()).rev() {
+    // Without the latest victim the set is one that was tried and did not fit; without the
+    // only victim nothing is freed (a gang that fits without eviction never gets here).
+    if chosen.len() > 1 && chosen.len() <= MAX_PRUNE {
+        for k in (0..chosen.len() - 1).rev() {
             let without: Vec<usize> = chosen.iter().enumerate().filter(|&(i, _)| i != k).map(|(_, &c)| c).collect();
             if let Some(st) = attempt(ctx, &without) {
                 ctx.ssn.discard(st);

@@ -52,14 +52,13 @@ pub fn run(ctx: &mut Ctx) {
         if fits_without_eviction(ctx, job, &fits) {
             continue;
         }
-        // Queues above their deserved quota somewhere on the way up (a resource a queue does
-        // not name counts as deserved 0): only their jobs can be victims.
-        let above = |v: usize| {
-            snap.ancestry(v).any(|a| {
-                let (alloc, deserved) = (&ctx.ssn.queue_alloc[a], &snap.queues[a].deserved);
-                (0..need.len()).any(|r| r != snap.pods_resource && need[r] > 0 && alloc[r] > deserved[r])
-            })
+        // Whether a queue is above its deserved quota in a resource the gang needs (a
+        // resource a queue does not name counts as deserved 0), for the reason.
+        let above_deserved = |a: usize| {
+            let (alloc, deserved) = (&ctx.ssn.queue_alloc[a], &snap.queues[a].deserved);
+            (0..need.len()).any(|r| r != snap.pods_resource && need[r] > 0 && alloc[r] > deserved[r])
         };
+        let above = |v: usize| ctx.fw.may_reclaim_from(ctx.ssn, job, v);
         let others = || {
             (0..running.len())
                 .filter(|&v| v != q && v != ROOT && !running[v].is_empty() && above(v))
@@ -72,7 +71,7 @@ pub fn run(ctx: &mut Ctx) {
             .filter(|v| ctx.fw.may_evict(ctx.ssn, EvictMode::Reclaim, job, v))
             .collect();
         if candidates.is_empty() {
-            let why = no_victims(ctx, job, &need, above(q));
+            let why = no_victims(ctx, job, &need, above_deserved(q));
             append_reason(ctx, job, &why);
             failed[q] = Some(need);
             continue;

@@ -8,6 +8,7 @@
 //! from non-reclaimable queues (except their elastic pods while they are overused). The pod
 //! count is node capacity, not quota: it has no fair-share bound here.
 
+use std::cell::RefCell;
 use std::cmp::Ordering;
 
 use crate::config::FairShareMode;
@@ -22,12 +23,18 @@ pub struct FairShare {
     mode: FairShareMode,
     defer_queue_order: bool,
     jobs_by_queue: Vec<Vec<JobId>>,
+    /// The last reclaimer's gang request, keyed by (job, running pods, pipelined pods):
+    /// reclaim asks about many victims for one reclaimer in a row.
+    last_need: RefCell<Option<(NeedKey, Res)>>,
 }
+
+/// A job and its running and pipelined pod counts: its gang request is fixed while these are.
+type NeedKey = (JobId, u32, u32);
 
 impl FairShare {
     /// A plugin dividing spare capacity by `mode`; `defer_queue_order` lets DRF order queues.
     pub fn new(mode: FairShareMode, defer_queue_order: bool) -> FairShare {
-        FairShare { mode, defer_queue_order, jobs_by_queue: Vec::new() }
+        FairShare { mode, defer_queue_order, jobs_by_queue: Vec::new(), last_need: RefCell::new(None) }
     }
 }
 
@@ -160,6 +167,17 @@ fn elastic_running(ssn: &Session, job: JobId) -> Res {
 }
 
 impl FairShare {
+    /// Calls `f` with the gang request of `job`, worked out once per job and state.
+    fn with_need<T>(&self, ssn: &Session, job: JobId, f: impl FnOnce(&Res) -> T) -> T {
+        let key = (job, ssn.job_running[job], ssn.job_pipelined[job]);
+        let mut last = self.last_need.borrow_mut();
+        let need = match last.as_ref() {
+            Some((k, need)) if *k == key => need,
+            _ => &last.insert((key, ssn.sum_requests(&ssn.gang_pods(job)))).1,
+        };
+        f(need)
+    }
+
     /// What the job could free in its own queue: elastic pods of any job, and the running
     /// pods of lower-priority preemptible jobs (it may preempt both).
     fn freeable_for(&self, ssn: &Session, job: JobId) -> Res {
@@ -187,19 +205,6 @@ fn exceeding(req: &Res, have: &Res, cap: &Res) -> Option<(usize, i64, i64)> {
     (0..req.len())
         .find(|&r| req[r] > 0 && cap[r] != UNLIMITED && have[r].saturating_add(req[r]) > cap[r])
         .map(|r| (r, have[r] + req[r], cap[r]))
-}
-
-/// The two sibling queues where the paths from the root to `a` and to `b` part: (the one
-/// above `a`, the one above `b`); `None` when one queue is in the other's subtree.
-fn split(snap: &Snapshot, a: QueueId, b: QueueId) -> Option<(QueueId, QueueId)> {
-    let path = |q: QueueId| {
-        let mut p: Vec<QueueId> = snap.ancestry(q).collect();
-        p.reverse();
-        p
-    };
-    let (pa, pb) = (path(a), path(b));
-    let at = pa.iter().zip(&pb).position(|(x, y)| x != y)?;
-    Some((pa[at], pb[at]))
 }
 
 /// KAI's reclaim rule, judged on the sibling queues where the reclaimer's and the victim's
@@ -343,9 +348,8 @@ impl Plugin for FairShare {
         }
         let snap = ssn.snap;
         let (pq, vq) = (snap.jobs[preemptor].queue, snap.jobs[v.job].queue);
-        let Some((mine, theirs)) = split(snap, pq, vq) else { return false };
-        let need = ssn.sum_requests(&ssn.gang_pods(preemptor));
-        if !reclaimable_from(ssn, mine, theirs, &need) {
+        let Some((mine, theirs)) = snap.split(pq, vq) else { return false };
+        if !self.with_need(ssn, preemptor, |need| reclaimable_from(ssn, mine, theirs, need)) {
             return false;
         }
         let fenced = snap
@@ -353,6 +357,11 @@ impl Plugin for FairShare {
             .take_while(|&q| q != snap.queues[theirs].parent.unwrap_or(ROOT))
             .any(|q| !snap.queues[q].reclaimable);
         !fenced || (v.elastic && self.overused(ssn, vq))
+    }
+
+    fn may_reclaim_from(&self, ssn: &Session, preemptor: JobId, queue: QueueId) -> bool {
+        let Some((mine, theirs)) = ssn.snap.split(ssn.snap.jobs[preemptor].queue, queue) else { return false };
+        self.with_need(ssn, preemptor, |need| reclaimable_from(ssn, mine, theirs, need))
     }
 
     fn victim_rank(&self, ssn: &Session, mode: EvictMode, v: &Victim) -> i64 {
