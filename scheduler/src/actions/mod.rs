@@ -215,14 +215,13 @@ pub fn append_reason(ctx: &mut Ctx, job: JobId, why: &str) {
     ctx.ssn.set_reason(job, joined);
 }
 
-/// Whether `job`'s gang already fits idle capacity within the action's bound: then nothing
-/// is evicted for it (the next allocation places it).
-pub fn fits_without_eviction(ctx: &mut Ctx, job: JobId, fits: &dyn Fn(&Ctx) -> bool) -> bool {
+/// Whether `pods` (a gang, or one elastic pod) already fit idle capacity within the action's
+/// bound: then nothing is evicted for them (the next allocation places them).
+pub fn fits_without_eviction(ctx: &mut Ctx, pods: &[PodId], fits: &dyn Fn(&Ctx) -> bool) -> bool {
     if !fits(ctx) {
         return false;
     }
-    let gang = ctx.ssn.gang_pods(job);
-    match try_place_all(ctx, &gang, Avail::Idle(None)) {
+    match try_place_all(ctx, pods, Avail::Idle(None)) {
         Some(st) => {
             ctx.ssn.discard(st);
             true
@@ -231,22 +230,22 @@ pub fn fits_without_eviction(ctx: &mut Ctx, job: JobId, fits: &dyn Fn(&Ctx) -> b
     }
 }
 
-/// Sorts the candidates, evicts what makes room for `job`'s gang and pipelines the gang, or,
-/// when nothing works, sets the job's reason to `failure`. On success, returns where its
+/// Sorts the candidates, evicts what makes room for `pods` of `job` (its gang, or one
+/// elastic pod) and pipelines them, or, when nothing works, adds `failure` to the job's reason. On success, returns where its
 /// evictions start in the session's decisions.
 pub fn make_room(
     ctx: &mut Ctx,
     job: JobId,
+    pods: &[PodId],
     mut candidates: Vec<&Victim>,
     mode: EvictMode,
     fits: &dyn Fn(&Ctx) -> bool,
     failure: &dyn Fn(&mut Ctx, &[&Victim]) -> String,
 ) -> Option<usize> {
     ctx.fw.sort_victims(ctx.ssn, mode, &mut candidates);
-    let gang = ctx.ssn.gang_pods(job).len();
-    match evict_for(ctx, job, &mut candidates, mode, fits) {
+    match evict_for(ctx, job, pods, &mut candidates, mode, fits) {
         Some(st) => {
-            let evicted = st.len() - gang;
+            let evicted = st.len() - pods.len();
             let since = ctx.ssn.decisions.evictions.len();
             ctx.ssn.commit(st);
             let what = match mode {
@@ -272,11 +271,10 @@ pub fn make_room(
 /// Why evicting every candidate would not seat the gang: the first resource the gang needs
 /// more of than the idle and freeable capacity of the nodes its pods may use, or else that
 /// the capacity is split across nodes so that no placement fits.
-pub fn shortfall(ctx: &mut Ctx, job: JobId, candidates: &[&Victim], action: &str) -> String {
+pub fn shortfall(ctx: &mut Ctx, gang: &[PodId], candidates: &[&Victim], action: &str) -> String {
     let snap = ctx.ssn.snap;
-    let gang = ctx.ssn.gang_pods(job);
-    let usable = usable_nodes(ctx, &gang);
-    let need = ctx.ssn.sum_requests(&gang);
+    let usable = usable_nodes(ctx, gang);
+    let need = ctx.ssn.sum_requests(gang);
     let mut have = crate::res::Res::zero(need.len());
     for &n in &usable {
         let ssn = &ctx.ssn;
@@ -330,8 +328,8 @@ fn usable_nodes(ctx: &mut Ctx, gang: &[PodId]) -> Vec<NodeId> {
     nodes
 }
 
-/// Tries to make room for `job`'s gang by evicting candidates in order, then pipelines the
-/// gang onto the freed capacity. Only victims on nodes some pod of the gang may use count.
+/// Tries to make room for `gang` (pods of `job`) by evicting candidates in order, then
+/// pipelines it onto the freed capacity. Only victims on nodes some pod of the gang may use count.
 /// In reclaim, the candidates still to try are ranked again after each eviction (a queue
 /// that drops below its fair share stops coming first). Victims that turn out unnecessary
 /// are spared. Returns the statement holding evictions and pipelined pods, or `None` when no
@@ -339,12 +337,12 @@ fn usable_nodes(ctx: &mut Ctx, gang: &[PodId]) -> Vec<NodeId> {
 fn evict_for(
     ctx: &mut Ctx,
     job: JobId,
+    gang: &[PodId],
     candidates: &mut [&Victim],
     mode: EvictMode,
     fits: &dyn Fn(&Ctx) -> bool,
 ) -> Option<Statement> {
-    let gang = ctx.ssn.gang_pods(job);
-    let feasible = gang_feasibility(ctx, &gang);
+    let feasible = gang_feasibility(ctx, gang);
     let usable = |n: NodeId| feasible.iter().any(|f| f.ok(n));
     let reason = match mode {
         EvictMode::Preempt => EvictReason::Preempt,
@@ -371,10 +369,10 @@ fn evict_for(
         if !fits(ctx) {
             continue;
         }
-        if let Some(pipe) = try_place_all(ctx, &gang, Avail::Future(&nodes)) {
+        if let Some(pipe) = try_place_all(ctx, gang, Avail::Future(&nodes)) {
             ctx.ssn.discard(pipe);
             ctx.ssn.discard(st);
-            return spare_unneeded(ctx, &gang, candidates, chosen, reason, fits);
+            return spare_unneeded(ctx, gang, candidates, chosen, reason, fits);
         }
     }
     ctx.ssn.discard(st);

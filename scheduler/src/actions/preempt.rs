@@ -28,7 +28,7 @@ pub fn run(ctx: &mut Ctx) {
                 continue;
             }
             let fits = |c: &Ctx| c.fw.allocatable(c.ssn, job, &need, ShareBound::Idle).is_ok();
-            if fits_without_eviction(ctx, job, &fits) {
+            if fits_without_eviction(ctx, &gang, &fits) {
                 continue;
             }
             let others = || running[q].iter().copied().filter(|&o| o != job && ctx.ssn.job_running[o] > 0);
@@ -41,8 +41,8 @@ pub fn run(ctx: &mut Ctx) {
                 failed = Some((need, priority));
                 continue;
             }
-            let failure = |c: &mut Ctx, victims: &[&Victim]| shortfall(c, job, victims, "preempt");
-            match make_room(ctx, job, candidates, EvictMode::Preempt, &fits, &failure) {
+            let failure = |c: &mut Ctx, victims: &[&Victim]| shortfall(c, &gang, victims, "preempt");
+            match make_room(ctx, job, &gang, candidates, EvictMode::Preempt, &fits, &failure) {
                 Some(since) => cache.forget_evicted(ctx.ssn, since),
                 None => failed = Some((need, priority)),
             }

@@ -8,79 +8,118 @@
 
 use crate::framework::{EvictMode, ShareBound, Victim};
 use crate::res::Res;
-use crate::snapshot::{JobId, ROOT};
+use crate::snapshot::{JobId, PodId, ROOT};
 
 use super::{
     append_reason, evicting_jobs, fits_without_eviction, jobs_by_queue, make_room, select_queue, shortfall, starving,
     Ctx, VictimCache,
 };
 
-/// Runs the action.
+/// Runs the action: first for gang minimums, then for elastic pods.
 pub fn run(ctx: &mut Ctx) {
     let snap = ctx.ssn.snap;
-    let by_queue = evicting_jobs(ctx);
     let running = jobs_by_queue(ctx, |j| ctx.ssn.job_running[j] > 0);
-    let mut cache = VictimCache::new(snap.jobs.len());
+    let mut state =
+        Reclaim { running, cache: VictimCache::new(snap.jobs.len()), failed: vec![None; snap.queues.len()] };
+    let minimums = evicting_jobs(ctx);
+    serve(ctx, &mut state, &minimums, &|c, j| starving(c, j).then(|| c.ssn.gang_pods(j)));
+    // Then pending pods above the minimum, one pod per job per attempt (Run:ai: reclaim
+    // "balances fairness" too), by the same rule.
+    state.failed.fill(None);
+    let elastic = jobs_by_queue(ctx, |j| elastic_waiting(ctx, j));
+    serve(ctx, &mut state, &elastic, &|c, j| elastic_waiting(c, j).then(|| c.ssn.pending_pods(j).take(1).collect()));
+}
+
+/// A running job (at least its minimum) with pending elastic pods and none pipelined.
+fn elastic_waiting(ctx: &Ctx, job: JobId) -> bool {
+    ctx.ssn.job_pipelined[job] == 0 && ctx.fw.job_ready(ctx.ssn, job) && ctx.ssn.pending_pods(job).next().is_some()
+}
+
+/// What the attempts of one run share.
+struct Reclaim {
+    /// Running jobs per leaf queue.
+    running: Vec<Vec<JobId>>,
+    cache: VictimCache,
+    /// Per queue, a request that found no room: larger ones are not tried again.
+    failed: Vec<Option<Res>>,
+}
+
+/// Serves the jobs listed per queue, most deprived queue first, each job once; `pods` says
+/// which pods a job asks room for (`None`: it no longer needs any).
+fn serve(
+    ctx: &mut Ctx,
+    state: &mut Reclaim,
+    by_queue: &[Vec<JobId>],
+    pods: &dyn Fn(&Ctx, JobId) -> Option<Vec<PodId>>,
+) {
     let mut cursor = vec![0usize; by_queue.len()];
-    let mut failed: Vec<Option<Res>> = vec![None; by_queue.len()];
     loop {
-        let head =
-            |c: &Ctx, q: usize, cursor: &[usize]| by_queue[q][cursor[q]..].iter().copied().find(|&j| starving(c, j));
+        let head = |c: &Ctx, q: usize, cursor: &[usize]| {
+            by_queue[q][cursor[q]..].iter().copied().find(|&j| pods(c, j).is_some_and(|p| !p.is_empty()))
+        };
         let Some(q) = select_queue(ctx, &|q| head(ctx, q, &cursor).is_some()) else { break };
-        let job: JobId = head(ctx, q, &cursor).expect("selected queue has a starving job");
+        let job: JobId = head(ctx, q, &cursor).expect("selected queue has a job to serve");
         cursor[q] = by_queue[q].iter().position(|&j| j == job).expect("job is listed") + 1;
-        let gang = ctx.ssn.gang_pods(job);
-        let need = ctx.ssn.sum_requests(&gang);
-        if failed[q].as_ref().is_some_and(|r| r.fits_in(&need)) {
-            continue;
-        }
-        let fits = |c: &Ctx| c.fw.allocatable(c.ssn, job, &need, ShareBound::FairShare).is_ok();
-        // The job's own queue must stay within its fair share; its ancestors are checked once
-        // the victims are chosen (their allocation then drops by what is reclaimed below them).
-        let (alloc, share) = (&ctx.ssn.queue_alloc[q], &ctx.ssn.fair_share[q]);
-        if let Some(r) = (0..need.len()).find(|&r| need[r] > 0 && alloc[r] + need[r] > share[r]) {
-            let why = format!(
-                "reclaim: queue {} would exceed its fair share ({} {} > {})",
-                snap.queues[q].name,
-                snap.resources[r],
-                snap.amount(r, alloc[r] + need[r]),
-                snap.amount(r, share[r])
-            );
-            append_reason(ctx, job, &why);
-            continue;
-        }
-        if fits_without_eviction(ctx, job, &fits) {
-            continue;
-        }
-        // Whether a queue is above its deserved quota in a resource the gang needs (a
-        // resource a queue does not name counts as deserved 0), for the reason.
-        let above_deserved = |a: usize| {
-            let (alloc, deserved) = (&ctx.ssn.queue_alloc[a], &snap.queues[a].deserved);
-            (0..need.len()).any(|r| r != snap.pods_resource && need[r] > 0 && alloc[r] > deserved[r])
-        };
-        let above = |v: usize| ctx.fw.may_reclaim_from(ctx.ssn, job, v);
-        let others = || {
-            (0..running.len())
-                .filter(|&v| v != q && v != ROOT && !running[v].is_empty() && above(v))
-                .flat_map(|v| running[v].iter().copied())
-                .filter(|&o| ctx.ssn.job_running[o] > 0)
-        };
-        cache.fill(ctx.ssn, others());
-        let candidates: Vec<&Victim> = others()
-            .flat_map(|o| cache.of(o))
-            .filter(|v| ctx.fw.may_evict(ctx.ssn, EvictMode::Reclaim, job, v))
-            .collect();
-        if candidates.is_empty() {
-            let why = no_victims(ctx, job, &need, above_deserved(q));
-            append_reason(ctx, job, &why);
-            failed[q] = Some(need);
-            continue;
-        }
-        let failure = |c: &mut Ctx, victims: &[&Victim]| shortfall(c, job, victims, "reclaim");
-        match make_room(ctx, job, candidates, EvictMode::Reclaim, &fits, &failure) {
-            Some(since) => cache.forget_evicted(ctx.ssn, since),
-            None => failed[q] = Some(need),
-        }
+        let wanted = pods(ctx, job).unwrap_or_default();
+        attempt(ctx, state, job, &wanted);
+    }
+}
+
+/// One reclaim attempt for `pods` of `job`.
+fn attempt(ctx: &mut Ctx, state: &mut Reclaim, job: JobId, pods: &[PodId]) {
+    let snap = ctx.ssn.snap;
+    let q = snap.jobs[job].queue;
+    let need = ctx.ssn.sum_requests(pods);
+    if state.failed[q].as_ref().is_some_and(|r| r.fits_in(&need)) {
+        return;
+    }
+    let fits = |c: &Ctx| c.fw.allocatable(c.ssn, job, &need, ShareBound::FairShare).is_ok();
+    // The job's own queue must stay within its fair share; its ancestors are checked once
+    // the victims are chosen (their allocation then drops by what is reclaimed below them).
+    let (alloc, share) = (&ctx.ssn.queue_alloc[q], &ctx.ssn.fair_share[q]);
+    if let Some(r) = (0..need.len()).find(|&r| need[r] > 0 && alloc[r] + need[r] > share[r]) {
+        let why = format!(
+            "reclaim: queue {} would exceed its fair share ({} {} > {})",
+            snap.queues[q].name,
+            snap.resources[r],
+            snap.amount(r, alloc[r] + need[r]),
+            snap.amount(r, share[r])
+        );
+        append_reason(ctx, job, &why);
+        return;
+    }
+    if fits_without_eviction(ctx, pods, &fits) {
+        return;
+    }
+    // Whether a queue is above its deserved quota in a resource the request needs (a
+    // resource a queue does not name counts as deserved 0), for the reason.
+    let above_deserved = |a: usize| {
+        let (alloc, deserved) = (&ctx.ssn.queue_alloc[a], &snap.queues[a].deserved);
+        (0..need.len()).any(|r| r != snap.pods_resource && need[r] > 0 && alloc[r] > deserved[r])
+    };
+    let running = &state.running;
+    let others = || {
+        (0..running.len())
+            .filter(|&v| v != q && v != ROOT && !running[v].is_empty() && ctx.fw.may_reclaim_from(ctx.ssn, job, v))
+            .flat_map(|v| running[v].iter().copied())
+            .filter(|&o| ctx.ssn.job_running[o] > 0)
+    };
+    state.cache.fill(ctx.ssn, others());
+    let candidates: Vec<&Victim> = others()
+        .flat_map(|o| state.cache.of(o))
+        .filter(|v| ctx.fw.may_evict(ctx.ssn, EvictMode::Reclaim, job, v))
+        .collect();
+    if candidates.is_empty() {
+        let why = no_victims(ctx, job, &need, above_deserved(q));
+        append_reason(ctx, job, &why);
+        state.failed[q] = Some(need);
+        return;
+    }
+    let failure = |c: &mut Ctx, victims: &[&Victim]| shortfall(c, pods, victims, "reclaim");
+    let outcome = make_room(ctx, job, pods, candidates, EvictMode::Reclaim, &fits, &failure);
+    match outcome {
+        Some(since) => state.cache.forget_evicted(ctx.ssn, since),
+        None => state.failed[q] = Some(need),
     }
 }
 

@@ -167,13 +167,21 @@ fn elastic_running(ssn: &Session, job: JobId) -> Res {
 }
 
 impl FairShare {
-    /// Calls `f` with the gang request of `job`, worked out once per job and state.
+    /// Calls `f` with what `job` asks room for — its gang's minimum, or one elastic pod once
+    /// the minimum runs — worked out once per job and state.
     fn with_need<T>(&self, ssn: &Session, job: JobId, f: impl FnOnce(&Res) -> T) -> T {
         let key = (job, ssn.job_running[job], ssn.job_pipelined[job]);
         let mut last = self.last_need.borrow_mut();
         let need = match last.as_ref() {
             Some((k, need)) if *k == key => need,
-            _ => &last.insert((key, ssn.sum_requests(&ssn.gang_pods(job)))).1,
+            _ => {
+                // A job at its minimum asks for one elastic pod at a time.
+                let mut pods = ssn.gang_pods(job);
+                if pods.is_empty() {
+                    pods.extend(ssn.pending_pods(job).take(1));
+                }
+                &last.insert((key, ssn.sum_requests(&pods))).1
+            }
         };
         f(need)
     }
