@@ -23,6 +23,9 @@ pub struct FairShare {
     mode: FairShareMode,
     defer_queue_order: bool,
     jobs_by_queue: Vec<Vec<JobId>>,
+    /// Per queue, the running elastic pods (above their job's minimum) of its whole subtree,
+    /// at the start of the cycle: free capacity for admission (Volcano's elastic rule).
+    elastic_subtree: Vec<Res>,
     /// The last reclaimer's gang request, keyed by (job, running pods, pipelined pods):
     /// reclaim asks about many victims for one reclaimer in a row.
     last_need: RefCell<Option<(NeedKey, Res)>>,
@@ -34,7 +37,13 @@ type NeedKey = (JobId, u32, u32);
 impl FairShare {
     /// A plugin dividing spare capacity by `mode`; `defer_queue_order` lets DRF order queues.
     pub fn new(mode: FairShareMode, defer_queue_order: bool) -> FairShare {
-        FairShare { mode, defer_queue_order, jobs_by_queue: Vec::new(), last_need: RefCell::new(None) }
+        FairShare {
+            mode,
+            defer_queue_order,
+            jobs_by_queue: Vec::new(),
+            elastic_subtree: Vec::new(),
+            last_need: RefCell::new(None),
+        }
     }
 }
 
@@ -251,6 +260,18 @@ impl Plugin for FairShare {
             by_queue[job.queue].push(j);
         }
         compute_shares(ssn, &by_queue, self.mode);
+        let snap = ssn.snap;
+        let mut elastic = vec![Res::zero(snap.resources.len()); snap.queues.len()];
+        for (q, jobs) in by_queue.iter().enumerate() {
+            let mut sum = Res::zero(snap.resources.len());
+            for &j in jobs {
+                sum.add(&elastic_running(ssn, j));
+            }
+            for a in snap.ancestry(q) {
+                elastic[a].add(&sum);
+            }
+        }
+        self.elastic_subtree = elastic;
         self.jobs_by_queue = by_queue;
     }
 
@@ -319,7 +340,9 @@ impl Plugin for FairShare {
         let freeable = self.freeable_for(ssn, job);
         for q in snap.ancestry(j.queue) {
             let queue = &snap.queues[q];
-            let mut used = ssn.queue_alloc[q].minus(&freeable).plus(&reserved[q]);
+            // Above the job's own queue, elastic pods anywhere in the subtree are free too.
+            let below = self.elastic_subtree[q].minus(&self.elastic_subtree[j.queue]);
+            let mut used = ssn.queue_alloc[q].minus(&freeable).minus(&below).plus(&reserved[q]);
             used.clamp_non_negative();
             if let Some((r, would, cap)) = exceeding(&min, &used, &queue.limit) {
                 return Err(format!(
