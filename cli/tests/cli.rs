@@ -144,3 +144,16 @@ fn crds_prints_every_custom_resource_definition() {
         assert!(text.contains(&format!("name: {name}")), "{name} in {text}");
     }
 }
+
+#[test]
+fn queue_tables_name_the_resource_that_decided_a_queues_state() {
+    let scenario = repo("scenarios/reclaim-for-elastic-pods.yaml");
+    let out = drover(&["sim", &scenario, "--cycles", "1", "--output", "json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["queues"]["qb"]["state"], "OverFairShare");
+    assert_eq!(report["queues"]["qb"]["stateResource"], "nvidia.com/gpu");
+    assert!(report["queues"]["qa"].get("stateResource").is_none(), "an in-quota queue has no deciding resource");
+    let table = String::from_utf8(drover(&["sim", &scenario, "--cycles", "1"]).stdout).unwrap();
+    assert!(table.lines().any(|l| l.starts_with("qb") && l.contains("OverFairShare (nvidia.com/gpu)")), "{table}");
+}

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use drover_api::PODS;
+use drover_scheduler::plugins::fairshare::classify;
 use drover_scheduler::res::Res;
 use drover_scheduler::session::EvictReason;
 use drover_scheduler::snapshot::{JobPhase, Snapshot, ROOT};
@@ -51,6 +52,9 @@ pub struct QueueReport {
     pub fair_share: BTreeMap<String, String>,
     /// `InQuota`, `OverQuota` or `OverFairShare`.
     pub state: &'static str,
+    /// The resource that put the queue over its fair share or quota.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state_resource: Option<String>,
 }
 
 /// The whole result.
@@ -139,13 +143,7 @@ pub fn report(name: &str, result: &SimResult) -> Report {
         .map(|(q, queue)| {
             let alloc = &result.last.queue_alloc[q];
             let fair = &result.last.fair_share[q];
-            let state = if alloc.first_exceeding(fair).is_some() {
-                "OverFairShare"
-            } else if queue.over_quota(alloc) {
-                "OverQuota"
-            } else {
-                "InQuota"
-            };
+            let (state, by) = classify(queue, snap.pods_resource, alloc, fair);
             let mut deserved = snap.to_list(&queue.deserved);
             deserved
                 .0
@@ -154,7 +152,8 @@ pub fn report(name: &str, result: &SimResult) -> Report {
                 allocated: named(snap, alloc),
                 deserved: deserved.to_strings(),
                 fair_share: named(snap, fair),
-                state,
+                state: state.as_str(),
+                state_resource: by.map(|r| snap.resources[r].clone()),
             };
             (queue.name.clone(), report)
         })
@@ -216,7 +215,13 @@ pub fn to_table(report: &Report) -> String {
     let queue_rows: Vec<Vec<String>> = report
         .queues
         .iter()
-        .map(|(k, q)| vec![k.clone(), q.state.to_string(), list(&q.allocated), list(&q.deserved), list(&q.fair_share)])
+        .map(|(k, q)| {
+            let state = match &q.state_resource {
+                Some(r) => format!("{} ({r})", q.state),
+                None => q.state.to_string(),
+            };
+            vec![k.clone(), state, list(&q.allocated), list(&q.deserved), list(&q.fair_share)]
+        })
         .collect();
     table(&mut out, &["QUEUE", "STATE", "ALLOCATED", "DESERVED", "FAIR SHARE"], &queue_rows);
     if !report.evictions.is_empty() {

@@ -16,7 +16,7 @@ use crate::fair_share::{divide, Claim};
 use crate::framework::{EvictMode, Plugin, ShareBound, Victim};
 use crate::res::{Res, UNLIMITED};
 use crate::session::Session;
-use crate::snapshot::{JobId, QueueId, Snapshot, ROOT};
+use crate::snapshot::{JobId, Queue, QueueId, Snapshot, ROOT};
 
 /// The fair-share plugin.
 pub struct FairShare {
@@ -71,13 +71,19 @@ impl QueueState {
 
 /// A queue's state from its allocation, deserved quota and fair share.
 pub fn queue_state(ssn: &Session, q: QueueId) -> QueueState {
-    let alloc = &ssn.queue_alloc[q];
-    if alloc.first_exceeding(&ssn.fair_share[q]).is_some() {
-        QueueState::OverFairShare
-    } else if ssn.snap.queues[q].over_quota(alloc) {
-        QueueState::OverQuota
+    classify(&ssn.snap.queues[q], ssn.snap.pods_resource, &ssn.queue_alloc[q], &ssn.fair_share[q]).0
+}
+
+/// A queue's state and the resource that decided it: the first resource over its fair
+/// share, else the first over the deserved quota the queue's quota governs (`None` while
+/// in quota). The pod count never decides.
+pub fn classify(queue: &Queue, pods: usize, alloc: &Res, fair: &Res) -> (QueueState, Option<usize>) {
+    if let Some(r) = (0..alloc.len()).find(|&r| r != pods && alloc[r] > fair[r]) {
+        (QueueState::OverFairShare, Some(r))
+    } else if let Some(r) = (0..alloc.len()).find(|&r| queue.quota_covers(r) && alloc[r] > queue.deserved[r]) {
+        (QueueState::OverQuota, Some(r))
     } else {
-        QueueState::InQuota
+        (QueueState::InQuota, None)
     }
 }
 
