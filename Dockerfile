@@ -7,7 +7,7 @@
 FROM docker.io/library/rust:1.95.0-bookworm AS build
 WORKDIR /src
 COPY . .
-ENV RUSTFLAGS="-C target-feature=+crt-static"
+ENV RUSTFLAGS="-C target-feature=+crt-static" CARGO_PROFILE_RELEASE_STRIP=symbols
 RUN cargo build --release --locked --bin drover --target x86_64-unknown-linux-gnu \
  && install -D -m 0755 target/x86_64-unknown-linux-gnu/release/drover /out/drover
 
