@@ -83,11 +83,6 @@ impl Queue {
     pub fn quota_covers(&self, r: usize) -> bool {
         self.governed[r]
     }
-
-    /// Whether `alloc` exceeds the deserved quota in a resource the quota governs.
-    pub fn over_quota(&self, alloc: &Res) -> bool {
-        (0..alloc.len()).any(|r| self.quota_covers(r) && alloc[r] > self.deserved[r])
-    }
 }
 
 /// The constraints of a task that decide which nodes can ever host its pods.

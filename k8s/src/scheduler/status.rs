@@ -7,6 +7,7 @@ use drover_api::crd::conditions;
 use drover_api::crd::podgroup::{PodGroup, PodGroupPhase, PodGroupStatus};
 use drover_api::crd::queue::Queue;
 use drover_scheduler::cycle::CycleOutcome;
+use drover_scheduler::plugins::fairshare::classify;
 use drover_scheduler::res::Res;
 use drover_scheduler::snapshot::{JobPhase, QueueId, Snapshot};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -202,13 +203,7 @@ fn queue_state(snap: &Snapshot, outcome: &CycleOutcome, q: QueueId) -> &'static 
     let zero = Res::zero(snap.resources.len());
     let alloc = outcome.queue_alloc.get(q).unwrap_or(&zero);
     let share = outcome.fair_share.get(q).unwrap_or(&zero);
-    if (0..alloc.len()).any(|r| r != snap.pods_resource && alloc[r] > share[r]) {
-        "OverFairShare"
-    } else if queue.over_quota(alloc) {
-        "OverQuota"
-    } else {
-        "InQuota"
-    }
+    classify(queue, snap.pods_resource, alloc, share).0.as_str()
 }
 
 /// The merge-patch value turning `current` into `want`: changed entries, and `null` for
