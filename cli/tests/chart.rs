@@ -123,7 +123,10 @@ except helm.HelmError as e:
         (r#"{"image": {"pullPolicy": "Sometimes"}}"#, "/image/pullPolicy"),
         (r#"{"metrics": {"port": 70000}}"#, "/metrics/port"),
         (r#"{"schedulr": {}}"#, "schedulr"),
-        (r#"{"userRoles": {"queueViewers": [{"kind": "ServiceAccount", "name": "x"}]}}"#, "/userRoles/queueViewers/0/kind"),
+        (
+            r#"{"userRoles": {"queueViewers": [{"kind": "ServiceAccount", "name": "x"}]}}"#,
+            "/userRoles/queueViewers/0/kind",
+        ),
     ] {
         let Some(said) = helm(script, &[values]) else { return };
         assert!(!said.contains("ACCEPTED"), "{values} was accepted");
