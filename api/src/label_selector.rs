@@ -1,7 +1,8 @@
 //! Kubernetes label selectors (`matchLabels` and `matchExpressions`), evaluated the way the
 //! API server does, for the namespaces a Queue admits. A selector that Kubernetes would refuse
-//! (an unknown operator, `In` without values, `Exists` with values) is an error, never a
-//! match: a mistyped fence must not open the queue.
+//! (an unknown operator, `In` without values, `Exists` with values, a key or value that is not
+//! a valid label key or value) is an error, never a match: a mistyped fence must not open the
+//! queue (`NotIn` or `DoesNotExist` on a key no namespace can carry would match them all).
 
 use std::collections::BTreeMap;
 
@@ -27,11 +28,25 @@ pub fn selects(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> R
 
 /// Checks `selector` as the API server checks a LabelSelector.
 pub fn validate(selector: &LabelSelector) -> Result<(), String> {
+    for (key, value) in selector.match_labels.iter().flatten() {
+        if let Some(why) = key_error(key) {
+            return Err(format!("matchLabels: invalid label key {key:?}: {why}"));
+        }
+        if let Some(why) = value_error(value) {
+            return Err(format!("matchLabels[{key:?}]: invalid label value {value:?}: {why}"));
+        }
+    }
     for (i, e) in selector.match_expressions.iter().flatten().enumerate() {
         let values = e.values.as_ref().map_or(0, Vec::len);
         let at = format!("matchExpressions[{i}] (key {:?})", e.key);
         if e.key.is_empty() {
             return Err(format!("matchExpressions[{i}]: key must not be empty"));
+        }
+        if let Some(why) = key_error(&e.key) {
+            return Err(format!("{at}: invalid label key: {why}"));
+        }
+        if let Some((v, why)) = e.values.iter().flatten().find_map(|v| Some((v, value_error(v)?))) {
+            return Err(format!("{at}: invalid label value {v:?}: {why}"));
         }
         match e.operator.as_str() {
             "In" | "NotIn" if values == 0 => return Err(format!("{at}: operator {} needs values", e.operator)),
@@ -43,6 +58,46 @@ pub fn validate(selector: &LabelSelector) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Why `name` is not a label name (the part after an optional prefix), or a non-empty label
+/// value: at most 63 characters of `[A-Za-z0-9_.-]`, beginning and ending alphanumeric.
+fn name_error(name: &str) -> Option<&'static str> {
+    let b = name.as_bytes();
+    if b.len() > 63 {
+        Some("must be at most 63 characters")
+    } else if !b.iter().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.')) {
+        Some("may contain only letters, digits, '-', '_' and '.'")
+    } else if !b.first().is_some_and(u8::is_ascii_alphanumeric) || !b.last().is_some_and(u8::is_ascii_alphanumeric) {
+        Some("must begin and end with a letter or digit")
+    } else {
+        None
+    }
+}
+
+/// Why `key` is not a label key: an optional DNS subdomain prefix and `/`, then a name.
+fn key_error(key: &str) -> Option<&'static str> {
+    let Some((prefix, name)) = key.split_once('/') else { return name_error(key) };
+    let label_ok = |l: &str| {
+        let b = l.as_bytes();
+        !b.is_empty()
+            && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+            && b[0] != b'-'
+            && b[b.len() - 1] != b'-'
+    };
+    if prefix.len() > 253 || !prefix.split('.').all(label_ok) {
+        return Some("the prefix must be a lowercase DNS subdomain of at most 253 characters");
+    }
+    name_error(name)
+}
+
+/// Why `value` is not a label value (the empty value is one).
+fn value_error(value: &str) -> Option<&'static str> {
+    if value.is_empty() {
+        None
+    } else {
+        name_error(value)
+    }
 }
 
 #[cfg(test)]

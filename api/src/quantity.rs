@@ -58,6 +58,11 @@ impl Quantity {
         let mut digits = 0usize;
         let mut seen_point = false;
         let mut significant = 0usize;
+        // Digits past MAX_DIGITS significant ones are worth less than a nano-unit of any
+        // value in range: they are dropped, an integer one still scales the value, and a
+        // nonzero one rounds the result up.
+        let mut dropped_integer_digits: i32 = 0;
+        let mut dropped_nonzero = false;
         while pos < bytes.len() {
             let c = bytes[pos];
             if c.is_ascii_digit() {
@@ -66,11 +71,15 @@ impl Quantity {
                     significant += 1;
                 }
                 if significant > MAX_DIGITS {
-                    return Err(overflow());
-                }
-                mantissa = mantissa * 10 + i128::from(c - b'0');
-                if seen_point {
-                    frac_digits += 1;
+                    dropped_nonzero |= c != b'0';
+                    if !seen_point {
+                        dropped_integer_digits = dropped_integer_digits.saturating_add(1);
+                    }
+                } else {
+                    mantissa = mantissa * 10 + i128::from(c - b'0');
+                    if seen_point {
+                        frac_digits = frac_digits.saturating_add(1);
+                    }
                 }
             } else if c == b'.' && !seen_point {
                 seen_point = true;
@@ -89,17 +98,21 @@ impl Quantity {
         for _ in 0..binary_pow {
             value = value.checked_mul(1024).ok_or_else(overflow)?;
         }
-        let shift = 9 + exp10 - frac_digits;
+        let shift = (9 + exp10).saturating_add(dropped_integer_digits).saturating_sub(frac_digits);
         if shift >= 0 {
+            // With dropped digits the value is at least 10^29 nano-units, out of range, so
+            // they need no rounding here.
             for _ in 0..shift {
                 value = value.checked_mul(10).ok_or_else(overflow)?;
             }
         } else {
             let divisor = 10i128.checked_pow(shift.unsigned_abs()).ok_or_else(overflow);
             value = match divisor {
+                // Dropped nonzero digits make the exact value a little more than `value`.
+                Ok(d) if dropped_nonzero => value / d + 1,
                 Ok(d) => (value + d - 1) / d,
                 // Dividing by more than 10^38 leaves at most one nano-unit.
-                Err(_) => i128::from(value > 0),
+                Err(_) => i128::from(value > 0 || dropped_nonzero),
             };
         }
         if value > NANOS_PER_UNIT * i128::from(i64::MAX) {

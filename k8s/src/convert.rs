@@ -71,7 +71,8 @@
 //! pod may not run); ignoring `matchFields` is looser (the kubelet then rejects a wrong
 //! node). An unknown or malformed expression is reported (`InvalidAffinity`) and dropped.
 //! Preferred affinity and pod (anti-)affinity are ignored. Per-pod findings about requests
-//! and constraints are reported once per task part, on its first pod.
+//! and constraints are reported on the first pod of the task that has them: pods made from
+//! one template are reported once, and a pod with a value of its own is always named.
 //!
 //! **PodGroups → jobs.** `minMember`, per-task minimums from `minTaskMember`, queue from
 //! `spec.queue` (else [`DEFAULT_QUEUE`]), phase from `status.phase` (`Pending` when
@@ -553,17 +554,19 @@ fn group_job<'a>(
             ))
         });
         let mut parts: Vec<(BTreeMap<String, i64>, Constraints, Vec<Member<'a>>)> = Vec::new();
+        let mut reported: Vec<Vec<Finding>> = Vec::new();
         for m in list {
-            let mut findings = Vec::new();
+            let mut findings = m.info.findings.clone();
             let constraints = pod::constraints(m.info.pod, &mut findings);
+            if !findings.is_empty() && !reported.contains(&findings) {
+                for (reason, message) in &findings {
+                    problems.push(m.info.problem(reason, message.clone()));
+                }
+                reported.push(findings);
+            }
             match parts.iter_mut().find(|(r, c, _)| *r == m.info.requests && *c == constraints) {
                 Some(part) => part.2.push(m),
-                None => {
-                    for (reason, message) in m.info.findings.iter().chain(&findings) {
-                        problems.push(m.info.problem(reason, message.clone()));
-                    }
-                    parts.push((m.info.requests.clone(), constraints, vec![m]));
-                }
+                None => parts.push((m.info.requests.clone(), constraints, vec![m])),
             }
         }
         let mut minimum = group.spec.min_task_member.get(&task).copied().unwrap_or(0);

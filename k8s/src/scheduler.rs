@@ -43,13 +43,17 @@
 //! object, so a cycle started right after another does not decide again on the same pods.
 //!
 //! **Failures.** An API error on one object is logged and retried next cycle; it never
-//! stops the cycle or the loop. Nothing here panics.
+//! stops the cycle or the loop. Nothing here panics. Every problem the conversion finds in
+//! an object (a value it cannot use, a missing reference) is logged as a warning naming the
+//! object, once, in the cycle it first appears; a PodGroup's also becomes its `Valid`
+//! condition.
 
 mod api;
 mod cache;
 mod gang;
 mod status;
 
+use std::collections::BTreeSet;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -157,7 +161,7 @@ async fn schedule(
 ) -> anyhow::Result<()> {
     cache.wait_ready().await?;
     tracing::info!(scheduler = %options.scheduler_name, "caches synced; scheduling");
-    let mut state = State { overlay: Overlay::default(), intents: Intents::default() };
+    let mut state = State { overlay: Overlay::default(), intents: Intents::default(), reported: BTreeSet::new() };
     let period = options.period.max(Duration::from_millis(10));
     let mut ticker = tokio::time::interval(period);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -176,6 +180,8 @@ async fn schedule(
 struct State {
     overlay: Overlay,
     intents: Intents,
+    /// The conversion's problems of the last cycle, so that each is logged once.
+    reported: BTreeSet<convert::Problem>,
 }
 
 impl State {
@@ -201,6 +207,12 @@ impl State {
             g = cache.gather(&mut self.overlay);
         }
         let converted = convert::convert(&g.objects(), &options.scheduler_name);
+        let problems: BTreeSet<convert::Problem> = converted.problems.iter().cloned().collect();
+        for p in problems.difference(&self.reported) {
+            let namespace = p.namespace.as_deref().unwrap_or("");
+            tracing::warn!(kind = p.kind, namespace, name = %p.name, reason = %p.reason, "{}", p.message);
+        }
+        self.reported = problems;
         let snap = match snapshot::build(&converted.nodes, &converted.queues, &converted.jobs) {
             Ok(s) => s,
             Err(e) => {

@@ -46,6 +46,7 @@ pub fn divide(total: i64, claims: &[Claim], mode: FairShareMode) -> Vec<i64> {
 /// Distributes `total` in proportion to `weights`, never giving a child more than its cap;
 /// what a capped child cannot take is redistributed among the others.
 pub fn water_fill(total: i64, weights: &[i128], caps: &[i64]) -> Vec<i64> {
+    let weights = &bounded(weights, total, caps);
     let mut out = vec![0i64; caps.len()];
     let mut remaining = i128::from(total.max(0));
     let mut active: Vec<usize> = (0..caps.len()).filter(|&i| weights[i] > 0 && caps[i] > 0).collect();
@@ -77,6 +78,24 @@ pub fn water_fill(total: i64, weights: &[i128], caps: &[i64]) -> Vec<i64> {
         break;
     }
     out
+}
+
+/// `weights`, scaled down (rounding up, so that no positive weight becomes 0) just enough
+/// that `water_fill`'s products fit in an i128: a cap or the total times the sum of the
+/// weights. Realistic weights come back unchanged; only those of absurd amounts (quotas or
+/// demands near 2^63, which would otherwise overflow and hand out more than the total) lose
+/// precision.
+fn bounded(weights: &[i128], total: i64, caps: &[i64]) -> Vec<i128> {
+    let largest = i128::from(caps.iter().copied().chain([total]).max().unwrap_or(0).max(1));
+    let mut shift = 0;
+    loop {
+        let scaled: Vec<i128> = weights.iter().map(|&w| if w > 0 { ((w - 1) >> shift) + 1 } else { w }).collect();
+        let sum = scaled.iter().filter(|&&w| w > 0).try_fold(0i128, |a, &w| a.checked_add(w));
+        if sum.and_then(|s| s.checked_mul(largest)).is_some() {
+            return scaled;
+        }
+        shift += 1;
+    }
 }
 
 #[cfg(test)]
