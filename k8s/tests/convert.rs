@@ -1,14 +1,15 @@
 //! `drover_k8s::convert`: Kubernetes objects (built as JSON) to snapshot inputs.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+mod common;
 
+use std::collections::BTreeMap;
+
+use common::World;
 use drover_api::{
     NodeSelectorOperator, NodeSelectorRequirement, ResourceList, TaintEffect, Toleration, TolerationOperator,
 };
 use drover_k8s::convert::{
-    convert, Converted, Objects, PodCounts, DEFAULT_QUEUE, POD_GROUP_ANNOTATION, PREEMPTIBLE_ANNOTATION,
-    TASK_INDEX_LABEL, TASK_LABEL,
+    Converted, PodCounts, DEFAULT_QUEUE, POD_GROUP_ANNOTATION, PREEMPTIBLE_ANNOTATION, TASK_INDEX_LABEL, TASK_LABEL,
 };
 use drover_scheduler::config::SchedulerConfig;
 use drover_scheduler::cycle::run_cycle;
@@ -17,37 +18,6 @@ use serde_json::{json, Value};
 
 // ---------------------------------------------------------------------------------------
 // Object builders
-
-#[derive(Default, Clone, Debug)]
-struct World {
-    nodes: Vec<Value>,
-    pods: Vec<Value>,
-    groups: Vec<Value>,
-    queues: Vec<Value>,
-    classes: Vec<Value>,
-    namespaces: Vec<Value>,
-}
-
-fn arcs<T: serde::de::DeserializeOwned>(values: &[Value]) -> Vec<Arc<T>> {
-    values.iter().map(|v| Arc::new(serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("{e}: {v}")))).collect()
-}
-
-impl World {
-    fn convert(&self) -> Converted {
-        let (nodes, pods, groups, queues, classes) =
-            (arcs(&self.nodes), arcs(&self.pods), arcs(&self.groups), arcs(&self.queues), arcs(&self.classes));
-        let namespaces = arcs(&self.namespaces);
-        let objects = Objects {
-            nodes: &nodes,
-            pods: &pods,
-            pod_groups: &groups,
-            queues: &queues,
-            priority_classes: &classes,
-            namespaces: &namespaces,
-        };
-        convert(&objects, "drover")
-    }
-}
 
 fn node(name: &str, cpu: &str, gpu: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},

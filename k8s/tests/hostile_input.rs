@@ -6,14 +6,15 @@
 //! the field (or is one the module docs say is ignored), and the valid tenant's gang still
 //! gets its nodes (issue 9, part 5).
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+mod common;
 
+use std::collections::{BTreeMap, BTreeSet};
+
+use common::World;
 use drover_api::label_selector;
 use drover_api::{NodeSelectorOperator, NodeSelectorRequirement, ResourceList, TaintEffect};
 use drover_k8s::convert::{
-    convert, Converted, Objects, Problem, DEFAULT_QUEUE, POD_GROUP_ANNOTATION, PREEMPTIBLE_ANNOTATION,
-    TASK_INDEX_LABEL, TASK_LABEL,
+    Converted, Problem, DEFAULT_QUEUE, POD_GROUP_ANNOTATION, PREEMPTIBLE_ANNOTATION, TASK_INDEX_LABEL, TASK_LABEL,
 };
 use drover_scheduler::config::SchedulerConfig;
 use drover_scheduler::cycle::{run_cycle, CycleOutcome};
@@ -43,44 +44,14 @@ const RESERVED_NAMES: [&str; 7] = [GOOD_NS, GOOD_QUEUE, GOOD_GROUP, "good-0", "g
 
 const QUEUE_REASONS: [&str; 5] = ["QueueNotFound", "QueueInvalid", "QueueNotLeaf", "QueueNotAllowed", "QueueClosed"];
 
-#[derive(Default, Clone, Debug)]
-struct World {
-    nodes: Vec<Value>,
-    pods: Vec<Value>,
-    groups: Vec<Value>,
-    queues: Vec<Value>,
-    classes: Vec<Value>,
-    namespaces: Vec<Value>,
-}
-
-fn arcs<T: serde::de::DeserializeOwned>(values: &[Value]) -> Vec<Arc<T>> {
-    values.iter().map(|v| Arc::new(serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("{e}: {v}")))).collect()
-}
-
-impl World {
-    fn convert(&self) -> Converted {
-        let (nodes, pods, groups, queues) =
-            (arcs(&self.nodes), arcs(&self.pods), arcs(&self.groups), arcs(&self.queues));
-        let (classes, namespaces) = (arcs(&self.classes), arcs(&self.namespaces));
-        let objects = Objects {
-            nodes: &nodes,
-            pods: &pods,
-            pod_groups: &groups,
-            queues: &queues,
-            priority_classes: &classes,
-            namespaces: &namespaces,
-        };
-        convert(&objects, "drover")
-    }
-
-    fn extend(&mut self, other: World) {
-        self.nodes.extend(other.nodes);
-        self.pods.extend(other.pods);
-        self.groups.extend(other.groups);
-        self.queues.extend(other.queues);
-        self.classes.extend(other.classes);
-        self.namespaces.extend(other.namespaces);
-    }
+/// Adds `other`'s objects to `world`.
+fn extend(world: &mut World, other: World) {
+    world.nodes.extend(other.nodes);
+    world.pods.extend(other.pods);
+    world.groups.extend(other.groups);
+    world.queues.extend(other.queues);
+    world.classes.extend(other.classes);
+    world.namespaces.extend(other.namespaces);
 }
 
 fn good_world() -> World {
@@ -656,14 +627,11 @@ fn pod_findings(pod: &Value) -> Vec<(&'static str, Vec<String>, bool)> {
         }
         for e in term["matchExpressions"].as_array().into_iter().flatten() {
             let key = e["key"].as_str().unwrap_or("");
-            let operator = match e["operator"].as_str().unwrap_or("") {
-                "In" => NodeSelectorOperator::In,
-                "NotIn" => NodeSelectorOperator::NotIn,
-                "Exists" => NodeSelectorOperator::Exists,
-                "DoesNotExist" => NodeSelectorOperator::DoesNotExist,
-                "Gt" => NodeSelectorOperator::Gt,
-                "Lt" => NodeSelectorOperator::Lt,
-                other => {
+            // The operator names are the enum's serde names (Kubernetes' spelling).
+            let operator = match serde_json::from_value::<NodeSelectorOperator>(e["operator"].clone()) {
+                Ok(op) => op,
+                Err(_) => {
+                    let other = e["operator"].as_str().unwrap_or("");
                     out.push((
                         "InvalidAffinity",
                         vec![format!("{key:?}"), format!("unknown operator {other:?}")],
@@ -1086,7 +1054,7 @@ proptest! {
     #[test]
     fn hostile_objects_are_reported_and_never_block_a_valid_tenant(hostile in hostile_world()) {
         let mut world = good_world();
-        world.extend(hostile.clone());
+        extend(&mut world, hostile.clone());
         let c = world.convert();
         check_conversion(&world, &hostile, &c)?;
         check_good_tenant(&world, &c)?;
@@ -1100,7 +1068,7 @@ proptest! {
 
 fn with_hostile(extra: World) -> (World, Converted) {
     let mut world = good_world();
-    world.extend(extra);
+    extend(&mut world, extra);
     let c = world.convert();
     (world, c)
 }
