@@ -3,7 +3,7 @@
 //! may be scaled by patching a task's replicas. Lifecycle policies map pod and task events to
 //! job actions.
 
-use k8s_openapi::api::core::v1::PodTemplateSpec;
+use super::task_template::TaskTemplate;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
 use schemars::{json_schema, Schema, SchemaGenerator};
@@ -80,15 +80,16 @@ pub struct TaskSpec {
     /// Pods of this task that must run for the job to run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_available: Option<u32>,
-    /// The pod template.
+    /// The pod template (read leniently: see [`TaskTemplate`]).
     #[schemars(schema_with = "pod_template_schema")]
-    pub template: PodTemplateSpec,
+    pub template: TaskTemplate,
     /// Event -> action rules for this task (before the job's).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub policies: Vec<LifecyclePolicy>,
 }
 
-/// Pod templates are validated by the API server when pods are created, not in the CRD.
+/// Pod templates are validated by the API server when pods are created, not in the CRD; the Job
+/// controller refuses a Job whose template does not read as one.
 fn pod_template_schema(_: &mut SchemaGenerator) -> Schema {
     json_schema!({"type": "object", "x-kubernetes-preserve-unknown-fields": true})
 }

@@ -13,6 +13,7 @@ pub mod job;
 pub mod podgroup;
 pub mod project;
 pub mod queue;
+pub mod task_template;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::core::crd::merge_crds;

@@ -101,7 +101,7 @@ fn minimum_pods(job: &Job) -> Vec<(&TaskSpec, u32)> {
 pub fn min_resources(job: &Job) -> Option<BTreeMap<String, Quantity>> {
     let mut sum: BTreeMap<String, i64> = BTreeMap::new();
     for (task, count) in minimum_pods(job) {
-        let Some(spec) = &task.template.spec else { continue };
+        let Some(spec) = task.template.get().ok().and_then(|t| t.spec.as_ref()) else { continue };
         for c in &spec.containers {
             for (name, q) in c.resources.as_ref().and_then(|r| r.requests.as_ref()).into_iter().flatten() {
                 let amount = ResourceList::parse_amount(name, &q.0).ok()?;
@@ -150,7 +150,7 @@ fn job_env(job: &Job) -> JobEnv {
     let first = job.spec.tasks.iter().find(|t| t.replicas > 0).or(job.spec.tasks.first());
     let master_addr = first.map(|t| pod_host(&name, &ns, &pod_name(&name, &t.name, 0))).unwrap_or_default();
     let master_port = first
-        .and_then(|t| t.template.spec.as_ref())
+        .and_then(|t| t.template.get().ok()?.spec.as_ref())
         .and_then(|s| s.containers.iter().find_map(|c| c.ports.as_ref()?.first().map(|p| p.container_port)))
         .unwrap_or(DEFAULT_MASTER_PORT);
     let hosts = job
@@ -184,7 +184,8 @@ pub fn pod(job: &Job, task_pos: usize, index: u32, retry: u32) -> Pod {
     let env = job_env(job);
     let rank: u32 = job.spec.tasks[..task_pos].iter().map(|t| t.replicas).sum::<u32>() + index;
 
-    let template_meta = task.template.metadata.clone().unwrap_or_default();
+    let template = task.template.get().cloned().unwrap_or_default();
+    let template_meta = template.metadata.unwrap_or_default();
     let mut labels = template_meta.labels.unwrap_or_default();
     labels.insert(JOB_NAME_LABEL.into(), job_name.clone());
     labels.insert(TASK_LABEL.into(), task.name.clone());
@@ -193,7 +194,7 @@ pub fn pod(job: &Job, task_pos: usize, index: u32, retry: u32) -> Pod {
     annotations.insert(POD_GROUP_ANNOTATION.into(), job_name.clone());
     annotations.insert(RETRY_ANNOTATION.into(), retry.to_string());
 
-    let mut spec: PodSpec = task.template.spec.clone().unwrap_or_default();
+    let mut spec: PodSpec = template.spec.unwrap_or_default();
     if spec.scheduler_name.as_deref().is_none_or(str::is_empty) {
         spec.scheduler_name = Some(SCHEDULER_NAME.into());
     }
@@ -235,6 +236,7 @@ pub fn pod(job: &Job, task_pos: usize, index: u32, retry: u32) -> Pod {
 mod tests {
     use super::*;
     use drover_api::crd::job::JobSpec;
+    use drover_api::crd::task_template::TaskTemplate;
     use k8s_openapi::api::core::v1::{ContainerPort, PodTemplateSpec, ResourceRequirements};
 
     fn task(name: &str, replicas: u32, min: Option<u32>, cpu: &str) -> TaskSpec {
@@ -242,7 +244,7 @@ mod tests {
             name: name.into(),
             replicas,
             min_available: min,
-            template: PodTemplateSpec {
+            template: TaskTemplate::from(PodTemplateSpec {
                 metadata: None,
                 spec: Some(PodSpec {
                     containers: vec![Container {
@@ -256,7 +258,7 @@ mod tests {
                     }],
                     ..Default::default()
                 }),
-            },
+            }),
             policies: vec![],
         }
     }
@@ -266,6 +268,13 @@ mod tests {
         j.metadata.namespace = Some("ns".into());
         j.metadata.uid = Some("u1".into());
         j
+    }
+
+    fn pod_spec_mut(j: &mut Job, task: usize) -> &mut PodSpec {
+        match &mut j.spec.tasks[task].template {
+            TaskTemplate::Valid(t) => t.spec.as_mut().unwrap(),
+            TaskTemplate::Unreadable { error, .. } => panic!("{error}"),
+        }
     }
 
     fn env_of(p: &Pod) -> BTreeMap<String, String> {
@@ -291,7 +300,7 @@ mod tests {
     #[test]
     fn env_has_rank_world_size_master_and_hosts() {
         let mut j = job(vec![task("master", 1, None, "1"), task("my-worker", 2, None, "1")], None);
-        j.spec.tasks[0].template.spec.as_mut().unwrap().containers[0].ports =
+        pod_spec_mut(&mut j, 0).containers[0].ports =
             Some(vec![ContainerPort { container_port: 1234, ..Default::default() }]);
         let p = pod(&j, 1, 1, 0);
         let env = env_of(&p);
@@ -302,7 +311,7 @@ mod tests {
         assert_eq!(env["DROVER_HOSTS_MY_WORKER"], "train-my-worker-0.train.ns.svc,train-my-worker-1.train.ns.svc");
         assert_eq!(p.spec.as_ref().unwrap().scheduler_name.as_deref(), Some("drover"));
         assert_eq!(p.spec.as_ref().unwrap().hostname.as_deref(), Some("train-my-worker-1"));
-        j.spec.tasks[1].template.spec.as_mut().unwrap().scheduler_name = Some("other".into());
+        pod_spec_mut(&mut j, 1).scheduler_name = Some("other".into());
         assert_eq!(pod(&j, 1, 0, 0).spec.unwrap().scheduler_name.as_deref(), Some("other"), "the template's is kept");
     }
 }

@@ -55,8 +55,11 @@
 //! queue whose `namespaceSelector` (or an ancestor's) does not select the Job's namespace,
 //! gets the condition `Valid=False` (reason `QueueNotFound` / `PriorityClassNotFound` /
 //! `QueueNotAllowed`) and a Warning Event, and nothing is created until that changes (Queues
-//! and PriorityClasses are watched; the job is also retried every [`INVALID_REQUEUE`]). A pod the API server refuses (an invalid
-//! template) gives a Warning Event `FailedCreatePod` and a retry after [`INVALID_REQUEUE`].
+//! and PriorityClasses are watched; the job is also retried every [`INVALID_REQUEUE`]). So does
+//! a task template that does not read as a pod template (reason `InvalidTemplate`, the field
+//! named); such a Job is read on its own and never stops the controller reading the others.
+//! A pod the API server refuses (a template that reads but is invalid) gives a Warning Event
+//! `FailedCreatePod` and a retry after [`INVALID_REQUEUE`].
 //!
 //! # Consistency
 //!
@@ -110,7 +113,8 @@ pub const RETRY_ANNOTATION: &str = "batch.drover.dev/retry-count";
 pub const DEFAULT_QUEUE: &str = "default";
 /// `MASTER_PORT` when the first task's containers declare no port.
 pub const DEFAULT_MASTER_PORT: i32 = 23456;
-/// Condition: whether the Job's queue and priority class exist.
+/// Condition: whether the Job is valid (readable templates, a queue that admits it, an existing
+/// priority class).
 pub const CONDITION_VALID: &str = "Valid";
 /// Condition: a restart is in progress (True) or was done (False).
 pub const CONDITION_RESTARTING: &str = "Restarting";
@@ -253,6 +257,12 @@ async fn queue_refusal(client: &Client, namespace: &str, queue: Queue) -> Result
 }
 
 async fn validate(client: &Client, job: &Job) -> Result<plan::Validity, kube::Error> {
+    for (i, task) in job.spec.tasks.iter().enumerate() {
+        if let Err(error) = task.template.get() {
+            let message = format!("spec.tasks[{i}].template (task {:?}) is not a pod template: {error}", task.name);
+            return Ok(Err(("InvalidTemplate".into(), message)));
+        }
+    }
     if let Some(q) = job.spec.queue.as_deref().filter(|q| *q != DEFAULT_QUEUE) {
         let Some(queue) = Api::<Queue>::all(client.clone()).get_opt(q).await? else {
             return Ok(Err(("QueueNotFound".into(), format!("queue {q:?} does not exist"))));

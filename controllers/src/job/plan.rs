@@ -352,7 +352,8 @@ impl Planner<'_> {
 }
 
 /// Decides one reconcile of `job` from its pods, the evictions of its pods seen since the last
-/// successful reconcile and whether its queue and priority class exist.
+/// successful reconcile and whether it is valid (readable templates, a queue that admits it, an
+/// existing priority class).
 pub fn plan(job: &Job, pods: &[PodView], evictions: &[Eviction], validity: Validity, now: jiff::Timestamp) -> Plan {
     let old = job.status.clone().unwrap_or_default();
     let mut status = old.clone();
@@ -385,7 +386,7 @@ pub fn plan(job: &Job, pods: &[PodView], evictions: &[Eviction], validity: Valid
                 now,
                 generation,
             ) {
-                p.note(EventType::Warning, &reason, format!("{message}; no pods are created until it exists"));
+                p.note(EventType::Warning, &reason, format!("{message}; no pods are created until this is fixed"));
             }
             p.plan.requeue = Some(INVALID_REQUEUE);
             return p.plan;
@@ -398,12 +399,12 @@ pub fn plan(job: &Job, pods: &[PodView], evictions: &[Eviction], validity: Valid
                 CONDITION_VALID,
                 true,
                 "Valid",
-                "the queue and priority class exist",
+                "the templates read, the queue admits the namespace and the priority class exists",
                 now,
                 generation,
             );
             if was_invalid {
-                p.note(EventType::Normal, "Valid", "the queue and priority class now exist".into());
+                p.note(EventType::Normal, "Valid", "the Job is valid now".into());
             }
         }
     }

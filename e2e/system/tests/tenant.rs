@@ -7,7 +7,8 @@
 //! changing a queue, writing Job or PodGroup status, submitting to team B's queue, joining
 //! team B's gang from team A's namespace, evicting or deleting team B's pods, directly or
 //! through a higher-priority job, and bypassing Drover with GPU pods for another scheduler or
-//! with `spec.nodeName` set (the chart's admission policy). Without helm-python-sdk the test prints SKIPPED;
+//! with `spec.nodeName` set (the chart's admission policy), and stalling everyone's Jobs with a
+//! Job whose pod template does not read. Without helm-python-sdk the test prints SKIPPED;
 //! `DROVER_REQUIRE_HELM` (set in CI) forbids that.
 
 use std::collections::BTreeSet;
@@ -223,6 +224,12 @@ async fn a_tenant_with_edit_in_its_namespace_gets_nothing_beyond_its_queues_quot
         "spec": {"department": "research", "namespaces": ["team-a"], "nodePools": [{"name": "gpu", "gpu": "8"}]}});
     assert_eq!(code(create(&projects, project).await), 403);
 
+    // A Job whose template is not a pod template (the CRD keeps templates as written): it is
+    // refused on its own, and every Job after it (hers and team B's) is still served.
+    let mut broken = job("team-a", "a-broken", "team-a", "train", 1);
+    broken["spec"]["tasks"][0]["template"] = json!({"spec": {"containers": 5}});
+    create(&alice_jobs, broken).await.expect("the API server stores any template object");
+
     // Status is Drover's: neither a Job's nor a PodGroup's.
     create(&alice_jobs, job("team-a", "a-ok", "team-a", "train", 1)).await.expect("alice submits a job");
     let done = json!({"status": {"state": "Completed"}});
@@ -270,6 +277,17 @@ async fn a_tenant_with_edit_in_its_namespace_gets_nothing_beyond_its_queues_quot
             .then_some(())
     })
     .await;
+    let refusal =
+        eventually(60, &format!("the job with an unreadable template is refused (logs in {logs})"), || async {
+            let status = a_jobs.get("a-broken").await.ok()?.status?;
+            status.conditions.into_iter().find(|c| c.type_ == "Valid" && c.status == "False")
+        })
+        .await;
+    assert_eq!(refusal.reason, "InvalidTemplate");
+    assert!(
+        refusal.message.contains("spec.tasks[0].template") && refusal.message.contains("spec.containers"),
+        "{refusal:?}"
+    );
     // Several more scheduling cycles (1 s each) for anything wrong to happen.
     tokio::time::sleep(Duration::from_secs(6)).await;
 
