@@ -99,6 +99,11 @@ fn select_below(ctx: &Ctx, q: QueueId, eligible: &dyn Fn(QueueId) -> bool) -> Op
 }
 
 /// Places every pod of `pods` (in task order) or none. On failure, returns why.
+///
+/// A gang minimum is a count, not a list: when a pod of one job cannot be placed and its
+/// task's own minimum does not need it, another pending pod of the same job stands in for it
+/// (in task order; see [`StandIns`]), and the rest of the failed task is skipped, its pods
+/// being alike.
 pub fn place_all(ctx: &mut Ctx, pods: &[PodId], avail: Avail) -> Result<Statement, String> {
     place_or_explain(ctx, pods, avail, true).map_err(|why| why.unwrap_or_default())
 }
@@ -112,31 +117,119 @@ fn place_or_explain(ctx: &mut Ctx, pods: &[PodId], avail: Avail, explain: bool) 
     let mut st = Statement::new();
     let mut ordered = pods.to_vec();
     ordered.sort_by(|&a, &b| ctx.fw.task_order(ctx.ssn, a, b));
-    for (placed, &pod) in ordered.iter().enumerate() {
-        match ctx.placer.find(ctx.ssn, ctx.fw, pod, avail) {
-            Some(node) => match avail {
-                Avail::Idle(_) => ctx.ssn.allocate(&mut st, pod, node),
-                Avail::Future(_) => ctx.ssn.pipeline(&mut st, pod, node),
-            },
-            None => {
-                let why = explain.then(|| {
-                    let hold = match avail {
-                        Avail::Idle(h) => h,
-                        Avail::Future(_) => None,
-                    };
-                    let nodes = ctx.placer.explain(ctx.ssn, ctx.fw, pod, hold);
-                    if ordered.len() > 1 {
-                        format!("gang of {} pods: only {placed} fit; {nodes}", ordered.len())
-                    } else {
-                        nodes
-                    }
-                });
-                ctx.ssn.discard(st);
-                return Err(why);
-            }
+    let mut stand_ins = StandIns::new(ctx.ssn, &ordered);
+    let mut placed = 0;
+    let mut first_miss = None;
+    for &pod in &ordered {
+        if stand_ins.try_place(ctx, &mut st, pod, avail) {
+            placed += 1;
+            continue;
         }
+        first_miss.get_or_insert(pod);
+        if stand_ins.replace(ctx, &mut st, pod, avail) {
+            placed += 1;
+            continue;
+        }
+        let why = explain.then(|| {
+            let hold = match avail {
+                Avail::Idle(h) => h,
+                Avail::Future(_) => None,
+            };
+            let nodes = ctx.placer.explain(ctx.ssn, ctx.fw, first_miss.unwrap_or(pod), hold);
+            if ordered.len() > 1 {
+                format!("gang of {} pods: only {placed} fit; {nodes}", ordered.len())
+            } else {
+                nodes
+            }
+        });
+        ctx.ssn.discard(st);
+        return Err(why);
     }
     Ok(st)
+}
+
+/// Places `pod` on the node the placer finds, as an allocation or a pipelined claim.
+fn place_one(ctx: &mut Ctx, st: &mut Statement, pod: PodId, avail: Avail) -> bool {
+    let Some(node) = ctx.placer.find(ctx.ssn, ctx.fw, pod, avail) else { return false };
+    match avail {
+        Avail::Idle(_) => ctx.ssn.allocate(st, pod, node),
+        Avail::Future(_) => ctx.ssn.pipeline(st, pod, node),
+    }
+    true
+}
+
+/// The other pending pods of a job that may stand in for pods of it that cannot be placed.
+/// A stand-in never asks for more than the pod it replaces, so every quota check made for
+/// the requested pods still holds; a pod its task's own minimum needs has no stand-in; once a
+/// pod of a task fails, so would the task's other pods (same requests and constraints), and
+/// the task is skipped. Requests spanning several jobs get no stand-ins.
+struct StandIns {
+    /// The job, when every requested pod belongs to it.
+    job: Option<JobId>,
+    /// Pending pods of the job outside the request, in task order; taken ones become `None`.
+    spare: Vec<Option<PodId>>,
+    /// Per task: running pods before this placement, pods placed by it, and whether a pod of
+    /// it found no node.
+    running: Vec<u32>,
+    placed: Vec<u32>,
+    failed: Vec<bool>,
+}
+
+impl StandIns {
+    fn new(ssn: &Session, pods: &[PodId]) -> StandIns {
+        let job =
+            pods.first().map(|&p| ssn.snap.pods[p].job).filter(|&j| pods.iter().all(|&p| ssn.snap.pods[p].job == j));
+        let Some(j) = job else {
+            return StandIns { job, spare: Vec::new(), running: Vec::new(), placed: Vec::new(), failed: Vec::new() };
+        };
+        let tasks = ssn.snap.jobs[j].tasks.len();
+        StandIns {
+            job,
+            spare: ssn.pending_pods(j).filter(|p| !pods.contains(p)).map(Some).collect(),
+            running: ssn.task_running[j].clone(),
+            placed: vec![0; tasks],
+            failed: vec![false; tasks],
+        }
+    }
+
+    /// Places `pod` unless its task already failed; records the outcome.
+    fn try_place(&mut self, ctx: &mut Ctx, st: &mut Statement, pod: PodId, avail: Avail) -> bool {
+        let task = ctx.ssn.snap.pods[pod].task;
+        if self.job.is_some() && self.failed[task] {
+            return false;
+        }
+        let ok = place_one(ctx, st, pod, avail);
+        if self.job.is_some() {
+            if ok {
+                self.placed[task] += 1;
+            } else {
+                self.failed[task] = true;
+            }
+        }
+        ok
+    }
+
+    /// Places a stand-in for `pod`, which found no node; false when none may or can.
+    fn replace(&mut self, ctx: &mut Ctx, st: &mut Statement, pod: PodId, avail: Avail) -> bool {
+        let Some(job) = self.job else { return false };
+        let task = ctx.ssn.snap.pods[pod].task;
+        if self.running[task] + self.placed[task] < ctx.ssn.snap.jobs[job].tasks[task].min_available {
+            return false;
+        }
+        let req = ctx.ssn.requests(pod);
+        for i in 0..self.spare.len() {
+            let Some(other) = self.spare[i] else { continue };
+            let other_task = ctx.ssn.snap.pods[other].task;
+            if self.failed[other_task] || !ctx.ssn.requests(other).fits_in(req) {
+                continue;
+            }
+            if self.try_place(ctx, st, other, avail) {
+                self.spare[i] = None;
+                return true;
+            }
+        }
+        false
+    }
 }
 
 /// Eviction units of a running job: its pods above the gang minimum one by one (newest
@@ -307,11 +400,22 @@ pub fn shortfall(ctx: &mut Ctx, gang: &[PodId], candidates: &[&Victim], action: 
     }
 }
 
-/// The feasibility of each distinct task constraints of `gang`: a node is usable by the gang
-/// when one of them allows it.
+/// The feasibility of each distinct task constraints of `gang` and of the pending pods that
+/// may stand in for its pods (see [`StandIns`]): a node is usable by the gang when one of
+/// them allows it.
 fn gang_feasibility(ctx: &mut Ctx, gang: &[PodId]) -> Vec<Rc<Feasibility>> {
+    let ssn = &ctx.ssn;
+    let stand_ins: Vec<PodId> = match gang.first().map(|&p| ssn.snap.pods[p].job) {
+        Some(job) => ssn.snap.jobs[job]
+            .tasks
+            .iter()
+            .filter_map(|t| t.pods.iter().copied().find(|&p| ssn.pod_state[p] == PodState::Pending))
+            .filter(|&p| !gang.contains(&p) && gang.iter().any(|&g| ssn.requests(p).fits_in(ssn.requests(g))))
+            .collect(),
+        None => Vec::new(),
+    };
     let mut out: Vec<Rc<Feasibility>> = Vec::new();
-    for &p in gang {
+    for &p in gang.iter().chain(&stand_ins) {
         let f = ctx.placer.feasibility(ctx.ssn, ctx.fw, p);
         if !out.iter().any(|o| Rc::ptr_eq(o, &f)) {
             out.push(f);
