@@ -14,8 +14,8 @@ use drover_api::{
     GPU, MEMORY, NODE_POOL_LABEL, PODS,
 };
 use drover_scheduler::config::{
-    ConfigOverrides, DrfConfig, FairShareMode, PlacementConfig, PlacementOverride, PlacementStrategy, PoolPlacement,
-    SchedulerConfig,
+    ActionName, ConfigOverrides, DrfConfig, FairShareMode, PlacementConfig, PlacementOverride, PlacementStrategy,
+    PoolPlacement, SchedulerConfig,
 };
 use drover_scheduler::cycle::{run_cycle, CycleOutcome};
 use drover_scheduler::res::Res;
@@ -778,6 +778,35 @@ fn reasons_name_what_blocks(c: &Cycle) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether the job runs its gang minimum (overall and per task) in `out`.
+fn ready(snap: &Snapshot, out: &CycleOutcome, job: usize) -> bool {
+    let counts = &running_counts(snap, out)[job];
+    let j = &snap.jobs[job];
+    counts.iter().sum::<u32>() >= j.min_member && j.tasks.iter().zip(counts).all(|(t, &n)| n >= t.min_available)
+}
+
+/// Nothing is preempted for a job that could have started without it. When one job is the
+/// only one pipelined in a cycle and every eviction is a preemption, that job is the
+/// evictor; the same cycle without preempt and reclaim (allocate and backfill alone, on the
+/// same state preempt saw, as nothing else was pipelined) must leave it below its minimum.
+fn preemptions_needed(c: &Cycle) -> Result<(), String> {
+    let (snap, out) = (c.snap, c.out);
+    let evictions = &out.decisions.evictions;
+    if evictions.is_empty() || evictions.iter().any(|&(_, r)| r != EvictReason::Preempt) {
+        return Ok(());
+    }
+    let mut evictors: Vec<usize> = out.decisions.pipelined.iter().map(|&(p, _)| snap.pods[p].job).collect();
+    evictors.dedup();
+    let [evictor] = evictors[..] else { return Ok(()) };
+    let mut calm = c.config.clone();
+    calm.actions.retain(|a| !matches!(a, ActionName::Preempt | ActionName::Reclaim));
+    if ready(snap, &run_cycle(snap, &calm), evictor) {
+        let victims: Vec<String> = evictions.iter().map(|&(p, _)| pod_name(snap, p)).collect();
+        return Err(format!("{victims:?} preempted for {}, which starts without them", snap.jobs[evictor].key()));
+    }
+    Ok(())
+}
+
 /// 256 cases per property (`PROPTEST_CASES` overrides, for longer soak runs), and no
 /// regression files written next to the sources.
 fn proptest_config() -> ProptestConfig {
@@ -837,6 +866,11 @@ proptest! {
     fn cycles_are_deterministic(case in case()) {
         run_checked(&case, deterministic)?;
     }
+
+    #[test]
+    fn nothing_is_preempted_for_a_job_that_fits_without_it(case in case()) {
+        run_checked(&case, preemptions_needed)?;
+    }
 }
 
 /// Guards against vacuous properties: over as many cases as each property runs, the
@@ -846,6 +880,8 @@ fn generated_cases_exercise_binding_and_eviction() {
     let mut runner = TestRunner::new(proptest_config());
     let strategy = case();
     let (mut started, mut binds, mut pipelined, mut evictions) = (0, 0, 0, 0);
+    // Cycles the needless-preemption property judges: one evictor and only preemptions.
+    let mut lone_preemptions = 0;
     for _ in 0..256 {
         let case = strategy.new_tree(&mut runner).expect("a case").current();
         started += case.jobs.iter().filter(|j| j.phase == JobPhase::Running).count();
@@ -857,11 +893,21 @@ fn generated_cases_exercise_binding_and_eviction() {
             binds += out.decisions.binds.len();
             pipelined += out.decisions.pipelined.len();
             evictions += out.decisions.evictions.len();
+            let mut evictors: Vec<usize> = out.decisions.pipelined.iter().map(|&(p, _)| snap.pods[p].job).collect();
+            evictors.dedup();
+            let reasons: Vec<EvictReason> = out.decisions.evictions.iter().map(|&(_, r)| r).collect();
+            if evictors.len() == 1 && !reasons.is_empty() && reasons.iter().all(|&r| r == EvictReason::Preempt) {
+                lone_preemptions += 1;
+            }
             advance(&mut jobs, &snap, &out, case.slow_termination);
         }
     }
-    eprintln!("started {started} jobs; {binds} binds, {pipelined} pipelined, {evictions} evictions");
+    eprintln!(
+        "started {started} jobs; {binds} binds, {pipelined} pipelined, {evictions} evictions; \
+         {lone_preemptions} cycles with one preemptor"
+    );
     assert!(started > 0 && binds > 0 && pipelined > 0 && evictions > 0);
+    assert!(lone_preemptions > 0);
 }
 
 /// A hand-made case: one node in pool `a`, one queue limited to 2 CPUs, and a
@@ -908,6 +954,25 @@ fn tiny_case() -> Case {
         overrides: ConfigOverrides::default(),
         slow_termination: false,
     }
+}
+
+/// A preemption recorded for a job that fits idle capacity is caught as needless.
+#[test]
+fn a_needless_preemption_is_detected() {
+    let mut case = tiny_case();
+    case.jobs[0].tasks[0].constraints = Constraints::default();
+    let config = config_of(&case);
+    let snap = snapshot::build(&case.nodes, &case.queues, &case.jobs).expect("consistent inputs");
+    let clean = run_cycle(&snap, &config);
+    let check = |out: &CycleOutcome| {
+        preemptions_needed(&Cycle { case: &case, config: &config, jobs: &case.jobs, snap: &snap, out })
+    };
+    assert!(ready(&snap, &clean, 0), "the job starts on idle capacity");
+    assert_eq!(check(&clean), Ok(()));
+    let mut bad = clean.clone();
+    bad.decisions.evictions.push((4, EvictReason::Preempt));
+    bad.decisions.pipelined.push((4, 0));
+    assert!(check(&bad).is_err(), "a preemption for a job that starts without it passes");
 }
 
 /// An invariant's name, the invariant, and a change to an outcome that must break it.
