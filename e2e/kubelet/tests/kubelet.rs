@@ -691,7 +691,10 @@ async fn restarts_of_the_kubelet_and_of_the_api_server_keep_nodes_and_completion
 async fn many_pods_on_many_nodes() {
     let Some((server, kubelet)) = cluster(20).await else { return };
     let client = server.client();
-    let count = 200;
+    // Eight one-GPU pods per 8-GPU node: all are bound at once, so more would race their
+    // neighbours' completion and be rejected by admission (OutOfnvidia.com/gpu) whenever the
+    // machine is slow, which is admission working, not what this test measures.
+    let count = 160;
     let started = Instant::now();
     futures::stream::iter(0..count)
         .for_each_concurrent(16, |i| {
