@@ -23,7 +23,10 @@ impl Plugin for Gang {
         if v.elastic {
             v.pods.len() == 1 && ssn.can_lose_one(v.job, ssn.snap.pods[v.pods[0]].task)
         } else {
-            ssn.running_pods(v.job).all(|p| v.pods.contains(&p))
+            // The unit's pods are distinct: holding as many running pods as the job runs,
+            // all of them running, it is the whole job.
+            v.pods.len() == ssn.job_running[v.job] as usize
+                && v.pods.iter().all(|&p| ssn.pod_state[p].running_on().is_some())
         }
     }
 
