@@ -272,7 +272,7 @@ impl Metrics {
         for category in PENDING_CATEGORIES {
             pending.get_or_create(&ReasonLabels { reason: category.to_string() }).set(0);
         }
-        for reason in ["preempt", "reclaim"] {
+        for reason in ["preempt", "reclaim", "consolidate"] {
             evictions.get_or_create(&ReasonLabels { reason: reason.to_string() }).inc_by(0);
         }
         Metrics {
@@ -320,6 +320,7 @@ impl Metrics {
         let reason = match reason {
             EvictReason::Preempt => "preempt",
             EvictReason::Reclaim => "reclaim",
+            EvictReason::Consolidate => "consolidate",
         };
         self.evictions.get_or_create(&ReasonLabels { reason: reason.to_string() }).inc_by(n);
     }
@@ -380,15 +381,10 @@ impl Metrics {
     pub fn record_cycle(&self, snap: &Snapshot, outcome: &CycleOutcome, elapsed: Duration) {
         self.observe_cycle(elapsed);
         self.inc_binds(outcome.decisions.binds.len() as u64);
-        let (mut preempt, mut reclaim) = (0, 0);
-        for (_, reason) in &outcome.decisions.evictions {
-            match reason {
-                EvictReason::Preempt => preempt += 1,
-                EvictReason::Reclaim => reclaim += 1,
-            }
+        for reason in [EvictReason::Preempt, EvictReason::Reclaim, EvictReason::Consolidate] {
+            let n = outcome.decisions.evictions.iter().filter(|(_, r)| *r == reason).count();
+            self.inc_evictions(reason, n as u64);
         }
-        self.inc_evictions(EvictReason::Preempt, preempt);
-        self.inc_evictions(EvictReason::Reclaim, reclaim);
         self.set_pending_reasons(outcome.reasons.iter().flatten().map(String::as_str));
 
         let mut series = BTreeSet::new();

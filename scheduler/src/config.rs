@@ -23,6 +23,9 @@ pub enum ActionName {
     Reclaim,
     /// Place what fits in capacity that blocked gangs do not need.
     Backfill,
+    /// Move preemptible pods to other nodes so that a gang blocked by fragmented idle
+    /// capacity fits (off by default).
+    Consolidation,
 }
 
 /// How unused capacity is divided among queues that want more than their quota.

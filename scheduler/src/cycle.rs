@@ -60,6 +60,7 @@ pub fn run_cycle_observed(
             ActionName::Preempt => actions::preempt::run(&mut ctx),
             ActionName::Reclaim => actions::reclaim::run(&mut ctx),
             ActionName::Backfill => actions::backfill::run(&mut ctx),
+            ActionName::Consolidation => actions::consolidate::run(&mut ctx),
         }
         observe(action, started.elapsed(), &ssn.decisions);
     }

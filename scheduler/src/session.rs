@@ -39,6 +39,8 @@ pub enum EvictReason {
     Preempt,
     /// Reclaimed by another queue.
     Reclaim,
+    /// Moved by consolidation: evicted to be re-created on another node, so that a gang fits.
+    Consolidate,
 }
 
 /// One reversible change.
@@ -47,6 +49,7 @@ enum Op {
     Allocate(PodId, NodeId),
     Pipeline(PodId, NodeId),
     Evict(PodId, NodeId, PodState, EvictReason),
+    Hold(PodId, NodeId),
 }
 
 /// A transaction over the session: changes apply immediately and are undone by `discard`.
@@ -310,6 +313,15 @@ impl<'s> Session<'s> {
         st.ops.push(Op::Evict(pod, node, prev, reason));
     }
 
+    /// Sets capacity of a node aside, for the rest of the cycle, for the pod that will replace
+    /// a pod moved by consolidation (the pod itself is releasing its old node).
+    pub fn hold(&mut self, st: &mut Statement, pod: PodId, node: NodeId) {
+        let req = self.requests(pod);
+        self.node_used[node].add(req);
+        self.reindex(node);
+        st.ops.push(Op::Hold(pod, node));
+    }
+
     /// Undoes every change of the statement, newest first.
     pub fn discard(&mut self, st: Statement) {
         for op in st.ops.into_iter().rev() {
@@ -336,6 +348,11 @@ impl<'s> Session<'s> {
                     self.account_running(pod, true);
                     self.reindex(node);
                 }
+                Op::Hold(pod, node) => {
+                    let req = self.requests(pod);
+                    self.node_used[node].sub(req);
+                    self.reindex(node);
+                }
             }
         }
     }
@@ -352,6 +369,7 @@ impl<'s> Session<'s> {
                 Op::Allocate(pod, node) => self.decisions.binds.push((pod, node)),
                 Op::Pipeline(pod, node) => self.decisions.pipelined.push((pod, node)),
                 Op::Evict(pod, _, _, reason) => self.decisions.evictions.push((pod, reason)),
+                Op::Hold(..) => {}
             }
         }
     }

@@ -281,9 +281,13 @@ fn job() -> impl Strategy<Value = JobSpec> {
 /// The configuration overrides: fair-share mode, placement per workload class, DRF ordering.
 fn overrides() -> impl Strategy<Value = ConfigOverrides> {
     let strategy = || prop_oneof![Just(PlacementStrategy::Binpack), Just(PlacementStrategy::Spread)];
-    (any::<bool>(), strategy(), strategy(), any::<bool>(), any::<bool>()).prop_map(
-        |(proportional, gpu, cpu, job_order, queue_order)| ConfigOverrides {
-            actions: None,
+    (any::<bool>(), strategy(), strategy(), any::<bool>(), any::<bool>(), any::<bool>()).prop_map(
+        |(proportional, gpu, cpu, job_order, queue_order, consolidation)| ConfigOverrides {
+            // Half the cases also run consolidation (off by default), after allocate as KAI does.
+            actions: consolidation.then(|| {
+                use ActionName::*;
+                vec![Enqueue, Allocate, Consolidation, Preempt, Reclaim, Backfill]
+            }),
             placement: Some(PlacementOverride::Full(PlacementConfig {
                 default: PoolPlacement { gpu, cpu },
                 pools: BTreeMap::new(),
@@ -882,6 +886,7 @@ fn generated_cases_exercise_binding_and_eviction() {
     let (mut started, mut binds, mut pipelined, mut evictions) = (0, 0, 0, 0);
     // Cycles the needless-preemption property judges: one evictor and only preemptions.
     let mut lone_preemptions = 0;
+    let mut moves = 0;
     for _ in 0..256 {
         let case = strategy.new_tree(&mut runner).expect("a case").current();
         started += case.jobs.iter().filter(|j| j.phase == JobPhase::Running).count();
@@ -899,15 +904,16 @@ fn generated_cases_exercise_binding_and_eviction() {
             if evictors.len() == 1 && !reasons.is_empty() && reasons.iter().all(|&r| r == EvictReason::Preempt) {
                 lone_preemptions += 1;
             }
+            moves += reasons.iter().filter(|&&r| r == EvictReason::Consolidate).count();
             advance(&mut jobs, &snap, &out, case.slow_termination);
         }
     }
     eprintln!(
         "started {started} jobs; {binds} binds, {pipelined} pipelined, {evictions} evictions; \
-         {lone_preemptions} cycles with one preemptor"
+         {lone_preemptions} cycles with one preemptor, {moves} pods moved by consolidation"
     );
     assert!(started > 0 && binds > 0 && pipelined > 0 && evictions > 0);
-    assert!(lone_preemptions > 0);
+    assert!(lone_preemptions > 0 && moves > 0);
 }
 
 /// A hand-made case: one node in pool `a`, one queue limited to 2 CPUs, and a

@@ -171,6 +171,7 @@ pub fn report(name: &str, result: &SimResult) -> Report {
             .map(|e| match e.reason {
                 EvictReason::Preempt => "preempt",
                 EvictReason::Reclaim => "reclaim",
+                EvictReason::Consolidate => "consolidate",
             })
             .collect(),
     }

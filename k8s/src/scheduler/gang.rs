@@ -612,6 +612,15 @@ pub(super) async fn evict_decisions(
                         format!("Reclaimed from queue {queue}, which runs over its deserved quota, for {by}"),
                     )
                 }
+                EvictReason::Consolidate => {
+                    let by: BTreeSet<String> = waiting.values().flatten().cloned().collect();
+                    let by = if by.is_empty() { "a waiting gang".to_string() } else { format!("pod group(s) {}", names(&by)) };
+                    (
+                        r,
+                        "Consolidated".to_string(),
+                        format!("Moved by consolidation: its replacement fits another node, and {by} fits the space it frees"),
+                    )
+                }
             })
         })
         .collect();

@@ -4,6 +4,7 @@
 
 pub mod allocate;
 pub mod backfill;
+pub mod consolidate;
 pub mod enqueue;
 pub mod preempt;
 pub mod reclaim;
