@@ -95,7 +95,31 @@ enum QueueAction {
 #[derive(clap::Args)]
 struct SimArgs {
     /// The scenario file (YAML).
-    file: PathBuf,
+    #[arg(required_unless_present = "trace", conflicts_with = "trace")]
+    file: Option<PathBuf>,
+    /// Trace mode: replay this job trace (CSV, the schema of traces/README.md) instead.
+    #[arg(long, requires = "nodes")]
+    trace: Option<PathBuf>,
+    /// Trace mode: identical nodes in the cluster.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    nodes: Option<u32>,
+    /// Trace mode: GPUs per node.
+    #[arg(long, default_value_t = 8)]
+    gpus_per_node: u32,
+    /// Trace mode: CPUs per node (default: 12 per GPU, or the trace's largest pod if more).
+    #[arg(long)]
+    cpus_per_node: Option<u32>,
+    /// Trace mode: a policy to replay (repeatable; default: all of them, side by side):
+    /// fifo-strict, fifo-backfill, greedy, sjf, drover.
+    #[arg(long = "policy")]
+    policies: Vec<String>,
+    /// Trace mode: queues to hash users (or, without users, job ids) into, each deserving an
+    /// equal part of the cluster.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    queues: u32,
+    /// Trace mode: seconds between scheduling cycles.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(i64).range(1..))]
+    period: i64,
     /// Scheduling cycles to run (default: the scenario's `cycles`, else 1).
     #[arg(long)]
     cycles: Option<u32>,
@@ -178,6 +202,10 @@ fn serve(process: impl std::future::Future<Output = anyhow::Result<()>>) -> Exit
 }
 
 fn sim(args: SimArgs) -> ExitCode {
+    if let Some(trace) = &args.trace {
+        return trace_replay(&args, trace);
+    }
+    let file = args.file.clone().expect("clap requires a scenario file without --trace");
     let mut config = match &args.config {
         None => SchedulerConfig::default(),
         Some(path) => match std::fs::read_to_string(path)
@@ -191,7 +219,7 @@ fn sim(args: SimArgs) -> ExitCode {
             }
         },
     };
-    let scenario = match scenario::load(&args.file) {
+    let scenario = match scenario::load(&file) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("error: {e}");
@@ -207,7 +235,7 @@ fn sim(args: SimArgs) -> ExitCode {
     let result = match run::simulate(&scenario, &config, cycles) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("error: {}: {e}", args.file.display());
+            eprintln!("error: {}: {e}", file.display());
             return ExitCode::from(2);
         }
     };
@@ -219,15 +247,57 @@ fn sim(args: SimArgs) -> ExitCode {
     if args.check {
         let problems = check::mismatches(&scenario, &rep);
         if !problems.is_empty() {
-            eprintln!("{}: {} expectation(s) not met:", args.file.display(), problems.len());
+            eprintln!("{}: {} expectation(s) not met:", file.display(), problems.len());
             for p in &problems {
                 eprintln!("  {p}");
             }
             return ExitCode::from(1);
         }
         if scenario.expect.is_none() {
-            eprintln!("{}: --check: the scenario has no `expect` block", args.file.display());
+            eprintln!("{}: --check: the scenario has no `expect` block", file.display());
         }
+    }
+    ExitCode::SUCCESS
+}
+
+/// `drover sim --trace`: replays a trace under each policy and prints them side by side.
+fn trace_replay(args: &SimArgs, path: &std::path::Path) -> ExitCode {
+    use drover_sim::trace::{self, policy::Policy, replay::Cluster, rows};
+    let policies = if args.policies.is_empty() {
+        trace::policy::ALL.to_vec()
+    } else {
+        match args.policies.iter().map(|p| Policy::parse(p)).collect::<Result<Vec<_>, _>>() {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("error: --policy: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    };
+    let jobs = match rows::load(path) {
+        Ok(jobs) => jobs,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let cluster = Cluster {
+        nodes: args.nodes.expect("clap requires --nodes with --trace"),
+        gpus_per_node: args.gpus_per_node,
+        cpus_per_node: args.cpus_per_node.unwrap_or_else(|| trace::default_cpus_per_node(&jobs, args.gpus_per_node)),
+        queues: args.queues,
+        period: args.period,
+    };
+    let results = match trace::run(&jobs, &cluster, &policies) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {}: {e}", path.display());
+            return ExitCode::from(2);
+        }
+    };
+    match args.output {
+        Output::Json => print!("{}", trace::to_json(&cluster, &results)),
+        Output::Table => print!("{}", trace::to_table(&cluster, &results)),
     }
     ExitCode::SUCCESS
 }

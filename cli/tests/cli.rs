@@ -157,3 +157,45 @@ fn queue_tables_name_the_resource_that_decided_a_queues_state() {
     let table = String::from_utf8(drover(&["sim", &scenario, "--cycles", "1"]).stdout).unwrap();
     assert!(table.lines().any(|l| l.starts_with("qb") && l.contains("OverFairShare (nvidia.com/gpu)")), "{table}");
 }
+
+/// Trace mode as `scenario-format.md` specifies it: every policy by default, side by side, the
+/// contract's JSON keys, the same bytes twice, and bad rows refused with file, line and column.
+#[test]
+fn trace_mode_replays_every_policy_and_refuses_bad_rows() {
+    let trace = write_temp(
+        "t.csv",
+        "job_id,submit_time_s,duration_s,num_pods,gpus_per_pod,cpus_per_pod,user,queue,priority_or_qos,status\n\
+         a,0,100,1,8,,u1,,,\nb,0,50,2,8,,u2,,,\nc,10,10,1,4,,u1,,,\n",
+    );
+    let out = drover(&["sim", "--trace", &trace, "--nodes", "2", "--output", "json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let policies = json["policies"].as_object().expect("policies");
+    let mut names: Vec<&str> = policies.keys().map(String::as_str).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["drover", "fifo-backfill", "fifo-strict", "greedy", "sjf"]);
+    for (name, p) in policies {
+        for key in ["avgJctSeconds", "avgQueueSeconds", "p95QueueSeconds", "p99QueueSeconds", "gpuAllocation"] {
+            assert!(p[key].is_number(), "{name}: {key}");
+        }
+        assert_eq!(p["jobs"], 3, "{name}");
+        assert_eq!(p["deadlocks"], 0, "{name}");
+    }
+    // c passes the waiting b only where something may pass a waiting job.
+    assert_eq!(policies["fifo-strict"]["avgQueueSeconds"], 80.0);
+    assert_eq!(policies["fifo-backfill"]["avgQueueSeconds"], 33.3);
+    assert_eq!(out.stdout, drover(&["sim", "--trace", &trace, "--nodes", "2", "--output", "json"]).stdout);
+
+    let one = drover(&["sim", "--trace", &trace, "--nodes", "2", "--policy", "sjf"]);
+    let table = String::from_utf8_lossy(&one.stdout);
+    assert!(table.contains("sjf") && !table.contains("fifo-strict"), "{table}");
+
+    let bad = write_temp("bad.csv", "job_id,submit_time_s,duration_s,num_pods,gpus_per_pod\na,0,-3,1,1\n");
+    let out = drover(&["sim", "--trace", &bad, "--nodes", "2"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("{bad}:2:3: `duration_s` is -3")), "{err}");
+    let out = drover(&["sim", "--trace", &trace, "--nodes", "2", "--policy", "lottery"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown policy \"lottery\""));
+}

@@ -7,3 +7,4 @@ pub mod report;
 pub mod run;
 pub mod scenario;
 pub mod synthetic;
+pub mod trace;

@@ -1,0 +1,85 @@
+//! The policies a trace is replayed under, each expressed as what production Drover is given
+//! (a scheduler configuration, a queueing strategy, a job's gang minimum and priority), never
+//! as a special path in the core.
+
+use drover_scheduler::config::{ActionName, SchedulerConfig};
+use drover_scheduler::snapshot::QueueingStrategy;
+
+/// A replay policy, named as `scenario-format.md` names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Policy {
+    /// Gangs in submission order; nothing passes a waiting job (a `StrictFIFO` queue,
+    /// allocate only).
+    FifoStrict,
+    /// Gangs; later jobs use what earlier waiting jobs cannot (`BestEffortFIFO`, allocate
+    /// only).
+    FifoBackfill,
+    /// Per pod, no gangs, what kube-scheduler alone does: every pod is its own gang of one,
+    /// so partial gangs hold GPUs; a job still runs only once all its pods run.
+    Greedy,
+    /// Shortest job first, an oracle that knows durations: priority from the duration
+    /// (shorter first), with backfill and no preemption.
+    Sjf,
+    /// Drover's default configuration (`config/scheduler.yaml`).
+    Drover,
+}
+
+/// Every policy, in the order they are reported.
+pub const ALL: [Policy; 5] = [Policy::FifoStrict, Policy::FifoBackfill, Policy::Greedy, Policy::Sjf, Policy::Drover];
+
+impl Policy {
+    /// The name on the command line and in the output.
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::FifoStrict => "fifo-strict",
+            Policy::FifoBackfill => "fifo-backfill",
+            Policy::Greedy => "greedy",
+            Policy::Sjf => "sjf",
+            Policy::Drover => "drover",
+        }
+    }
+
+    /// The policy of a name.
+    pub fn parse(name: &str) -> Result<Policy, String> {
+        ALL.into_iter().find(|p| p.name() == name).ok_or_else(|| {
+            let names: Vec<&str> = ALL.iter().map(|p| p.name()).collect();
+            format!("unknown policy {name:?}; expected one of {}", names.join(", "))
+        })
+    }
+
+    /// The scheduler configuration the policy runs.
+    pub fn config(self) -> SchedulerConfig {
+        use ActionName::*;
+        let mut config = SchedulerConfig::default();
+        match self {
+            Policy::FifoStrict | Policy::FifoBackfill | Policy::Greedy => config.actions = vec![Enqueue, Allocate],
+            Policy::Sjf => config.actions = vec![Enqueue, Allocate, Backfill],
+            Policy::Drover => {}
+        }
+        config
+    }
+
+    /// How the queues order their jobs.
+    pub fn strategy(self) -> QueueingStrategy {
+        match self {
+            Policy::FifoStrict => QueueingStrategy::StrictFifo,
+            _ => QueueingStrategy::BestEffortFifo,
+        }
+    }
+
+    /// The gang minimum the scheduler is told for a job of `pods` pods.
+    pub fn min_member(self, pods: u32) -> u32 {
+        match self {
+            Policy::Greedy => 1,
+            _ => pods,
+        }
+    }
+
+    /// The priority the scheduler is told for a job running `duration` seconds.
+    pub fn priority(self, duration: i64) -> i32 {
+        match self {
+            Policy::Sjf => -i32::try_from(duration).unwrap_or(i32::MAX),
+            _ => 0,
+        }
+    }
+}

@@ -1,0 +1,303 @@
+//! Replays a trace on a virtual clock through the production scheduling core.
+//!
+//! Jobs arrive at their submission times. Scheduling cycles run on a grid of `period`
+//! seconds, but only when something changed since the last cycle (a submission, a completion,
+//! or evictions and pipelined pods that the next cycle settles): a cycle on unchanged input
+//! decides nothing new, so skipping it keeps the result and saves the time. A job starts its
+//! `duration` when all its pods are bound and frees its pods at its exact end. An evicted job
+//! loses its progress and waits again from the start (the checkpoint-free worst case).
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+
+use drover_api::{ResourceList, CPU, GPU, MEMORY, PODS};
+use drover_scheduler::config::SchedulerConfig;
+use drover_scheduler::cycle::run_cycle;
+use drover_scheduler::session::PodState;
+use drover_scheduler::snapshot::{
+    self, Constraints, JobInput, JobPhase, NodeInput, PodPhaseInput, QueueInput, SnapshotError, TaskInput,
+};
+
+use super::policy::Policy;
+use super::rows::TraceJob;
+
+/// The simulated cluster and how jobs map to queues.
+#[derive(Debug, Clone)]
+pub struct Cluster {
+    /// Identical nodes.
+    pub nodes: u32,
+    /// GPUs per node.
+    pub gpus_per_node: u32,
+    /// CPUs per node.
+    pub cpus_per_node: u32,
+    /// Queues; users (or, without users, job ids) are hashed into them. Each deserves an equal
+    /// part of the cluster.
+    pub queues: u32,
+    /// Seconds between scheduling cycles.
+    pub period: i64,
+}
+
+/// Memory per node: plenty, so that memory never decides (the traces do not record it).
+const MEMORY_PER_CPU: i64 = 8 << 30;
+/// CPUs a pod requests when the trace does not record them.
+const DEFAULT_POD_CPUS: u32 = 1;
+
+/// What became of one job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobRecord {
+    /// Index in the trace.
+    pub job: usize,
+    /// When it finished; `None` if it never did.
+    pub finish: Option<i64>,
+    /// Whether it ended the replay holding some of its pods without ever running.
+    pub deadlocked: bool,
+    /// Pods of it evicted over the replay.
+    pub evicted_pods: u32,
+    /// Seconds of work lost to evictions.
+    pub work_lost: i64,
+}
+
+/// The result of one replay.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Replay {
+    /// One record per trace job, in trace order.
+    pub jobs: Vec<JobRecord>,
+    /// Allocated GPUs over time: `(time, GPUs)` at every change.
+    pub allocation: Vec<(i64, u32)>,
+    /// GPU-seconds allocated while some GPU job that fits an empty cluster waited, and the
+    /// seconds such a job waited.
+    pub busy_while_waiting: (u128, u128),
+    /// Scheduling cycles run.
+    pub cycles: u64,
+}
+
+/// A submitted job that has not finished.
+struct Live {
+    job: usize,
+    input: JobInput,
+    duration: i64,
+    gpus_per_pod: u32,
+    bound: u32,
+    started: Option<i64>,
+}
+
+/// Replays `trace` under `policy` on `cluster`.
+pub fn replay(trace: &[TraceJob], cluster: &Cluster, policy: Policy) -> Result<Replay, SnapshotError> {
+    let config: SchedulerConfig = policy.config();
+    let nodes = node_inputs(cluster);
+    let queues = queue_inputs(cluster, policy);
+    let total_gpus = cluster.nodes * cluster.gpus_per_node;
+    let fits_empty = |j: &TraceJob| {
+        j.gpus_per_pod > 0 && j.gpus_per_pod <= cluster.gpus_per_node && j.pods * j.gpus_per_pod <= total_gpus
+    };
+
+    let mut order: Vec<usize> = (0..trace.len()).collect();
+    order.sort_by_key(|&i| (trace[i].submit, i));
+    let mut next_submit = 0;
+    let mut records: Vec<JobRecord> = (0..trace.len())
+        .map(|job| JobRecord { job, finish: None, deadlocked: false, evicted_pods: 0, work_lost: 0 })
+        .collect();
+    let mut live: Vec<Live> = Vec::new();
+    // Ends of running jobs: (end, trace index); stale entries (the job was evicted) are skipped.
+    let mut ends: BinaryHeap<Reverse<(i64, usize)>> = BinaryHeap::new();
+    let mut end_of: Vec<Option<i64>> = vec![None; trace.len()];
+    let mut next_cycle: Option<i64> = None;
+    let grid = |t: i64| {
+        t.div_euclid(cluster.period) * cluster.period + if t % cluster.period == 0 { 0 } else { cluster.period }
+    };
+    let mut out = Replay { jobs: Vec::new(), allocation: vec![(0, 0)], busy_while_waiting: (0, 0), cycles: 0 };
+    let mut now = order.first().map_or(0, |&i| trace[i].submit);
+    let allocated = |live: &[Live]| live.iter().map(|l| l.bound * l.gpus_per_pod).sum::<u32>();
+
+    loop {
+        let submit_at = order.get(next_submit).map(|&i| trace[i].submit);
+        let end_at = loop {
+            match ends.peek() {
+                Some(&Reverse((t, j))) if end_of[j] != Some(t) => {
+                    ends.pop();
+                }
+                Some(&Reverse((t, _))) => break Some(t),
+                None => break None,
+            }
+        };
+        let Some(t) = [submit_at, end_at, next_cycle].into_iter().flatten().min() else { break };
+        // Account the interval [now, t) with the state as it stood.
+        if live.iter().any(|l| l.started.is_none() && fits_empty(&trace[l.job])) {
+            let dt = (t - now) as u128;
+            out.busy_while_waiting.0 += u128::from(allocated(&live)) * dt;
+            out.busy_while_waiting.1 += dt;
+        }
+        now = t;
+        let mut changed = false;
+        while let Some(&Reverse((end, j))) = ends.peek() {
+            if end > now {
+                break;
+            }
+            ends.pop();
+            if end_of[j] == Some(end) {
+                end_of[j] = None;
+                records[j].finish = Some(end);
+                live.retain(|l| l.job != j);
+                changed = true;
+            }
+        }
+        while let Some(&i) = order.get(next_submit) {
+            if trace[i].submit > now {
+                break;
+            }
+            live.push(submit(&trace[i], i, cluster, policy));
+            next_submit += 1;
+            changed = true;
+        }
+        if changed {
+            let at = grid(now);
+            next_cycle = Some(next_cycle.map_or(at, |c| c.min(at)));
+        }
+        if next_cycle == Some(now) {
+            next_cycle = None;
+            let follow_up = cycle(&mut live, &nodes, &queues, &config, now, &mut records, &mut ends, &mut end_of)?;
+            out.cycles += 1;
+            if follow_up {
+                next_cycle = Some(now + cluster.period);
+            }
+        }
+        let gpus = allocated(&live);
+        if out.allocation.last().is_some_and(|&(_, g)| g != gpus) {
+            out.allocation.push((now, gpus));
+        }
+    }
+    for l in &live {
+        records[l.job].deadlocked = l.bound > 0 && l.started.is_none();
+    }
+    out.jobs = records;
+    Ok(out)
+}
+
+/// Runs one cycle on the live jobs and applies its outcome; true when evictions or pipelined
+/// pods need another cycle to settle.
+#[allow(clippy::too_many_arguments)]
+fn cycle(
+    live: &mut [Live],
+    nodes: &[NodeInput],
+    queues: &[QueueInput],
+    config: &SchedulerConfig,
+    now: i64,
+    records: &mut [JobRecord],
+    ends: &mut BinaryHeap<Reverse<(i64, usize)>>,
+    end_of: &mut [Option<i64>],
+) -> Result<bool, SnapshotError> {
+    let jobs: Vec<JobInput> = live.iter().map(|l| l.input.clone()).collect();
+    let snap = snapshot::build(nodes, queues, &jobs)?;
+    let outcome = run_cycle(&snap, config);
+    let mut evicted = vec![0u32; live.len()];
+    for (p, state) in outcome.pod_state.iter().enumerate() {
+        let pod = &snap.pods[p];
+        let slot = &mut live[pod.job].input.tasks[pod.task].pods[pod.index as usize];
+        *slot = match *state {
+            PodState::Bound(n) | PodState::Allocated(n) => PodPhaseInput::Bound(snap.nodes[n].name.clone()),
+            PodState::Releasing(_) => {
+                evicted[pod.job] += 1;
+                PodPhaseInput::Pending
+            }
+            PodState::Pending | PodState::Pipelined(_) => PodPhaseInput::Pending,
+        };
+    }
+    for (j, l) in live.iter_mut().enumerate() {
+        l.input.phase = outcome.job_phase[j];
+        l.bound = l.input.tasks[0].pods.iter().filter(|p| matches!(p, PodPhaseInput::Bound(_))).count() as u32;
+        if evicted[j] > 0 {
+            let record = &mut records[l.job];
+            record.evicted_pods += evicted[j];
+            if let Some(start) = l.started.take() {
+                record.work_lost += now - start;
+                end_of[l.job] = None;
+            }
+        }
+        let all = l.input.tasks[0].pods.len() as u32;
+        if l.started.is_none() && l.bound == all {
+            l.started = Some(now);
+            let end = now + l.duration;
+            end_of[l.job] = Some(end);
+            ends.push(Reverse((end, l.job)));
+        }
+    }
+    Ok(!outcome.decisions.evictions.is_empty() || !outcome.decisions.pipelined.is_empty())
+}
+
+/// A submitted job as the scheduler sees it: one task of `pods` identical pods, in the queue
+/// its user (or, without one, its id) hashes to.
+fn submit(job: &TraceJob, index: usize, cluster: &Cluster, policy: Policy) -> Live {
+    let cpus = i64::from(job.cpus_per_pod.unwrap_or(DEFAULT_POD_CPUS));
+    let mut requests = BTreeMap::from([(CPU.to_string(), cpus * 1000)]);
+    if job.gpus_per_pod > 0 {
+        requests.insert(GPU.to_string(), i64::from(job.gpus_per_pod));
+    }
+    let key = if job.user.is_empty() { &job.id } else { &job.user };
+    let input = JobInput {
+        name: format!("j{index}"),
+        namespace: "trace".into(),
+        queue: queue_name(cluster, key),
+        priority_class: "trace".into(),
+        priority: policy.priority(job.duration),
+        preemptible: true,
+        min_member: policy.min_member(job.pods),
+        created_at: job.submit,
+        phase: JobPhase::Pending,
+        tasks: vec![TaskInput {
+            name: "w".into(),
+            min_available: 0,
+            requests: ResourceList(requests),
+            constraints: Constraints::default(),
+            pods: vec![PodPhaseInput::Pending; job.pods as usize],
+        }],
+    };
+    Live { job: index, input, duration: job.duration, gpus_per_pod: job.gpus_per_pod, bound: 0, started: None }
+}
+
+/// The queue of a user or job id: FNV-1a of the key, modulo the number of queues.
+pub fn queue_name(cluster: &Cluster, key: &str) -> String {
+    if cluster.queues <= 1 {
+        return "trace".into();
+    }
+    let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    format!("q{}", hash % u64::from(cluster.queues))
+}
+
+fn node_inputs(cluster: &Cluster) -> Vec<NodeInput> {
+    let cpus = i64::from(cluster.cpus_per_node);
+    (0..cluster.nodes)
+        .map(|i| NodeInput {
+            name: format!("node-{i:04}"),
+            allocatable: ResourceList(BTreeMap::from([
+                (CPU.to_string(), cpus * 1000),
+                (MEMORY.to_string(), cpus * MEMORY_PER_CPU),
+                (GPU.to_string(), i64::from(cluster.gpus_per_node)),
+                (PODS.to_string(), 110),
+            ])),
+            labels: BTreeMap::new(),
+            taints: Vec::new(),
+            unschedulable: false,
+        })
+        .collect()
+}
+
+/// One queue deserving the whole cluster, or `queues` queues deserving equal parts of it.
+fn queue_inputs(cluster: &Cluster, policy: Policy) -> Vec<QueueInput> {
+    let n = i64::from(cluster.queues.max(1));
+    let gpus = i64::from(cluster.nodes * cluster.gpus_per_node);
+    let cpus = i64::from(cluster.nodes * cluster.cpus_per_node) * 1000;
+    let deserved = ResourceList(BTreeMap::from([(GPU.to_string(), gpus / n), (CPU.to_string(), cpus / n)]));
+    let names: Vec<String> = if n == 1 { vec!["trace".into()] } else { (0..n).map(|q| format!("q{q}")).collect() };
+    names
+        .into_iter()
+        .map(|name| QueueInput {
+            name,
+            parent: None,
+            deserved: deserved.clone(),
+            limit: None,
+            over_quota_weight: 1,
+            reclaimable: true,
+            strategy: policy.strategy(),
+        })
+        .collect()
+}
