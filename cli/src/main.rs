@@ -120,6 +120,10 @@ struct SimArgs {
     /// Trace mode: seconds between scheduling cycles.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(i64).range(1..))]
     period: i64,
+    /// Trace mode: write SVG plots (GPU allocation over time, queueing-delay CDF, queue
+    /// shares against fair shares) into this folder.
+    #[arg(long)]
+    plots: Option<PathBuf>,
     /// Scheduling cycles to run (default: the scenario's `cycles`, else 1).
     #[arg(long)]
     cycles: Option<u32>,
@@ -295,6 +299,12 @@ fn trace_replay(args: &SimArgs, path: &std::path::Path) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(dir) = &args.plots {
+        if let Err(e) = trace::plots(dir, &jobs, &cluster, &results) {
+            eprintln!("error: --plots: {e}");
+            return ExitCode::from(1);
+        }
+    }
     match args.output {
         Output::Json => print!("{}", trace::to_json(&cluster, &results)),
         Output::Table => print!("{}", trace::to_table(&cluster, &results)),

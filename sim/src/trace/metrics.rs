@@ -1,6 +1,6 @@
 //! What a replay means for users: completion times and queueing delays (overall and by job
 //! size), how busy the GPUs were while work waited, work lost to evictions, deadlocks and the
-//! makespan.
+//! makespan, and each queue's share of the GPUs against its fair share while work waits.
 //!
 //! A job's completion time (JCT) is its finish minus its submission; its queueing delay is
 //! its JCT minus its duration: all the time it was not making progress, waiting before its
@@ -68,6 +68,10 @@ pub struct Summary {
     pub cpu_only: (usize, usize, Spread, Spread),
     /// Scheduling cycles run.
     pub cycles: u64,
+    /// Per queue, over the time some job waited, as fractions of the cluster's GPUs: average
+    /// allocation, average fair share, and the average distance between them (fair-share
+    /// error).
+    pub queues: Vec<(String, f64, f64, f64)>,
 }
 
 /// Sums up a replay of `trace` on a cluster of `total_gpus` GPUs.
@@ -123,6 +127,15 @@ pub fn summarize(trace: &[TraceJob], replay: &Replay, total_gpus: u32) -> Summar
         makespan: last - first,
         cpu_only: (cpu_jobs, cpu_finished, Spread::of(&mut cpu_jct), Spread::of(&mut cpu_queue)),
         cycles: replay.cycles,
+        queues: replay
+            .queue_shares
+            .iter()
+            .map(|(name, q)| {
+                let norm = replay.contended as f64 * f64::from(total_gpus.max(1));
+                let of = |x: f64| if norm > 0.0 { x / norm } else { 0.0 };
+                (name.clone(), of(q.allocated), of(q.fair), of(q.error))
+            })
+            .collect(),
     }
 }
 
@@ -142,6 +155,14 @@ impl Summary {
             );
         }
         let (cpu_jobs, cpu_finished, cpu_jct, cpu_queue) = &self.cpu_only;
+        let r4 = |x: f64| json!((x * 10000.0).round() / 10000.0);
+        let mut queues = Map::new();
+        for (name, share, fair, error) in &self.queues {
+            queues.insert(
+                name.clone(),
+                json!({"share": r4(*share), "fairShare": r4(*fair), "fairShareError": r4(*error)}),
+            );
+        }
         json!({
             "jobs": self.jobs,
             "finished": self.finished,
@@ -160,6 +181,7 @@ impl Summary {
             "gpuHoursLost": r1(self.gpu_hours_lost),
             "makespanSeconds": self.makespan,
             "cycles": self.cycles,
+            "queues": queues,
             "cpuOnly": {"jobs": cpu_jobs, "finished": cpu_finished,
                 "avgJctSeconds": r1(cpu_jct.avg), "avgQueueSeconds": r1(cpu_queue.avg)},
         })

@@ -1,9 +1,11 @@
 //! Trace mode (`drover sim --trace FILE.csv`): a real GPU-cluster job trace replayed through
 //! the production scheduling core under several policies side by side, as the trace-mode
 //! section of `scenario-format.md` specifies. [`rows`] reads the trace, [`policy`] names the
-//! policies, [`replay`] runs the virtual clock and [`metrics`] sums up each run.
+//! policies, [`replay`] runs the virtual clock, [`metrics`] sums up each run and [`plot`]
+//! draws them.
 
 pub mod metrics;
+pub mod plot;
 pub mod policy;
 pub mod replay;
 pub mod rows;
@@ -13,7 +15,7 @@ use serde_json::{json, Map};
 use drover_scheduler::snapshot::SnapshotError;
 use metrics::Summary;
 use policy::Policy;
-use replay::Cluster;
+use replay::{Cluster, Replay};
 use rows::TraceJob;
 
 /// CPUs per GPU a node has when `--cpus-per-node` is not given (96 for 8 GPUs, as on common
@@ -26,22 +28,42 @@ pub fn default_cpus_per_node(trace: &[TraceJob], gpus_per_node: u32) -> u32 {
     (DEFAULT_CPUS_PER_GPU * gpus_per_node).max(largest).max(1)
 }
 
+/// One policy's replay and its figures.
+pub struct Run {
+    /// The policy.
+    pub policy: Policy,
+    /// What happened.
+    pub replay: Replay,
+    /// The figures.
+    pub summary: Summary,
+}
+
 /// Replays the trace under each policy, in the order given.
-pub fn run(
-    trace: &[TraceJob],
-    cluster: &Cluster,
-    policies: &[Policy],
-) -> Result<Vec<(Policy, Summary)>, SnapshotError> {
+pub fn run(trace: &[TraceJob], cluster: &Cluster, policies: &[Policy]) -> Result<Vec<Run>, SnapshotError> {
     let total = cluster.nodes * cluster.gpus_per_node;
-    policies.iter().map(|&p| Ok((p, metrics::summarize(trace, &replay::replay(trace, cluster, p)?, total)))).collect()
+    policies
+        .iter()
+        .map(|&policy| {
+            let replay = replay::replay(trace, cluster, policy)?;
+            let summary = metrics::summarize(trace, &replay, total);
+            Ok(Run { policy, replay, summary })
+        })
+        .collect()
+}
+
+/// Writes the plots of the runs into `dir` (see [`plot`]).
+pub fn plots(dir: &std::path::Path, trace: &[TraceJob], cluster: &Cluster, runs: &[Run]) -> Result<(), String> {
+    let pairs: Vec<(Policy, &Replay)> = runs.iter().map(|r| (r.policy, &r.replay)).collect();
+    plot::write_all(dir, trace, cluster.nodes * cluster.gpus_per_node, &pairs)
+        .map_err(|e| format!("{}: {e}", dir.display()))
 }
 
 /// The JSON report: `policies` maps each policy name to its figures; the cluster used is
 /// echoed under `cluster`.
-pub fn to_json(cluster: &Cluster, results: &[(Policy, Summary)]) -> String {
+pub fn to_json(cluster: &Cluster, runs: &[Run]) -> String {
     let mut policies = Map::new();
-    for (p, s) in results {
-        policies.insert(p.name().to_string(), s.to_json());
+    for r in runs {
+        policies.insert(r.policy.name().to_string(), r.summary.to_json());
     }
     let report = json!({
         "cluster": {"nodes": cluster.nodes, "gpusPerNode": cluster.gpus_per_node, "cpusPerNode": cluster.cpus_per_node,
@@ -52,7 +74,7 @@ pub fn to_json(cluster: &Cluster, results: &[(Policy, Summary)]) -> String {
 }
 
 /// The table for people: one row per policy.
-pub fn to_table(cluster: &Cluster, results: &[(Policy, Summary)]) -> String {
+pub fn to_table(cluster: &Cluster, runs: &[Run]) -> String {
     let mut out = format!(
         "trace replay on {} nodes x {} GPUs ({} CPUs each), {} queue(s), a cycle every {} s\n\n",
         cluster.nodes,
@@ -76,9 +98,9 @@ pub fn to_table(cluster: &Cluster, results: &[(Policy, Summary)]) -> String {
         "MAKESPAN",
     ];
     let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
-    for (p, s) in results {
+    for Run { policy, summary: s, .. } in runs {
         rows.push(vec![
-            p.name().to_string(),
+            policy.name().to_string(),
             s.jobs.to_string(),
             s.finished.to_string(),
             human(s.jct.avg),

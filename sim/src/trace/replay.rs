@@ -69,6 +69,22 @@ pub struct Replay {
     pub busy_while_waiting: (u128, u128),
     /// Scheduling cycles run.
     pub cycles: u64,
+    /// Per queue (by name): the time integrals, while some job waits, of its allocated GPUs,
+    /// its fair share of GPUs and their distance (GPU-seconds).
+    pub queue_shares: BTreeMap<String, QueueShare>,
+    /// Seconds during which some job waited.
+    pub contended: u128,
+}
+
+/// A queue's GPUs over the contended time of a replay, as GPU-seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct QueueShare {
+    /// Allocated GPUs, integrated.
+    pub allocated: f64,
+    /// Fair share of GPUs (from the last cycle), integrated.
+    pub fair: f64,
+    /// Absolute difference of the two, integrated.
+    pub error: f64,
 }
 
 /// A submitted job that has not finished.
@@ -105,7 +121,15 @@ pub fn replay(trace: &[TraceJob], cluster: &Cluster, policy: Policy) -> Result<R
     let grid = |t: i64| {
         t.div_euclid(cluster.period) * cluster.period + if t % cluster.period == 0 { 0 } else { cluster.period }
     };
-    let mut out = Replay { jobs: Vec::new(), allocation: vec![(0, 0)], busy_while_waiting: (0, 0), cycles: 0 };
+    let mut out = Replay {
+        jobs: Vec::new(),
+        allocation: vec![(0, 0)],
+        busy_while_waiting: (0, 0),
+        cycles: 0,
+        queue_shares: BTreeMap::new(),
+        contended: 0,
+    };
+    let mut fair: BTreeMap<String, i64> = BTreeMap::new();
     let mut now = order.first().map_or(0, |&i| trace[i].submit);
     let allocated = |live: &[Live]| live.iter().map(|l| l.bound * l.gpus_per_pod).sum::<u32>();
 
@@ -126,6 +150,21 @@ pub fn replay(trace: &[TraceJob], cluster: &Cluster, policy: Policy) -> Result<R
             let dt = (t - now) as u128;
             out.busy_while_waiting.0 += u128::from(allocated(&live)) * dt;
             out.busy_while_waiting.1 += dt;
+        }
+        if live.iter().any(|l| l.started.is_none()) {
+            let dt = (t - now) as u128;
+            out.contended += dt;
+            let mut by_queue: BTreeMap<&str, i64> = fair.keys().map(|q| (q.as_str(), 0)).collect();
+            for l in &live {
+                *by_queue.entry(l.input.queue.as_str()).or_default() += i64::from(l.bound * l.gpus_per_pod);
+            }
+            for (q, alloc) in by_queue {
+                let f = fair.get(q).copied().unwrap_or(0);
+                let share = out.queue_shares.entry(q.to_string()).or_default();
+                share.allocated += alloc as f64 * dt as f64;
+                share.fair += f as f64 * dt as f64;
+                share.error += (alloc - f).abs() as f64 * dt as f64;
+            }
         }
         now = t;
         let mut changed = false;
@@ -155,7 +194,8 @@ pub fn replay(trace: &[TraceJob], cluster: &Cluster, policy: Policy) -> Result<R
         }
         if next_cycle == Some(now) {
             next_cycle = None;
-            let follow_up = cycle(&mut live, &nodes, &queues, &config, now, &mut records, &mut ends, &mut end_of)?;
+            let follow_up =
+                cycle(&mut live, &nodes, &queues, &config, now, &mut records, &mut ends, &mut end_of, &mut fair)?;
             out.cycles += 1;
             if follow_up {
                 next_cycle = Some(now + cluster.period);
@@ -173,8 +213,8 @@ pub fn replay(trace: &[TraceJob], cluster: &Cluster, policy: Policy) -> Result<R
     Ok(out)
 }
 
-/// Runs one cycle on the live jobs and applies its outcome; true when evictions or pipelined
-/// pods need another cycle to settle.
+/// Runs one cycle on the live jobs, applies its outcome and records the leaf queues' GPU fair
+/// shares in `fair`; true when evictions or pipelined pods need another cycle to settle.
 #[allow(clippy::too_many_arguments)]
 fn cycle(
     live: &mut [Live],
@@ -185,10 +225,16 @@ fn cycle(
     records: &mut [JobRecord],
     ends: &mut BinaryHeap<Reverse<(i64, usize)>>,
     end_of: &mut [Option<i64>],
+    fair: &mut BTreeMap<String, i64>,
 ) -> Result<bool, SnapshotError> {
     let jobs: Vec<JobInput> = live.iter().map(|l| l.input.clone()).collect();
     let snap = snapshot::build(nodes, queues, &jobs)?;
     let outcome = run_cycle(&snap, config);
+    if let Some(g) = snap.gpu {
+        for (q, queue) in snap.queues.iter().enumerate().filter(|(_, q)| q.children.is_empty() && !q.name.is_empty()) {
+            fair.insert(queue.name.clone(), outcome.fair_share[q][g]);
+        }
+    }
     let mut evicted = vec![0u32; live.len()];
     for (p, state) in outcome.pod_state.iter().enumerate() {
         let pod = &snap.pods[p];
