@@ -97,16 +97,61 @@ struct Live {
     started: Option<i64>,
 }
 
+/// End times of running jobs, earliest first. Evicting a job cancels its end; a cancelled
+/// entry is skipped when reached.
+struct Ends {
+    heap: BinaryHeap<Reverse<(i64, usize)>>,
+    end_of: Vec<Option<i64>>,
+}
+
+impl Ends {
+    fn new(jobs: usize) -> Ends {
+        Ends { heap: BinaryHeap::new(), end_of: vec![None; jobs] }
+    }
+
+    fn start(&mut self, job: usize, end: i64) {
+        self.end_of[job] = Some(end);
+        self.heap.push(Reverse((end, job)));
+    }
+
+    fn cancel(&mut self, job: usize) {
+        self.end_of[job] = None;
+    }
+
+    /// The next end still due.
+    fn next(&mut self) -> Option<i64> {
+        while let Some(&Reverse((t, j))) = self.heap.peek() {
+            if self.end_of[j] == Some(t) {
+                return Some(t);
+            }
+            self.heap.pop();
+        }
+        None
+    }
+
+    /// Takes the next job ending at or before `now`, with its end.
+    fn pop_due(&mut self, now: i64) -> Option<(usize, i64)> {
+        let t = self.next().filter(|&t| t <= now)?;
+        let Reverse((_, j)) = self.heap.pop().expect("next() saw it");
+        self.end_of[j] = None;
+        Some((j, t))
+    }
+}
+
+/// What every cycle of a replay is given.
+struct World {
+    nodes: Vec<NodeInput>,
+    queues: Vec<QueueInput>,
+    config: SchedulerConfig,
+}
+
 /// Replays `trace` under `policy` on `cluster`.
 pub fn replay(trace: &[TraceJob], cluster: &Cluster, policy: Policy) -> Result<Replay, SnapshotError> {
-    let config: SchedulerConfig = policy.config();
-    let nodes = node_inputs(cluster);
-    let queues = queue_inputs(cluster, policy);
+    let world = World { nodes: node_inputs(cluster), queues: queue_inputs(cluster, policy), config: policy.config() };
     let total_gpus = cluster.nodes * cluster.gpus_per_node;
     let fits_empty = |j: &TraceJob| {
         j.gpus_per_pod > 0 && j.gpus_per_pod <= cluster.gpus_per_node && j.pods * j.gpus_per_pod <= total_gpus
     };
-
     let mut order: Vec<usize> = (0..trace.len()).collect();
     order.sort_by_key(|&i| (trace[i].submit, i));
     let mut next_submit = 0;
@@ -114,9 +159,7 @@ pub fn replay(trace: &[TraceJob], cluster: &Cluster, policy: Policy) -> Result<R
         .map(|job| JobRecord { job, finish: None, deadlocked: false, evicted_pods: 0, work_lost: 0 })
         .collect();
     let mut live: Vec<Live> = Vec::new();
-    // Ends of running jobs: (end, trace index); stale entries (the job was evicted) are skipped.
-    let mut ends: BinaryHeap<Reverse<(i64, usize)>> = BinaryHeap::new();
-    let mut end_of: Vec<Option<i64>> = vec![None; trace.len()];
+    let mut ends = Ends::new(trace.len());
     let mut next_cycle: Option<i64> = None;
     let grid = |t: i64| {
         t.div_euclid(cluster.period) * cluster.period + if t % cluster.period == 0 { 0 } else { cluster.period }
@@ -131,59 +174,20 @@ pub fn replay(trace: &[TraceJob], cluster: &Cluster, policy: Policy) -> Result<R
     };
     let mut fair: BTreeMap<String, i64> = BTreeMap::new();
     let mut now = order.first().map_or(0, |&i| trace[i].submit);
-    let allocated = |live: &[Live]| live.iter().map(|l| l.bound * l.gpus_per_pod).sum::<u32>();
 
     loop {
         let submit_at = order.get(next_submit).map(|&i| trace[i].submit);
-        let end_at = loop {
-            match ends.peek() {
-                Some(&Reverse((t, j))) if end_of[j] != Some(t) => {
-                    ends.pop();
-                }
-                Some(&Reverse((t, _))) => break Some(t),
-                None => break None,
-            }
-        };
-        let Some(t) = [submit_at, end_at, next_cycle].into_iter().flatten().min() else { break };
-        // Account the interval [now, t) with the state as it stood.
-        if live.iter().any(|l| l.started.is_none() && fits_empty(&trace[l.job])) {
-            let dt = (t - now) as u128;
-            out.busy_while_waiting.0 += u128::from(allocated(&live)) * dt;
-            out.busy_while_waiting.1 += dt;
-        }
-        if live.iter().any(|l| l.started.is_none()) {
-            let dt = (t - now) as u128;
-            out.contended += dt;
-            let mut by_queue: BTreeMap<&str, i64> = fair.keys().map(|q| (q.as_str(), 0)).collect();
-            for l in &live {
-                *by_queue.entry(l.input.queue.as_str()).or_default() += i64::from(l.bound * l.gpus_per_pod);
-            }
-            for (q, alloc) in by_queue {
-                let f = fair.get(q).copied().unwrap_or(0);
-                let share = out.queue_shares.entry(q.to_string()).or_default();
-                share.allocated += alloc as f64 * dt as f64;
-                share.fair += f as f64 * dt as f64;
-                share.error += (alloc - f).abs() as f64 * dt as f64;
-            }
-        }
+        let Some(t) = [submit_at, ends.next(), next_cycle].into_iter().flatten().min() else { break };
+        let waiting_fits = live.iter().any(|l| l.started.is_none() && fits_empty(&trace[l.job]));
+        account(&mut out, &live, &fair, t - now, waiting_fits);
         now = t;
         let mut changed = false;
-        while let Some(&Reverse((end, j))) = ends.peek() {
-            if end > now {
-                break;
-            }
-            ends.pop();
-            if end_of[j] == Some(end) {
-                end_of[j] = None;
-                records[j].finish = Some(end);
-                live.retain(|l| l.job != j);
-                changed = true;
-            }
+        while let Some((j, end)) = ends.pop_due(now) {
+            records[j].finish = Some(end);
+            live.retain(|l| l.job != j);
+            changed = true;
         }
-        while let Some(&i) = order.get(next_submit) {
-            if trace[i].submit > now {
-                break;
-            }
+        while let Some(&i) = order.get(next_submit).filter(|&&i| trace[i].submit <= now) {
             live.push(submit(&trace[i], i, cluster, policy));
             next_submit += 1;
             changed = true;
@@ -194,10 +198,8 @@ pub fn replay(trace: &[TraceJob], cluster: &Cluster, policy: Policy) -> Result<R
         }
         if next_cycle == Some(now) {
             next_cycle = None;
-            let follow_up =
-                cycle(&mut live, &nodes, &queues, &config, now, &mut records, &mut ends, &mut end_of, &mut fair)?;
             out.cycles += 1;
-            if follow_up {
+            if cycle(&mut live, &world, now, &mut records, &mut ends, &mut fair)? {
                 next_cycle = Some(now + cluster.period);
             }
         }
@@ -213,23 +215,48 @@ pub fn replay(trace: &[TraceJob], cluster: &Cluster, policy: Policy) -> Result<R
     Ok(out)
 }
 
+/// GPUs held by the live jobs' bound pods.
+fn allocated(live: &[Live]) -> u32 {
+    live.iter().map(|l| l.bound * l.gpus_per_pod).sum()
+}
+
+/// Adds an interval of `dt` seconds, in the state it had, to the time integrals.
+fn account(out: &mut Replay, live: &[Live], fair: &BTreeMap<String, i64>, dt: i64, waiting_fits: bool) {
+    let dt = dt as u128;
+    if waiting_fits {
+        out.busy_while_waiting.0 += u128::from(allocated(live)) * dt;
+        out.busy_while_waiting.1 += dt;
+    }
+    if !live.iter().any(|l| l.started.is_none()) {
+        return;
+    }
+    out.contended += dt;
+    let mut by_queue: BTreeMap<&str, i64> = fair.keys().map(|q| (q.as_str(), 0)).collect();
+    for l in live {
+        *by_queue.entry(l.input.queue.as_str()).or_default() += i64::from(l.bound * l.gpus_per_pod);
+    }
+    for (q, alloc) in by_queue {
+        let f = fair.get(q).copied().unwrap_or(0);
+        let share = out.queue_shares.entry(q.to_string()).or_default();
+        share.allocated += alloc as f64 * dt as f64;
+        share.fair += f as f64 * dt as f64;
+        share.error += (alloc - f).abs() as f64 * dt as f64;
+    }
+}
+
 /// Runs one cycle on the live jobs, applies its outcome and records the leaf queues' GPU fair
 /// shares in `fair`; true when evictions or pipelined pods need another cycle to settle.
-#[allow(clippy::too_many_arguments)]
 fn cycle(
     live: &mut [Live],
-    nodes: &[NodeInput],
-    queues: &[QueueInput],
-    config: &SchedulerConfig,
+    world: &World,
     now: i64,
     records: &mut [JobRecord],
-    ends: &mut BinaryHeap<Reverse<(i64, usize)>>,
-    end_of: &mut [Option<i64>],
+    ends: &mut Ends,
     fair: &mut BTreeMap<String, i64>,
 ) -> Result<bool, SnapshotError> {
     let jobs: Vec<JobInput> = live.iter().map(|l| l.input.clone()).collect();
-    let snap = snapshot::build(nodes, queues, &jobs)?;
-    let outcome = run_cycle(&snap, config);
+    let snap = snapshot::build(&world.nodes, &world.queues, &jobs)?;
+    let outcome = run_cycle(&snap, &world.config);
     if let Some(g) = snap.gpu {
         for (q, queue) in snap.queues.iter().enumerate().filter(|(_, q)| q.children.is_empty() && !q.name.is_empty()) {
             fair.insert(queue.name.clone(), outcome.fair_share[q][g]);
@@ -256,15 +283,12 @@ fn cycle(
             record.evicted_pods += evicted[j];
             if let Some(start) = l.started.take() {
                 record.work_lost += now - start;
-                end_of[l.job] = None;
+                ends.cancel(l.job);
             }
         }
-        let all = l.input.tasks[0].pods.len() as u32;
-        if l.started.is_none() && l.bound == all {
+        if l.started.is_none() && l.bound as usize == l.input.tasks[0].pods.len() {
             l.started = Some(now);
-            let end = now + l.duration;
-            end_of[l.job] = Some(end);
-            ends.push(Reverse((end, l.job)));
+            ends.start(l.job, now + l.duration);
         }
     }
     Ok(!outcome.decisions.evictions.is_empty() || !outcome.decisions.pipelined.is_empty())
