@@ -577,6 +577,40 @@ async fn a_queue_fenced_to_other_namespaces_is_refused_until_it_admits_the_jobs(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_naming_no_queue_goes_to_its_namespaces_project_queue() {
+    let Some(c) = Cluster::start(false, false).await else { return };
+    let admin = c.client.clone();
+    // The project "vision" lists the namespace, which carries its label; its first node
+    // pool's queue is "vision.gpu" (made here as the queue-tree controller would make it).
+    let project = json!({"apiVersion": "scheduling.drover.dev/v1alpha1", "kind": "Project", "metadata": {"name": "vision"},
+        "spec": {"department": "research", "namespaces": [NS], "nodePools": [{"name": "gpu", "gpu": "8"}]}});
+    Api::<drover_api::crd::project::Project>::all(admin.clone())
+        .create(&PostParams::default(), &serde_json::from_value(project).unwrap())
+        .await
+        .expect("project created");
+    let label = json!({"metadata": {"labels": {"scheduling.drover.dev/project": "vision"}}});
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(admin.clone())
+        .patch(NS, &PatchParams::default(), &Patch::Merge(&label))
+        .await
+        .expect("namespace labelled");
+    let queue = json!({"apiVersion": "scheduling.drover.dev/v1alpha1", "kind": "Queue", "metadata": {"name": "vision.gpu"},
+        "spec": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NS}}}});
+    Api::<drover_api::crd::queue::Queue>::all(admin.clone())
+        .create(&PostParams::default(), &serde_json::from_value(queue).unwrap())
+        .await
+        .expect("queue created");
+    c.create_job(job_json("unnamed", vec![task("w", 1, json!({}))], json!({}))).await;
+    let groups: Api<PodGroup> = Api::namespaced(admin.clone(), NS);
+    eventually(30, "the PodGroup in the project's queue", || async {
+        let group = groups.get_opt("unnamed").await.map_err(|e| e.to_string())?;
+        let queue = group.as_ref().and_then(|g| g.spec.queue.clone());
+        ensure(queue.as_deref() == Some("vision.gpu"), || format!("{group:?}"))
+    })
+    .await;
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_priority_class_is_reported_until_created() {
     let Some(c) = Cluster::start(false, false).await else { return };
     c.create_job(job_json("pc", vec![task("w", 1, json!({}))], json!({"priorityClassName": "train"}))).await;

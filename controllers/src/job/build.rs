@@ -60,8 +60,9 @@ fn namespace(job: &Job) -> String {
     job.namespace().unwrap_or_else(|| "default".into())
 }
 
-/// The PodGroup a job's pods belong to.
-pub fn pod_group(job: &Job) -> PodGroup {
+/// The PodGroup a job's pods belong to, in `queue`: the job's own, or the one the controller
+/// chose for a job that names none.
+pub fn pod_group(job: &Job, queue: &str) -> PodGroup {
     let name = job.name_any();
     let min_task_member: BTreeMap<String, u32> =
         job.spec.tasks.iter().filter_map(|t| t.min_available.map(|m| (t.name.clone(), m.min(t.replicas)))).collect();
@@ -71,7 +72,7 @@ pub fn pod_group(job: &Job) -> PodGroup {
             min_member: min_available(job).max(1),
             min_task_member,
             min_resources: min_resources(job),
-            queue: job.spec.queue.clone(),
+            queue: Some(queue.to_string()),
             priority_class_name: job.spec.priority_class_name.clone(),
             schedule_timeout_seconds: None,
         },
@@ -292,7 +293,7 @@ mod tests {
         // worker's own 2 (1000m), then 1 ps pod (1000m).
         let r = min_resources(&j).unwrap();
         assert_eq!(r["cpu"].0, "2");
-        let pg = pod_group(&j);
+        let pg = pod_group(&j, "default");
         assert_eq!(pg.spec.min_member, 3);
         assert_eq!(pg.spec.min_task_member, [("worker".to_string(), 2)].into());
     }

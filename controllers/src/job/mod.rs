@@ -49,6 +49,10 @@
 //! Finished jobs (`Completed`, `Failed`, `Aborted`) carry the condition `Finished`; with
 //! `ttlSecondsAfterFinished` the Job is deleted that long after it.
 //!
+//! A Job that names no queue goes to its namespace's project queue (the Project listing the
+//! namespace and named by its `scheduling.drover.dev/project` label; its first node pool's
+//! queue), else to `default`.
+//!
 //! # Bad input
 //!
 //! A Job naming a queue (other than `default`) or a PriorityClass that does not exist, or a
@@ -256,19 +260,20 @@ async fn queue_refusal(client: &Client, namespace: &str, queue: Queue) -> Result
     Ok(None)
 }
 
-async fn validate(client: &Client, job: &Job) -> Result<plan::Validity, kube::Error> {
+async fn validate(client: &Client, job: &Job, queue: &str) -> Result<plan::Validity, kube::Error> {
     for (i, task) in job.spec.tasks.iter().enumerate() {
         if let Err(error) = task.template.get() {
             let message = format!("spec.tasks[{i}].template (task {:?}) is not a pod template: {error}", task.name);
             return Ok(Err(("InvalidTemplate".into(), message)));
         }
     }
-    if let Some(q) = job.spec.queue.as_deref().filter(|q| *q != DEFAULT_QUEUE) {
-        let Some(queue) = Api::<Queue>::all(client.clone()).get_opt(q).await? else {
+    if queue != DEFAULT_QUEUE {
+        let q = queue;
+        let Some(found) = Api::<Queue>::all(client.clone()).get_opt(q).await? else {
             return Ok(Err(("QueueNotFound".into(), format!("queue {q:?} does not exist"))));
         };
         let namespace = job.namespace().unwrap_or_default();
-        if let Some(why) = queue_refusal(client, &namespace, queue).await? {
+        if let Some(why) = queue_refusal(client, &namespace, found).await? {
             return Ok(Err((
                 "QueueNotAllowed".into(),
                 format!("namespace {namespace:?} may not use queue {q:?}: {why}"),
@@ -283,9 +288,9 @@ async fn validate(client: &Client, job: &Job) -> Result<plan::Validity, kube::Er
     Ok(Ok(()))
 }
 
-async fn ensure_pod_group(ctx: &Context, job: &Job, uid: &str) -> Result<(), Error> {
+async fn ensure_pod_group(ctx: &Context, job: &Job, uid: &str, queue: &str) -> Result<(), Error> {
     let api: Api<PodGroup> = Api::namespaced(ctx.client.clone(), &job.namespace().unwrap_or_default());
-    let desired = build::pod_group(job);
+    let desired = build::pod_group(job, queue);
     match api.get_opt(&job.name_any()).await? {
         None => match api.create(&PostParams::default(), &desired).await {
             Err(e) if !is_status(&e, 409, Some("AlreadyExists")) => return Err(e.into()),
@@ -331,9 +336,14 @@ async fn reconcile_job(ctx: &Context, namespace: &str, name: &str) -> Result<Act
             | drover_api::crd::job::JobState::Failed
             | drover_api::crd::job::JobState::Aborted
     );
-    let validity = if finished { Ok(()) } else { validate(client, &job).await? };
+    // A Job that names no queue goes to its namespace's project queue, else `default`.
+    let queue = match job.spec.queue.as_deref() {
+        Some(q) => q.to_string(),
+        None => crate::queues::namespace_queue(client, namespace, None).await?,
+    };
+    let validity = if finished { Ok(()) } else { validate(client, &job, &queue).await? };
     if validity.is_ok() && !finished {
-        ensure_pod_group(ctx, &job, &uid).await?;
+        ensure_pod_group(ctx, &job, &uid, &queue).await?;
         ensure_service(ctx, &job).await?;
     }
 
