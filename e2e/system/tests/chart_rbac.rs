@@ -26,7 +26,7 @@ use kube::Client;
 use serde_json::{json, Value};
 
 /// Rules used only on failure paths, with the path: (ServiceAccount, group, resource, verb, why).
-const RARE: [(&str, &str, &str, &str, &str); 3] = [
+const RARE: [(&str, &str, &str, &str, &str); 2] = [
     (
         "drover-scheduler",
         "",
@@ -40,13 +40,6 @@ const RARE: [(&str, &str, &str, &str, &str); 3] = [
         "podgroups",
         "delete",
         "replacing a plain pod's PodGroup left by an earlier pod of the same name",
-    ),
-    (
-        "drover-controllers",
-        "scheduling.drover.dev",
-        "projects",
-        "get",
-        "reading the project a namespace's label names before the project watch has delivered it",
     ),
 ];
 
