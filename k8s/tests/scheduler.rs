@@ -220,6 +220,35 @@ impl Env {
         api.patch(node, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("node tainted");
     }
 
+    /// Creates the pod `name` of `group` asking for `gpus` GPUs, with `extra` merged into its
+    /// spec (a node selector, an affinity).
+    async fn pod_with(&self, name: &str, group: &str, gpus: u32, extra: serde_json::Value) {
+        let mut manifest = json!({
+            "metadata": {"name": name, "annotations": {POD_GROUP_ANNOTATION: group}},
+            "spec": {"schedulerName": "drover", "containers": [{"name": "main", "image": "busybox",
+                "resources": {"requests": {"cpu": "1", GPU: gpus.to_string()}, "limits": {GPU: gpus.to_string()}}}]},
+        });
+        if let (Some(spec), Some(extra)) = (manifest["spec"].as_object_mut(), extra.as_object()) {
+            spec.extend(extra.clone());
+        }
+        let pod: Pod = serde_json::from_value(manifest).expect("pod json");
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), NS);
+        api.create(&PostParams::default(), &pod).await.expect("pod created");
+    }
+
+    /// Labels a node `key=value`.
+    async fn label(&self, node: &str, key: &str, value: &str) {
+        let api: Api<Node> = Api::all(self.client.clone());
+        let patch = json!({"metadata": {"labels": {key: value}}});
+        api.patch(node, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("node labelled");
+    }
+
+    /// The node a pod is bound to (None: unbound or gone).
+    async fn node_of(&self, pod: &str) -> Option<String> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), NS);
+        api.get_opt(pod).await.ok().flatten()?.spec?.node_name
+    }
+
     async fn events(&self, reason: &str) -> Vec<Event> {
         let api: Api<Event> = Api::namespaced(self.client.clone(), NS);
         api.list(&ListParams::default())
@@ -537,6 +566,72 @@ async fn recovery_refuses_bindings_that_break_a_taint_or_a_queue_limit() {
     // The greedy gang cannot have both pods in its queue, and one alone is not a gang.
     for _ in 0..15 {
         assert_eq!(env.bound("greedy").await, 0, "the queue's limit was broken");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    env.stop().await;
+}
+
+/// Recovery checks node selectors and required node affinity like a new decision: an intent
+/// binding a pod onto a node whose labels its `nodeSelector` or `requiredDuringScheduling`
+/// affinity does not match is refused and reported, and the pod is then scheduled where it
+/// may run. An intent naming a pod that is not a member of the intent's group (it belongs to
+/// another group) is refused for that pod too, and the pod stays where its own group puts it
+/// (unbound: its gang is one member short); the group's own member is bound per the intent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn recovery_refuses_bindings_that_break_a_node_selector_or_affinity_or_name_a_stranger() {
+    let Some(mut env) = Env::new(2).await else { return };
+    env.queue("q", None).await;
+    let pool = "drover.test/pool";
+    env.label("node-1", pool, "a").await;
+    // A node selector only node-1 matches; the intent says node-0.
+    env.group("picky", "q", 1, None).await;
+    env.pod_with("picky-0", "picky", 1, json!({"nodeSelector": {pool: "a"}})).await;
+    env.write_intent("picky", &[("picky-0", "node-0")]).await;
+    // Required node affinity only node-1 matches; the intent says node-0.
+    let affinity = json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": pool, "operator": "In", "values": ["a"]}]}]}}}});
+    env.group("affine", "q", 1, None).await;
+    env.pod_with("affine-0", "affine", 1, affinity).await;
+    env.write_intent("affine", &[("affine-0", "node-0")]).await;
+    // A pod of another group (a gang of 2 with one pod: it never starts on its own) named in
+    // the intent of group `host`, next to the host's own member.
+    env.group("other", "q", 2, None).await;
+    env.pod_with("stranger-0", "other", 1, json!({})).await;
+    env.group("host", "q", 1, None).await;
+    env.pod_with("host-0", "host", 1, json!({})).await;
+    env.write_intent("host", &[("host-0", "node-0"), ("stranger-0", "node-0")]).await;
+    env.start_scheduler();
+    wait_for("every intent resolved", T, || async {
+        let mut open = 0;
+        for g in ["picky", "affine", "host"] {
+            open += usize::from(has_intent(&env.pod_group(g).await));
+        }
+        open == 0
+    })
+    .await;
+    let refusals: Vec<String> = env.events("BindIntentRefused").await.into_iter().filter_map(|e| e.message).collect();
+    for pod in ["picky-0", "affine-0"] {
+        assert!(
+            refusals.iter().any(|m| m.contains(pod) && m.contains("node affinity/selector")),
+            "the binding of {pod} onto a node it does not select is reported: {refusals:?}"
+        );
+    }
+    assert!(
+        refusals.iter().any(|m| m.contains("stranger-0") && m.contains("not a member")),
+        "the binding of a pod of another group is reported: {refusals:?}"
+    );
+    // Refused, then scheduled normally: onto node-1, the node the pods select.
+    wait_for("picky-0 and affine-0 scheduled", T, || async {
+        env.node_of("picky-0").await.is_some() && env.node_of("affine-0").await.is_some()
+    })
+    .await;
+    for pod in ["picky-0", "affine-0"] {
+        assert_eq!(env.node_of(pod).await.as_deref(), Some("node-1"), "{pod} bound onto a node it does not select");
+    }
+    wait_for("host-0 bound per the intent", T, || async { env.node_of("host-0").await.is_some() }).await;
+    assert_eq!(env.node_of("host-0").await.as_deref(), Some("node-0"), "the group's own member follows the intent");
+    for _ in 0..15 {
+        assert_eq!(env.node_of("stranger-0").await, None, "a pod of another group was bound through this intent");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     env.stop().await;
