@@ -220,6 +220,16 @@ impl Env {
         api.patch(node, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("node tainted");
     }
 
+    /// Creates a Queue from its spec as JSON (for fields the typed helpers do not set).
+    async fn queue_from(&self, name: &str, spec: serde_json::Value) {
+        let queue: Queue =
+            serde_json::from_value(json!({"apiVersion": "scheduling.drover.dev/v1alpha1", "kind": "Queue",
+                "metadata": {"name": name}, "spec": spec}))
+            .expect("queue json");
+        let api: Api<Queue> = Api::all(self.client.clone());
+        api.create(&PostParams::default(), &queue).await.expect("queue created");
+    }
+
     /// Creates the pod `name` of `group` asking for `gpus` GPUs, with `extra` merged into its
     /// spec (a node selector, an affinity).
     async fn pod_with(&self, name: &str, group: &str, gpus: u32, extra: serde_json::Value) {
@@ -567,6 +577,63 @@ async fn recovery_refuses_bindings_that_break_a_taint_or_a_queue_limit() {
     for _ in 0..15 {
         assert_eq!(env.bound("greedy").await, 0, "the queue's limit was broken");
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    env.stop().await;
+}
+
+/// A PodGroup whose `spec.queue` names a queue whose `namespaceSelector` does not select the
+/// group's namespace is never scheduled: it gets `Valid=False` (reason `QueueNotAllowed`, the
+/// namespace and the queue named) and one Warning Event, while a group of the same namespace
+/// in a queue that admits it, and a group in a queue without a selector, are scheduled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pod_group_naming_a_queue_its_namespace_may_not_use_is_refused_and_others_schedule() {
+    let Some(mut env) = Env::new(2).await else { return };
+    let only = |ns: &str| json!({"matchLabels": {"kubernetes.io/metadata.name": ns}});
+    env.queue_from("team-b", json!({"deserved": {GPU: "8"}, "namespaceSelector": only("team-b")})).await;
+    env.queue_from("own", json!({"deserved": {GPU: "4"}, "namespaceSelector": only(NS)})).await;
+    env.queue("open", None).await;
+    env.start_scheduler();
+    env.gang("steal", "team-b", 2, 2, 1, None).await;
+    env.gang("mine", "own", 1, 1, 1, None).await;
+    env.gang("shared", "open", 1, 1, 1, None).await;
+    wait_for("the groups in queues that admit the namespace bound", T, || async {
+        env.bound("mine").await == 1 && env.bound("shared").await == 1
+    })
+    .await;
+    wait_for("Valid=False on the group naming team B's queue", T, || async {
+        condition(&env.pod_group("steal").await, "Valid").is_some_and(|c| c.status == "False")
+    })
+    .await;
+    let pg = env.pod_group("steal").await;
+    let valid = condition(&pg, "Valid").expect("a Valid condition");
+    assert_eq!(valid.reason, "QueueNotAllowed", "{valid:?}");
+    assert!(
+        valid.message.contains(&format!("{NS:?}")) && valid.message.contains("\"team-b\""),
+        "the message names the namespace and the queue: {valid:?}"
+    );
+    // Many cycles (200 ms each): the group stays out, and it is reported once, not every cycle.
+    for _ in 0..15 {
+        assert_eq!(env.bound("steal").await, 0, "a group was scheduled in a queue its namespace may not use");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let warnings: Vec<Event> = env
+        .events("QueueNotAllowed")
+        .await
+        .into_iter()
+        .filter(|e| e.involved_object.kind.as_deref() == Some("PodGroup"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "one Warning Event on the PodGroup: {warnings:?}");
+    let event = &warnings[0];
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    assert_eq!(event.involved_object.name.as_deref(), Some("steal"));
+    assert!(event.message.as_deref().is_some_and(|m| m.contains("team-b")), "{event:?}");
+    for group in ["mine", "shared"] {
+        let pg = env.pod_group(group).await;
+        assert!(
+            condition(&pg, "Valid").is_none_or(|c| c.status == "True"),
+            "{group} was marked invalid: {:?}",
+            pg.status
+        );
     }
     env.stop().await;
 }
