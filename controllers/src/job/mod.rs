@@ -100,6 +100,10 @@ use kube::{Client, Resource, ResourceExt};
 
 pub use build::{hosts_var, pod_host, pod_name};
 pub use plan::action_for;
+// The state machine's inputs and output, public so that property tests can feed it pods with
+// tenant-written labels and annotations (controllers/tests/tenant_input.rs).
+pub use plan::{plan, Phase, Plan, PodView, Validity};
+pub use tracker::Eviction;
 
 use crate::events::{self, EventType};
 use drover_k8s::watch_backoff::watch_backoff;
