@@ -211,7 +211,7 @@ async fn a_plain_pod_whose_group_name_would_be_too_long_is_reported_and_others_a
     assert_eq!(names, ["pod-after"], "only the pod with a short enough name is grouped");
     let pod = pods.get(&long).await.expect("the pod");
     assert!(
-        pod.metadata.annotations.unwrap_or_default().get(ANNOTATION_POD_GROUP).is_none(),
+        !pod.metadata.annotations.unwrap_or_default().contains_key(ANNOTATION_POD_GROUP),
         "the pod was annotated with a group"
     );
     let _ = stop.send(());
