@@ -4,15 +4,17 @@
 //! sibling queues where the two paths part); victims come from queues over fair share
 //! first, ranked again after each eviction, never non-preemptible work, and from
 //! non-reclaimable queues only their elastic pods while overused. Nothing is evicted for a
-//! group that already fits idle capacity. The group is pipelined onto the freed capacity.
+//! group that already fits idle capacity, and in a StrictFIFO queue only the first waiting
+//! job of each class may evict (for its minimum or its elastic pods). The group is
+//! pipelined onto the freed capacity.
 
 use crate::framework::{EvictMode, ShareBound, Victim};
 use crate::res::Res;
-use crate::snapshot::{JobId, PodId, ROOT};
+use crate::snapshot::{JobId, JobPhase, PodId, ROOT};
 
 use super::{
-    append_reason, evicting_jobs, fits_without_eviction, jobs_by_queue, make_room, select_queue, shortfall, starving,
-    Ctx, VictimCache,
+    append_reason, class, evicting_jobs, fits_without_eviction, jobs_by_queue, make_room, select_queue, shortfall,
+    starving, strict, Ctx, VictimCache,
 };
 
 /// Runs the action: first for gang minimums, then for elastic pods.
@@ -25,14 +27,38 @@ pub fn run(ctx: &mut Ctx) {
     serve(ctx, &mut state, &minimums, &|c, j| starving(c, j).then(|| c.ssn.gang_pods(j)));
     // Then pending pods above the minimum, one pod per job per attempt (Run:ai: reclaim
     // "balances fairness" too), by the same rule.
+    // In a StrictFIFO queue only the first waiting job of its class may evict, as for gang
+    // minimums: a later job's elastic pods could not use what is freed (nothing passes the
+    // waiting job there), and the victim would take it back next cycle.
     state.failed.fill(None);
-    let elastic = jobs_by_queue(ctx, |j| elastic_waiting(ctx, j));
+    let firsts = first_waiting(ctx);
+    let elastic = jobs_by_queue(ctx, |j| {
+        let q = snap.jobs[j].queue;
+        elastic_waiting(ctx, j) && (!strict(ctx, q) || firsts[q][class(ctx, j)] == Some(j))
+    });
     serve(ctx, &mut state, &elastic, &|c, j| elastic_waiting(c, j).then(|| c.ssn.pending_pods(j).take(1).collect()));
 }
 
 /// A running job (at least its minimum) with pending elastic pods and none pipelined.
 fn elastic_waiting(ctx: &Ctx, job: JobId) -> bool {
     ctx.ssn.job_pipelined[job] == 0 && ctx.fw.job_ready(ctx.ssn, job) && ctx.ssn.pending_pods(job).next().is_some()
+}
+
+/// Per leaf queue, its first admitted job with a pending pod in job order, per class (GPU,
+/// CPU-only).
+fn first_waiting(ctx: &Ctx) -> Vec<[Option<JobId>; 2]> {
+    let waiting =
+        jobs_by_queue(ctx, |j| ctx.ssn.job_phase[j] != JobPhase::Pending && ctx.ssn.pending_pods(j).next().is_some());
+    waiting
+        .iter()
+        .map(|jobs| {
+            let mut firsts = [None; 2];
+            for &j in jobs {
+                firsts[class(ctx, j)].get_or_insert(j);
+            }
+            firsts
+        })
+        .collect()
 }
 
 /// What the attempts of one run share.
@@ -91,11 +117,14 @@ fn attempt(ctx: &mut Ctx, state: &mut Reclaim, job: JobId, pods: &[PodId]) {
     if fits_without_eviction(ctx, pods, &fits) {
         return;
     }
-    // Whether a queue is above its deserved quota in a resource the request needs (a
-    // resource a queue does not name counts as deserved 0), for the reason.
-    let above_deserved = |a: usize| {
-        let (alloc, deserved) = (&ctx.ssn.queue_alloc[a], &snap.queues[a].deserved);
-        (0..need.len()).any(|r| r != snap.pods_resource && need[r] > 0 && alloc[r] > deserved[r])
+    // Whether the job's queue would go over its deserved quota with the request (in a
+    // resource its quota governs), for the reason: then it may only take from queues above
+    // their fair share.
+    let own_over = {
+        let (queue, alloc) = (&snap.queues[q], &ctx.ssn.queue_alloc[q]);
+        (0..need.len()).any(|r| {
+            r != snap.pods_resource && need[r] > 0 && queue.quota_covers(r) && alloc[r] + need[r] > queue.deserved[r]
+        })
     };
     let running = &state.running;
     let others = || {
@@ -110,7 +139,7 @@ fn attempt(ctx: &mut Ctx, state: &mut Reclaim, job: JobId, pods: &[PodId]) {
         .filter(|v| ctx.fw.may_evict(ctx.ssn, EvictMode::Reclaim, job, v))
         .collect();
     if candidates.is_empty() {
-        let why = no_victims(ctx, job, &need, above_deserved(q));
+        let why = no_victims(ctx, job, &need, own_over);
         append_reason(ctx, job, &why);
         state.failed[q] = Some(need);
         return;
@@ -123,8 +152,9 @@ fn attempt(ctx: &mut Ctx, state: &mut Reclaim, job: JobId, pods: &[PodId]) {
     }
 }
 
-/// Why no unit of another queue may be reclaimed for `job`.
-fn no_victims(ctx: &Ctx, job: JobId, need: &Res, own_above: bool) -> String {
+/// Why no unit of another queue may be reclaimed for `job`; `own_over`: its queue would go
+/// over its deserved quota with the request.
+fn no_victims(ctx: &Ctx, job: JobId, need: &Res, own_over: bool) -> String {
     let snap = ctx.ssn.snap;
     let wanted: Vec<&str> = (0..need.len())
         .filter(|&r| r != snap.pods_resource && need[r] > 0)
@@ -139,10 +169,15 @@ fn no_victims(ctx: &Ctx, job: JobId, need: &Res, own_above: bool) -> String {
     });
     if !any_above {
         format!("reclaim: no other queue is above its deserved quota in {}", wanted.join(", "))
-    } else if own_above {
+    } else if own_over {
         format!(
-            "reclaim: queue {} is above its deserved quota and no other queue is above its fair share in {}",
+            "reclaim: queue {} would go over its deserved quota and no other queue is above its fair share in {}",
             snap.queues[q].name,
+            wanted.join(", ")
+        )
+    } else if ctx.fw.job_ready(ctx.ssn, job) {
+        format!(
+            "reclaim: elastic pods take only from queues above their fair share, and no other queue is above it in {}",
             wanted.join(", ")
         )
     } else {

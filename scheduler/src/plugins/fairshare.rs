@@ -8,7 +8,7 @@
 //! from non-reclaimable queues (except their elastic pods while they are overused). The pod
 //! count is node capacity, not quota: it has no fair-share bound here.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::cmp::Ordering;
 
 use crate::config::FairShareMode;
@@ -16,7 +16,7 @@ use crate::fair_share::{divide, Claim};
 use crate::framework::{EvictMode, Plugin, ShareBound, Victim};
 use crate::res::{Res, UNLIMITED};
 use crate::session::Session;
-use crate::snapshot::{JobId, Queue, QueueId, Snapshot, ROOT};
+use crate::snapshot::{JobId, JobPhase, Queue, QueueId, Snapshot, ROOT};
 
 /// The fair-share plugin.
 pub struct FairShare {
@@ -26,13 +26,27 @@ pub struct FairShare {
     /// Per queue, the running elastic pods (above their job's minimum) of its whole subtree,
     /// at the start of the cycle: free capacity for admission (Volcano's elastic rule).
     elastic_subtree: Vec<Res>,
-    /// The last reclaimer's gang request, keyed by (job, running pods, pipelined pods):
-    /// reclaim asks about many victims for one reclaimer in a row.
-    last_need: RefCell<Option<(NeedKey, Res)>>,
+    /// Per job, its last worked-out request, keyed by its running and pipelined pod counts
+    /// (fixed while these are): reclaim asks about many victims for one reclaimer in a row,
+    /// and the queue order asks about every queue's next job.
+    needs: RefCell<Vec<Option<(NeedKey, Need)>>>,
+    /// Per queue (any level), the jobs of its subtree that had pending pods when the cycle
+    /// opened, highest priority first, then oldest: the first one still waiting is the
+    /// queue's next job.
+    waiting: Vec<Vec<JobId>>,
+    /// Per queue, how many of its `waiting` jobs are known to have no pod left to place.
+    placed: Vec<Cell<usize>>,
 }
 
-/// A job and its running and pipelined pod counts: its gang request is fixed while these are.
-type NeedKey = (JobId, u32, u32);
+/// A job's running and pipelined pod counts: its request is fixed while these are.
+type NeedKey = (u32, u32);
+
+/// What a job asks room for: its gang's minimum, or one elastic pod once the minimum runs.
+#[derive(Clone)]
+struct Need {
+    request: Res,
+    elastic: bool,
+}
 
 impl FairShare {
     /// A plugin dividing spare capacity by `mode`; `defer_queue_order` lets DRF order queues.
@@ -42,7 +56,9 @@ impl FairShare {
             defer_queue_order,
             jobs_by_queue: Vec::new(),
             elastic_subtree: Vec::new(),
-            last_need: RefCell::new(None),
+            needs: RefCell::new(Vec::new()),
+            waiting: Vec::new(),
+            placed: Vec::new(),
         }
     }
 }
@@ -184,21 +200,57 @@ fn elastic_running(ssn: &Session, job: JobId) -> Res {
 impl FairShare {
     /// Calls `f` with what `job` asks room for — its gang's minimum, or one elastic pod once
     /// the minimum runs — worked out once per job and state.
-    fn with_need<T>(&self, ssn: &Session, job: JobId, f: impl FnOnce(&Res) -> T) -> T {
-        let key = (job, ssn.job_running[job], ssn.job_pipelined[job]);
-        let mut last = self.last_need.borrow_mut();
-        let need = match last.as_ref() {
+    fn with_need<T>(&self, ssn: &Session, job: JobId, f: impl FnOnce(&Need) -> T) -> T {
+        let key = (ssn.job_running[job], ssn.job_pipelined[job]);
+        let mut needs = self.needs.borrow_mut();
+        if needs.len() <= job {
+            needs.resize(ssn.snap.jobs.len().max(job + 1), None);
+        }
+        let need = match &mut needs[job] {
             Some((k, need)) if *k == key => need,
-            _ => {
+            slot => {
                 // A job at its minimum asks for one elastic pod at a time.
                 let mut pods = ssn.gang_pods(job);
-                if pods.is_empty() {
+                let elastic = pods.is_empty();
+                if elastic {
                     pods.extend(ssn.pending_pods(job).take(1));
                 }
-                &last.insert((key, ssn.sum_requests(&pods))).1
+                &slot.insert((key, Need { request: ssn.sum_requests(&pods), elastic })).1
             }
         };
         f(need)
+    }
+
+    /// The queue's next job: the first job of its subtree, highest priority first, then
+    /// oldest, that is admitted, not pipelined and has a pod to place.
+    fn next_job(&self, ssn: &Session, q: QueueId) -> Option<JobId> {
+        let list = &self.waiting[q];
+        // Pods only leave the pending state between queue comparisons, so a job with none
+        // left stays placed for the rest of the cycle and is not looked at again.
+        let mut start = self.placed[q].get();
+        while start < list.len() && ssn.pending_pods(list[start]).next().is_none() {
+            start += 1;
+        }
+        self.placed[q].set(start);
+        list[start..].iter().copied().find(|&j| {
+            ssn.job_phase[j] != JobPhase::Pending && ssn.job_pipelined[j] == 0 && ssn.pending_pods(j).next().is_some()
+        })
+    }
+
+    /// KAI's first question in its queue order: whether the queue stays within its deserved
+    /// quota (in the resources its quota governs) with its next job's request. Such a queue
+    /// is served before one that would go over quota, so that the capacity a reclaim frees
+    /// for a queue below its deserved quota is not handed back to the victim's queue, which
+    /// would go over its own quota again to take it (no reclaim ping-pong).
+    fn within_deserved_with_next_job(&self, ssn: &Session, q: QueueId) -> bool {
+        let Some(job) = self.next_job(ssn, q) else { return false };
+        let queue = &ssn.snap.queues[q];
+        let alloc = &ssn.queue_alloc[q];
+        let pods = ssn.snap.pods_resource;
+        self.with_need(ssn, job, |need| {
+            let need = &need.request;
+            (0..need.len()).all(|r| r == pods || !queue.quota_covers(r) || alloc[r] + need[r] <= queue.deserved[r])
+        })
     }
 
     /// What the job could free in its own queue: elastic pods of any job, and the running
@@ -255,6 +307,17 @@ fn reclaimable_from(ssn: &Session, mine: QueueId, theirs: QueueId, need: &Res) -
     above_fair || within_own
 }
 
+/// Whether the victim side `theirs`, before losing the unit `v`, is above its fair share in
+/// a resource the unit uses: then the unit cannot be placed again within that fair share.
+/// Reclaim for an elastic pod takes only such units. Allocation serves every queue's gang
+/// minimums within fair share before any elastic pod, so a gang reclaimed from a queue
+/// within its fair share for another queue's elastic pod would start again first in the
+/// next cycle and be reclaimed again (ping-pong).
+fn over_fair_share_with(ssn: &Session, theirs: QueueId, v: &Victim) -> bool {
+    let (alloc, fair) = (&ssn.queue_alloc[theirs], &ssn.fair_share[theirs]);
+    (0..alloc.len()).any(|r| r != ssn.snap.pods_resource && v.freed[r] > 0 && alloc[r] > fair[r])
+}
+
 impl Plugin for FairShare {
     fn name(&self) -> &'static str {
         "fairshare"
@@ -278,15 +341,36 @@ impl Plugin for FairShare {
             }
         }
         self.elastic_subtree = elastic;
+        let mut waiting = vec![Vec::new(); snap.queues.len()];
+        for (q, jobs) in by_queue.iter().enumerate() {
+            for &j in jobs.iter().filter(|&&j| ssn.pending_pods(j).next().is_some()) {
+                for a in snap.ancestry(q) {
+                    waiting[a].push(j);
+                }
+            }
+        }
+        for list in &mut waiting {
+            list.sort_by(|&a, &b| {
+                let (ja, jb) = (&snap.jobs[a], &snap.jobs[b]);
+                jb.priority.cmp(&ja.priority).then(ja.created_at.cmp(&jb.created_at)).then(a.cmp(&b))
+            });
+        }
+        self.placed = waiting.iter().map(|_| Cell::new(0)).collect();
+        self.waiting = waiting;
+        self.needs = RefCell::new(vec![None; snap.jobs.len()]);
         self.jobs_by_queue = by_queue;
     }
 
     fn queue_order(&self, ssn: &Session, a: QueueId, b: QueueId) -> Ordering {
+        // A queue that stays within its deserved quota with its next job comes first, also
+        // when DRF orders the rest: this is what keeps reclaimed capacity from going back.
+        let (wa, wb) = (self.within_deserved_with_next_job(ssn, a), self.within_deserved_with_next_job(ssn, b));
+        let first = wb.cmp(&wa);
         if self.defer_queue_order {
-            return Ordering::Equal;
+            return first;
         }
         let (da, db) = (deprivation(ssn, a), deprivation(ssn, b));
-        da.0.cmp(&db.0).then(da.1.total_cmp(&db.1))
+        first.then(da.0.cmp(&db.0)).then(da.1.total_cmp(&db.1))
     }
 
     fn allocatable(&self, ssn: &Session, job: JobId, req: &Res, bound: ShareBound) -> Result<(), String> {
@@ -386,7 +470,11 @@ impl Plugin for FairShare {
         let snap = ssn.snap;
         let (pq, vq) = (snap.jobs[preemptor].queue, snap.jobs[v.job].queue);
         let Some((mine, theirs)) = snap.split(pq, vq) else { return false };
-        if !self.with_need(ssn, preemptor, |need| reclaimable_from(ssn, mine, theirs, need)) {
+        let allowed = self.with_need(ssn, preemptor, |need| {
+            reclaimable_from(ssn, mine, theirs, &need.request)
+                && (!need.elastic || over_fair_share_with(ssn, theirs, v))
+        });
+        if !allowed {
             return false;
         }
         let fenced = snap
@@ -398,7 +486,7 @@ impl Plugin for FairShare {
 
     fn may_reclaim_from(&self, ssn: &Session, preemptor: JobId, queue: QueueId) -> bool {
         let Some((mine, theirs)) = ssn.snap.split(ssn.snap.jobs[preemptor].queue, queue) else { return false };
-        self.with_need(ssn, preemptor, |need| reclaimable_from(ssn, mine, theirs, need))
+        self.with_need(ssn, preemptor, |need| reclaimable_from(ssn, mine, theirs, &need.request))
     }
 
     fn victim_rank(&self, ssn: &Session, mode: EvictMode, v: &Victim) -> i64 {
