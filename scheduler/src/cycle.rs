@@ -87,8 +87,9 @@ fn close(fw: &Framework, mut ssn: Session) -> CycleOutcome {
         if !waiting {
             ssn.reasons[j] = None;
         } else if ssn.reasons[j].is_none() {
+            let admission = format!("not admitted yet to queue {}", snap.queues[snap.jobs[j].queue].name);
             let why = match ssn.job_phase[j] {
-                JobPhase::Pending => "not admitted yet",
+                JobPhase::Pending => admission.as_str(),
                 _ if ssn.job_pipelined[j] > 0 => "waiting for evicted pods to terminate",
                 _ if ssn
                     .pod_state
