@@ -77,6 +77,10 @@ fn valid(pg: &PodGroup) -> Option<&Condition> {
     pg.status.as_ref()?.conditions.iter().find(|c| c.type_ == "Valid")
 }
 
+/// Pod `sneak` of `team-a` asks for team B's queue by annotation, pod `honest` for team A's:
+/// `sneak`'s one-pod group takes the queue asked for and is refused (`Valid=False
+/// QueueNotAllowed` naming namespace and queue, a Warning Event on the group), `sneak` stays
+/// unbound for many cycles, and `honest` is bound.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_plain_pod_annotated_with_a_queue_its_namespace_may_not_use_stays_unscheduled() {
     let Some(server) = drover_envtest::Server::start().await else { return };
