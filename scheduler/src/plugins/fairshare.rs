@@ -34,7 +34,8 @@ pub struct FairShare {
     /// opened, highest priority first, then oldest: the first one still waiting is the
     /// queue's next job.
     waiting: Vec<Vec<JobId>>,
-    /// Per queue, how many of its `waiting` jobs are known to have no pod left to place.
+    /// Per queue, how many of its first `waiting` jobs are known to have no pod left to place
+    /// this cycle (placed or pipelined).
     placed: Vec<Cell<usize>>,
 }
 
@@ -225,16 +226,16 @@ impl FairShare {
     /// oldest, that is admitted, not pipelined and has a pod to place.
     fn next_job(&self, ssn: &Session, q: QueueId) -> Option<JobId> {
         let list = &self.waiting[q];
-        // Pods only leave the pending state between queue comparisons, so a job with none
-        // left stays placed for the rest of the cycle and is not looked at again.
+        // Between queue comparisons pods only leave the pending state and jobs only become
+        // pipelined, so a job with no pod left to place, or pipelined, stays so for the rest
+        // of the cycle and is not looked at again.
+        let done = |j: JobId| ssn.job_pipelined[j] > 0 || ssn.pending_pods(j).next().is_none();
         let mut start = self.placed[q].get();
-        while start < list.len() && ssn.pending_pods(list[start]).next().is_none() {
+        while start < list.len() && done(list[start]) {
             start += 1;
         }
         self.placed[q].set(start);
-        list[start..].iter().copied().find(|&j| {
-            ssn.job_phase[j] != JobPhase::Pending && ssn.job_pipelined[j] == 0 && ssn.pending_pods(j).next().is_some()
-        })
+        list[start..].iter().copied().find(|&j| ssn.job_phase[j] != JobPhase::Pending && !done(j))
     }
 
     /// KAI's first question in its queue order: whether the queue stays within its deserved
