@@ -2,14 +2,18 @@
 //! real API server with RBAC on, for the default values and for every values file under
 //! `charts/drover/ci/`: each install creates what its values ask for, `helm upgrade` to
 //! another values file applies it, and `helm uninstall` leaves only the CRDs (Helm never
-//! deletes what `crds/` installed; docs/install.md says so). Without helm-python-sdk the test
-//! prints SKIPPED; `DROVER_REQUIRE_HELM` (set in CI) forbids that.
+//! deletes what `crds/` installed; docs/install.md says so). The CRD upgrade step of
+//! docs/install.md, run as written with the real kubectl after a `helm install`, brings a
+//! changed CRD to the API server. Without helm-python-sdk (or kubectl) the tests print
+//! SKIPPED; `DROVER_REQUIRE_HELM` and `DROVER_REQUIRE_KUBECTL` (set in CI) forbid that.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
 
 use drover_e2e::chart::{chart_dir, helm, HelmAction, INSTANCE, NAMESPACE};
-use drover_e2e::{eventually, Cluster};
-use drover_envtest::Options;
+use drover_e2e::{binary, eventually, Cluster};
+use drover_envtest::{Options, Server};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -164,4 +168,122 @@ async fn every_values_file_installs_upgrades_and_uninstalls() {
     helm(&kubeconfig, HelmAction::Upgrade(Some(&minimal))).expect("upgrade");
     check_install(&client, &expected(Some(&minimal)), "upgrade to ci/minimal-values.yaml").await;
     uninstall(&client, &kubeconfig, "after the upgrade").await;
+}
+
+/// The CRD step of docs/install.md's Upgrade section: the arguments of the `kubectl` that
+/// `drover crds` is piped into, read from the page so that the test runs what users are told.
+fn documented_crd_step() -> Vec<String> {
+    let page = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/install.md");
+    let text = std::fs::read_to_string(&page).expect("docs/install.md is readable");
+    let upgrade = text.split("\n## Upgrade").nth(1).expect("docs/install.md has an Upgrade section");
+    let upgrade = upgrade.split("\n## ").next().unwrap_or(upgrade);
+    let line = upgrade
+        .lines()
+        .find(|l| l.trim_start().starts_with("drover crds |"))
+        .expect("the Upgrade section has a `drover crds | kubectl ...` line");
+    let command = line.split('#').next().unwrap_or(line);
+    let (_, kubectl) = command.split_once('|').expect("a pipe");
+    let mut words = kubectl.split_whitespace().map(str::to_string);
+    assert_eq!(words.next().as_deref(), Some("kubectl"), "{line:?}: `drover crds` is piped into kubectl");
+    words.collect()
+}
+
+/// Runs `kubectl <args>` with `manifests` on its standard input.
+fn kubectl_with_input(kubeconfig: &Path, args: &[String], manifests: &str) -> Output {
+    let mut child = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl runs");
+    child.stdin.take().expect("stdin").write_all(manifests.as_bytes()).expect("kubectl reads the CRDs");
+    child.wait_with_output().expect("kubectl finishes")
+}
+
+/// What `drover crds` prints, with the Queue schema's top-level description replaced by
+/// `description`: a harmless change of the kind a new Drover version brings.
+fn changed_crds(description: &str) -> String {
+    let out = Command::new(binary("drover").expect("drover is built")).arg("crds").output().expect("drover crds runs");
+    assert!(out.status.success(), "drover crds: {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    let old = "description: Auto-generated derived type for QueueSpec via `CustomResource`";
+    assert_eq!(text.matches(old).count(), 1, "`drover crds` no longer has the Queue schema description {old:?}");
+    text.replace(old, &format!("description: {description}"))
+}
+
+/// The top-level schema description of the Queue CRD the API server serves now.
+async fn queue_schema_description(client: &Client) -> Option<String> {
+    let crd = Api::<CustomResourceDefinition>::all(client.clone()).get("queues.scheduling.drover.dev").await.ok()?;
+    crd.spec.versions.first()?.schema.as_ref()?.open_api_v3_schema.as_ref()?.description.clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_crd_upgrade_step_changes_crds_that_helm_installed() {
+    if !drover_envtest::tools::helm_available() || !drover_envtest::tools::kubectl_available() {
+        return;
+    }
+    // A bare control plane: the CRDs must be created by Helm from crds/, as on a new cluster.
+    let Some(server) = Server::start().await else { return };
+    let client = server.client();
+    let kubeconfig = server.kubeconfig();
+    helm(&kubeconfig, HelmAction::Install(None)).expect("helm install");
+    let crd = Api::<CustomResourceDefinition>::all(client.clone())
+        .get("queues.scheduling.drover.dev")
+        .await
+        .expect("helm install created the Queue CRD from crds/");
+    let managers: Vec<_> = crd.metadata.managed_fields.iter().flatten().filter_map(|m| m.manager.clone()).collect();
+    assert!(!managers.iter().any(|m| m == "kubectl"), "kubectl already manages the CRD before the step: {managers:?}");
+
+    // Why the step needs --force-conflicts: Helm's field manager owns every field of the CRDs
+    // it created, so a plain server-side apply of a changed field is refused as a conflict.
+    let plain = ["apply", "--server-side", "-f", "-"].map(String::from);
+    let refused = kubectl_with_input(&kubeconfig, &plain, &changed_crds("Changed without forcing."));
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && said.contains("conflict"),
+        "a plain `kubectl apply --server-side` of a changed CRD was expected to conflict with Helm's \
+         field manager (docs/install.md says so); it exited {:?}: {said}",
+        refused.status.code()
+    );
+    assert_ne!(queue_schema_description(&client).await.as_deref(), Some("Changed without forcing."));
+
+    // The step as docs/install.md writes it.
+    let step = documented_crd_step();
+    let wanted = "A Queue, as a newer Drover describes it.";
+    let applied = kubectl_with_input(&kubeconfig, &step, &changed_crds(wanted));
+    assert!(
+        applied.status.success(),
+        "docs/install.md's CRD step `drover crds | kubectl {}` failed after helm install: {}",
+        step.join(" "),
+        String::from_utf8_lossy(&applied.stderr)
+    );
+    eventually(30, "the API server serves the changed Queue CRD", || async {
+        (queue_schema_description(&client).await.as_deref() == Some(wanted)).then_some(())
+    })
+    .await;
+
+    // kubectl owns the CRDs' fields now: the next version's step conflicts no more, even
+    // without the flag (docs/install.md says keeping it is harmless, not needed).
+    let next = "A Queue, as the version after that describes it.";
+    let again = kubectl_with_input(&kubeconfig, &plain, &changed_crds(next));
+    assert!(
+        again.status.success(),
+        "a second CRD change after the forced step still conflicts: {}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    eventually(30, "the API server serves the second change", || async {
+        (queue_schema_description(&client).await.as_deref() == Some(next)).then_some(())
+    })
+    .await;
+
+    // The chart upgrade that follows leaves the new CRD alone (Helm never upgrades crds/).
+    helm(&kubeconfig, HelmAction::Upgrade(None)).expect("helm upgrade after the CRD step");
+    assert_eq!(
+        queue_schema_description(&client).await.as_deref(),
+        Some(next),
+        "helm upgrade put back the CRD of the chart's crds/"
+    );
 }
