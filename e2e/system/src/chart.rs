@@ -65,6 +65,31 @@ else:
     Ok(())
 }
 
+/// The chart's templates rendered for the release `drover` in [`NAMESPACE`] with `values`
+/// (the defaults when `None`), as Helm would install them: YAML documents separated by
+/// `---`, without the CRDs of `crds/`.
+pub fn render(values: Option<&Path>) -> anyhow::Result<String> {
+    let script = r#"
+import sys, helm_python as helm
+chart = helm.Chart.load(sys.argv[1])
+values = helm.values_from_yaml(open(sys.argv[2]).read()) if len(sys.argv) > 2 else None
+out = chart.render(values, name="drover", namespace="drover-system", is_install=True)
+for path in sorted(out):
+    print("---")
+    print(out[path])
+"#;
+    let mut cmd = Command::new("python3");
+    cmd.args(["-c", script]).arg(chart_dir());
+    if let Some(v) = values {
+        cmd.arg(v);
+    }
+    let out = cmd.output().context("running python3")?;
+    if !out.status.success() {
+        bail!("helm template failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(String::from_utf8(out.stdout)?)
+}
+
 /// A process killed when dropped.
 pub struct Running(Child);
 

@@ -11,11 +11,13 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use drover_e2e::chart::{chart_dir, helm, HelmAction, INSTANCE, NAMESPACE};
+use drover_e2e::chart::{chart_dir, helm, render, HelmAction, INSTANCE, NAMESPACE};
 use drover_e2e::{binary, eventually, Cluster};
 use drover_envtest::{Options, Server};
+use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
+use k8s_openapi::api::flowcontrol::v1::FlowSchema;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
@@ -36,12 +38,17 @@ fn values_files() -> Vec<Option<PathBuf>> {
     std::iter::once(None).chain(files.into_iter().map(Some)).collect()
 }
 
-/// What a values file asks for, read the way the chart reads it.
+/// What a values file asks for, read the way the chart reads it (defaults from values.yaml).
 struct Expected {
     scheduler_replicas: i32,
+    controllers_replicas: i32,
     budgets: bool,
     priority_classes: bool,
     service_monitors: bool,
+    flow_schema: bool,
+    admission_policy: bool,
+    user_roles: bool,
+    queue_viewers: bool,
 }
 
 fn expected(values: Option<&Path>) -> Expected {
@@ -51,12 +58,66 @@ fn expected(values: Option<&Path>) -> Expected {
     let flag = |path: &[&str], default: bool| {
         path.iter().try_fold(&v, |at, key| at.get(key)).and_then(|x| x.as_bool()).unwrap_or(default)
     };
+    let user_roles = flag(&["userRoles", "enabled"], true);
     Expected {
         scheduler_replicas: v["scheduler"]["replicas"].as_i64().unwrap_or(2) as i32,
+        controllers_replicas: v["controllers"]["replicas"].as_i64().unwrap_or(2) as i32,
         budgets: flag(&["podDisruptionBudget", "enabled"], true),
         priority_classes: flag(&["priorityClasses", "enabled"], false),
         service_monitors: flag(&["metrics", "serviceMonitor", "enabled"], false),
+        flow_schema: flag(&["flowSchema", "enabled"], true),
+        admission_policy: flag(&["admissionPolicy", "enabled"], true),
+        user_roles,
+        // The default lists `system:authenticated`; an empty list binds no one.
+        queue_viewers: user_roles && v["userRoles"]["queueViewers"].as_array().is_none_or(|l| !l.is_empty()),
     }
+}
+
+impl Expected {
+    /// How many of the release's objects of each kind the values make, by kind: one
+    /// Deployment, ServiceAccount, metrics Service, leader-Lease Role and RoleBinding,
+    /// ClusterRole and ClusterRoleBinding per binary, the scheduler's ConfigMap, and the
+    /// optional parts.
+    fn counts(&self) -> Vec<(&'static str, usize)> {
+        let n = |on: bool, count: usize| if on { count } else { 0 };
+        vec![
+            ("Deployment", 2),
+            ("ServiceAccount", 2),
+            ("ConfigMap", 1),
+            ("Service", 2),
+            ("PodDisruptionBudget", n(self.budgets, 2)),
+            ("Role", 2),
+            ("RoleBinding", 2),
+            // drover-user-edit, drover-user-view, drover-queue-viewer
+            ("ClusterRole", 2 + n(self.user_roles, 3)),
+            ("ClusterRoleBinding", 2 + n(self.queue_viewers, 1)),
+            ("PriorityClass", n(self.priority_classes, 4)),
+            ("ServiceMonitor", n(self.service_monitors, 2)),
+            ("FlowSchema", n(self.flow_schema, 1)),
+            ("ValidatingAdmissionPolicy", n(self.admission_policy, 1)),
+            ("ValidatingAdmissionPolicyBinding", n(self.admission_policy, 1)),
+        ]
+    }
+}
+
+/// How many objects of each kind the chart renders for `values`, in the order of
+/// [`Expected::counts`]; a kind the chart renders that `counts` does not know fails, so that
+/// a new kind in the chart cannot escape the install and uninstall checks.
+fn rendered_counts(values: Option<&Path>, label: &str) -> Vec<(&'static str, usize)> {
+    let text = render(values).unwrap_or_else(|e| panic!("{label}: {e:#}"));
+    let mut counts = expected(values).counts();
+    for n in counts.iter_mut() {
+        n.1 = 0;
+    }
+    for doc in text.split("\n---") {
+        let object: serde_json::Value =
+            serde_yaml::from_str(doc).unwrap_or_else(|e| panic!("{label}: rendered YAML: {e}\n{doc}"));
+        let Some(kind) = object.get("kind").and_then(|k| k.as_str()) else { continue };
+        let slot = counts.iter_mut().find(|(k, _)| *k == kind);
+        let slot = slot.unwrap_or_else(|| panic!("{label}: the chart renders a {kind}, which the test does not count"));
+        slot.1 += 1;
+    }
+    counts
 }
 
 /// The Prometheus Operator's ServiceMonitor kind, which the monitoring values create. The
@@ -107,20 +168,25 @@ async fn release_objects(client: &Client) -> Vec<(&'static str, usize)> {
         ("ClusterRoleBinding", count!(Api::<ClusterRoleBinding>::all(client.clone()))),
         ("PriorityClass", count!(Api::<PriorityClass>::all(client.clone()))),
         ("ServiceMonitor", count!(service_monitors(client))),
+        ("FlowSchema", count!(Api::<FlowSchema>::all(client.clone()))),
+        ("ValidatingAdmissionPolicy", count!(Api::<ValidatingAdmissionPolicy>::all(client.clone()))),
+        ("ValidatingAdmissionPolicyBinding", count!(Api::<ValidatingAdmissionPolicyBinding>::all(client.clone()))),
     ]
 }
 
-/// Checks that the installed release has what `want` asks for.
+/// Checks that the installed release has exactly what `want` asks for: each Deployment's
+/// replicas, and how many objects of each kind carry the release's label.
 async fn check_install(client: &Client, want: &Expected, values: &str) {
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), NAMESPACE);
-    let scheduler = deployments.get("drover-scheduler").await.expect("the scheduler Deployment");
-    assert_eq!(scheduler.spec.and_then(|s| s.replicas), Some(want.scheduler_replicas), "{values}: scheduler replicas");
-    deployments.get("drover-controllers").await.expect("the controllers Deployment");
-    let count = |kind: &str, objects: &[(&str, usize)]| objects.iter().find(|(k, _)| *k == kind).map(|(_, n)| *n);
+    for (name, replicas) in
+        [("drover-scheduler", want.scheduler_replicas), ("drover-controllers", want.controllers_replicas)]
+    {
+        let deployment = deployments.get(name).await.unwrap_or_else(|e| panic!("{values}: Deployment {name}: {e}"));
+        assert_eq!(deployment.spec.and_then(|s| s.replicas), Some(replicas), "{values}: {name} replicas");
+    }
+    // Helm applies a release in one request per object, and they are there when it returns.
     let objects = release_objects(client).await;
-    assert_eq!(count("PodDisruptionBudget", &objects), Some(if want.budgets { 2 } else { 0 }), "{values}: {objects:?}");
-    assert_eq!(count("ServiceMonitor", &objects), Some(if want.service_monitors { 2 } else { 0 }), "{values}");
-    assert_eq!(count("PriorityClass", &objects), Some(if want.priority_classes { 4 } else { 0 }), "{values}");
+    assert_eq!(objects, want.counts(), "{values}: the release's objects by kind (found, then expected)");
     if want.priority_classes {
         let classes: Api<PriorityClass> = Api::all(client.clone());
         for (name, value) in [("inference", 125), ("build", 100), ("interactive-preemptible", 75), ("train", 50)] {
@@ -157,6 +223,11 @@ async fn every_values_file_installs_upgrades_and_uninstalls() {
 
     for values in values_files() {
         let label = values.as_deref().map(|p| p.display().to_string()).unwrap_or_else(|| "default values".into());
+        assert_eq!(
+            rendered_counts(values.as_deref(), &label),
+            expected(values.as_deref()).counts(),
+            "{label}: the objects the chart renders by kind (rendered, then what the values ask for)"
+        );
         helm(&kubeconfig, HelmAction::Install(values.as_deref())).unwrap_or_else(|e| panic!("{label}: {e:#}"));
         check_install(&client, &expected(values.as_deref()), &label).await;
         uninstall(&client, &kubeconfig, &label).await;
