@@ -3,8 +3,8 @@
 //! file in `charts/drover/ci/` (GitOps tools see no drift); its Deployments run locked down
 //! (non-root, read-only root, no privilege escalation, no capabilities, RuntimeDefault seccomp)
 //! with requests, probes on `/healthz` and `/readyz` and two leader-elected replicas; its
-//! default scheduler configuration is `config/scheduler.yaml`; bad values fail at install
-//! with the field named. Helm is the
+//! default scheduler configuration is `config/scheduler.yaml`; its optional PriorityClasses are
+//! those of `config/samples/`; bad values fail at install with the field named. Helm is the
 //! real Helm v4 SDK through PyPI's `helm-python-sdk`; without it the Helm tests print SKIPPED,
 //! and fail when `DROVER_REQUIRE_HELM` is set, as CI does.
 
@@ -275,4 +275,34 @@ fn the_default_scheduler_configuration_is_config_scheduler_yaml() {
         file,
         "the rendered ConfigMap differs from config/scheduler.yaml"
     );
+}
+
+#[test]
+fn the_charts_priority_classes_are_the_samples() {
+    let monitoring = chart().join("ci/monitoring-values.yaml").display().to_string();
+    let Some(objects) = rendered(Some(&monitoring)) else { return };
+    let samples = chart().join("../../config/samples/01-priority-classes.yaml");
+    let text = std::fs::read_to_string(&samples).expect("config/samples/01-priority-classes.yaml");
+    let mut sampled = Vec::new();
+    for doc in text.split("\n---") {
+        let class = yaml(doc, "01-priority-classes.yaml");
+        if !class.is_null() {
+            sampled.push(class);
+        }
+    }
+    let charted: Vec<_> = objects.iter().filter(|o| o["kind"] == "PriorityClass").collect();
+    assert_eq!(charted.len(), sampled.len(), "the chart and the samples have different numbers of PriorityClasses");
+    // What a server-side apply of the samples and the chart would both set: the same values,
+    // so that neither conflicts with the other on a cluster that has both.
+    for sample in &sampled {
+        let name = sample["metadata"]["name"].as_str().expect("a name");
+        let class = object(&objects, "PriorityClass", name);
+        for field in ["value", "globalDefault", "description", "preemptionPolicy"] {
+            assert_eq!(class[field], sample[field], "PriorityClass {name}: {field} differs between chart and samples");
+        }
+        assert_eq!(
+            class["metadata"]["annotations"], sample["metadata"]["annotations"],
+            "PriorityClass {name}: annotations differ between chart and samples"
+        );
+    }
 }
