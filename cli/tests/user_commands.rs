@@ -150,6 +150,9 @@ async fn explain_and_queue_commands_read_and_change_the_cluster_with_documented_
         .collect();
     assert_eq!(names, [("research", 0), ("nlp", 1), ("vision", 1)]);
     assert_eq!(tree["queues"][1]["resources"]["nvidia.com/gpu"]["limit"], "2");
+    let yaml_tree: Value = serde_yaml::from_str(&stdout(&drover(&kubeconfig, &["queue", "tree", "-o", "yaml"])))
+        .expect("queue tree -o yaml prints YAML");
+    assert_eq!(yaml_tree, tree, "queue tree: -o yaml and -o json differ");
     let table = stdout(&drover(&kubeconfig, &["queue", "tree"]));
     assert!(table.lines().any(|l| l.starts_with("  vision") && l.contains("nvidia.com/gpu")), "{table}");
 
@@ -163,8 +166,23 @@ async fn explain_and_queue_commands_read_and_change_the_cluster_with_documented_
     assert_eq!(again, json!({"queue": "vision", "state": "Closed", "changed": false}));
     let table = stdout(&drover(&kubeconfig, &["explain", "job", "team-a/train"]));
     assert!(table.contains("`drover queue open vision`"), "{table}");
-    stdout(&drover(&kubeconfig, &["queue", "open", "vision"]));
+    let opened = stdout(&drover(&kubeconfig, &["queue", "open", "vision"]));
+    assert!(opened.contains("queue vision opened"), "{opened}");
     assert_eq!(queues.get("vision").await.unwrap().spec.state, QueueOpenState::Open);
+
+    // -o yaml of open and close: the same record as -o json, for a change and for none.
+    let state = |args: &[&str]| -> Value {
+        let out = stdout(&drover(&kubeconfig, args));
+        serde_yaml::from_str(&out).unwrap_or_else(|e| panic!("drover {args:?} printed no YAML ({e}): {out}"))
+    };
+    let open_again = state(&["queue", "open", "vision", "-o", "yaml"]);
+    assert_eq!(open_again, json!({"queue": "vision", "state": "Open", "changed": false}), "open an open queue");
+    let close = state(&["queue", "close", "vision", "-o", "yaml"]);
+    assert_eq!(close, json!({"queue": "vision", "state": "Closed", "changed": true}), "close -o yaml");
+    assert_eq!(queues.get("vision").await.unwrap().spec.state, QueueOpenState::Closed, "close -o yaml closed it");
+    let open = state(&["queue", "open", "vision", "-o", "yaml"]);
+    assert_eq!(open, json!({"queue": "vision", "state": "Open", "changed": true}), "open -o yaml");
+    assert_eq!(queues.get("vision").await.unwrap().spec.state, QueueOpenState::Open, "open -o yaml opened it");
 
     // Errors name the object, and each kind has its exit code.
     let missing = drover(&kubeconfig, &["explain", "job", "team-a/nope"]);
