@@ -133,7 +133,8 @@ struct SimArgs {
     /// Compare the result with the scenario's `expect`; exit 1 on any mismatch.
     #[arg(long)]
     check: bool,
-    /// Scheduler configuration file (default: the bundled config/scheduler.yaml).
+    /// Scheduler configuration file (default: the bundled config/scheduler.yaml); in trace
+    /// mode, the configuration the `drover` policy runs.
     #[arg(long)]
     config: Option<PathBuf>,
 }
@@ -206,10 +207,6 @@ fn serve(process: impl std::future::Future<Output = anyhow::Result<()>>) -> Exit
 }
 
 fn sim(args: SimArgs) -> ExitCode {
-    if let Some(trace) = &args.trace {
-        return trace_replay(&args, trace);
-    }
-    let file = args.file.clone().expect("clap requires a scenario file without --trace");
     let mut config = match &args.config {
         None => SchedulerConfig::default(),
         Some(path) => match std::fs::read_to_string(path)
@@ -223,6 +220,10 @@ fn sim(args: SimArgs) -> ExitCode {
             }
         },
     };
+    if let Some(trace) = &args.trace {
+        return trace_replay(&args, trace, config);
+    }
+    let file = args.file.clone().expect("clap requires a scenario file without --trace");
     let scenario = match scenario::load(&file) {
         Ok(s) => s,
         Err(e) => {
@@ -265,7 +266,7 @@ fn sim(args: SimArgs) -> ExitCode {
 }
 
 /// `drover sim --trace`: replays a trace under each policy and prints them side by side.
-fn trace_replay(args: &SimArgs, path: &std::path::Path) -> ExitCode {
+fn trace_replay(args: &SimArgs, path: &std::path::Path, config: SchedulerConfig) -> ExitCode {
     use drover_sim::trace::{self, policy::Policy, replay::Cluster, rows};
     let policies = if args.policies.is_empty() {
         trace::policy::ALL.to_vec()
@@ -291,6 +292,7 @@ fn trace_replay(args: &SimArgs, path: &std::path::Path) -> ExitCode {
         cpus_per_node: args.cpus_per_node.unwrap_or_else(|| trace::default_cpus_per_node(&jobs, args.gpus_per_node)),
         queues: args.queues,
         period: args.period,
+        config,
     };
     let results = match trace::run(&jobs, &cluster, &policies) {
         Ok(r) => r,

@@ -617,6 +617,7 @@ fn group_job<'a>(
             return Err(members.into_iter().map(|m| m.info).collect());
         }
     };
+    let (run_time, ends_at) = run_times(&members);
     let refs = members
         .into_iter()
         .map(|m| PodRef {
@@ -637,8 +638,36 @@ fn group_job<'a>(
         created_at: created(&group.metadata),
         phase,
         tasks,
+        run_time,
+        ends_at,
     };
     Ok((job, refs))
+}
+
+/// A group's declared run time and the expected end of its running pods, from the pods'
+/// `activeDeadlineSeconds`, which the kubelet enforces (a pod is stopped when it runs longer),
+/// so a tenant cannot claim a shorter run than it gets. The run time is known when every pod
+/// declares one (the longest); the end, when every running pod declares one and has started
+/// (its start plus its deadline, the latest of them).
+fn run_times(members: &[Member]) -> (Option<i64>, Option<i64>) {
+    let deadline = |m: &Member| m.info.pod.spec.as_ref().and_then(|s| s.active_deadline_seconds).filter(|d| *d > 0);
+    let latest = |v: Option<Vec<i64>>| v.and_then(|v| v.into_iter().max());
+    let run_time = latest(members.iter().map(deadline).collect());
+    let running: Vec<&Member> = members.iter().filter(|m| !matches!(m.phase, PodPhaseInput::Pending)).collect();
+    let ends_at = if running.is_empty() {
+        None
+    } else {
+        latest(
+            running
+                .iter()
+                .map(|m| {
+                    let started = m.info.pod.status.as_ref().and_then(|s| s.start_time.as_ref())?;
+                    Some(started.0.as_second().saturating_add(deadline(m)?))
+                })
+                .collect(),
+        )
+    };
+    (run_time, ends_at)
 }
 
 fn resolve_priority(group: &PodGroup, members: &[Member], classes: &Classes) -> Result<Resolved, String> {

@@ -214,7 +214,7 @@ impl State {
         }
         self.reported = problems;
         let snap = match snapshot::build(&converted.nodes, &converted.queues, &converted.jobs) {
-            Ok(s) => s,
+            Ok(s) => s.at(jiff::Timestamp::now().as_second()),
             Err(e) => {
                 tracing::error!(error = %e, "could not build the snapshot; skipping the cycle");
                 return;

@@ -703,3 +703,80 @@ async fn recovery_refuses_bindings_that_break_a_node_selector_or_affinity_or_nam
     }
     env.stop().await;
 }
+
+impl Env {
+    /// A gang of `n` pods of `gpus` GPUs each in queue `q`, whose pods declare `deadline`
+    /// seconds (`activeDeadlineSeconds`, the run time reservations plan with).
+    async fn timed_gang(&self, name: &str, n: u32, gpus: u32, deadline: i64) {
+        self.group(name, "q", n, None).await;
+        self.pods(name, n, gpus).await;
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), NS);
+        for i in 0..n {
+            let patch = json!({"spec": {"activeDeadlineSeconds": deadline}});
+            api.patch(&format!("{name}-{i}"), &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .expect("deadline set");
+        }
+    }
+
+    /// The node a pod is bound to, waiting until it is.
+    async fn bound_node(&self, pod: &str) -> String {
+        wait_for_value(&format!("{pod} bound"), || self.node_of(pod)).await
+    }
+}
+
+/// Polls `get` until it gives a value, for at most `T`.
+async fn wait_for_value<V, F, Fut>(what: &str, mut get: F) -> V
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<V>>,
+{
+    let deadline = Instant::now() + T;
+    loop {
+        if let Some(v) = get().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Runtime-aware backfill on the real API server: a gang that cannot start shows the nodes
+/// reserved for it and its expected start (from the pods' `activeDeadlineSeconds` and
+/// `startTime`) in `status.reservation`; a pod that would still run then stays off the
+/// reserved capacity, one that ends before it starts at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_waiting_gang_reserves_nodes_and_shows_them_in_status() {
+    let Some(mut env) = Env::new(2).await else { return };
+    env.queue("q", Some(16)).await;
+    env.start_scheduler();
+    env.timed_gang("long", 1, 8, 3600).await;
+    let long_node = env.bound_node("long-0").await;
+    env.timed_gang("brief", 1, 4, 600).await;
+    let brief_node = env.bound_node("brief-0").await;
+    assert_ne!(long_node, brief_node, "8 GPUs fill one node");
+    let pods: Api<Pod> = Api::namespaced(env.client.clone(), NS);
+    let long_start = wait_for_value("the kubelet starts long-0", || async {
+        pods.get("long-0").await.ok().and_then(|p| p.status?.start_time).map(|t| t.0.as_second())
+    })
+    .await;
+
+    env.timed_gang("big", 2, 8, 100).await;
+    let reservation =
+        wait_for_value("big shows its reservation", || async { env.pod_group("big").await.status?.reservation }).await;
+    let mut both = vec![long_node.clone(), brief_node.clone()];
+    both.sort();
+    assert_eq!(reservation.nodes, both);
+    let start: jiff::Timestamp = reservation.start_time.parse().expect("RFC 3339");
+    assert_eq!(start.as_second(), long_start + 3600, "big starts when long's deadline ends it");
+
+    // 4 GPUs idle on brief's node: a pod running 7200 s would still hold them at the start.
+    env.timed_gang("small-long", 1, 4, 7200).await;
+    env.timed_gang("small-short", 1, 4, 600).await;
+    assert_eq!(env.bound_node("small-short-0").await, brief_node, "what ends before the start runs now");
+    for _ in 0..10 {
+        assert_eq!(env.bound("small-long").await, 0, "a pod outlasting the start took reserved capacity");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    env.stop().await;
+}

@@ -114,6 +114,35 @@ pub enum PluginConfig {
     Predicates,
     /// Bin-pack / spread node scoring.
     Nodeorder(#[serde(default)] PlacementConfig),
+    /// Runtime-aware backfill: gangs that cannot start reserve the nodes where they will
+    /// start soonest.
+    Reservation(#[serde(default)] ReservationArgs),
+}
+
+/// Arguments of the `reservation` plugin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ReservationArgs {
+    /// How many waiting gangs, first in the order they are served, hold a reservation per
+    /// cycle (each node is reserved for one gang at most).
+    #[serde(default = "ReservationArgs::default_max_gangs")]
+    pub max_gangs: u32,
+    /// Seconds a gang must have waited since its creation before it may reserve (as Slurm's
+    /// `bf_min_age_reserve`): until then, best-effort backfill alone serves it.
+    #[serde(default)]
+    pub min_wait_seconds: u32,
+}
+
+impl ReservationArgs {
+    fn default_max_gangs() -> u32 {
+        1
+    }
+}
+
+impl Default for ReservationArgs {
+    fn default() -> Self {
+        ReservationArgs { max_gangs: ReservationArgs::default_max_gangs(), min_wait_seconds: 0 }
+    }
 }
 
 /// Arguments of the `fairshare` plugin.
@@ -227,6 +256,7 @@ impl PluginConfig {
             PluginConfig::Drf(_) => "drf",
             PluginConfig::Predicates => "predicates",
             PluginConfig::Nodeorder(_) => "nodeorder",
+            PluginConfig::Reservation(_) => "reservation",
         }
     }
 }
@@ -270,7 +300,7 @@ mod tests {
             c.actions,
             [ActionName::Enqueue, ActionName::Allocate, ActionName::Preempt, ActionName::Reclaim, ActionName::Backfill]
         );
-        for p in ["priority", "gang", "fairshare", "drf", "predicates", "nodeorder"] {
+        for p in ["priority", "gang", "fairshare", "drf", "predicates", "nodeorder", "reservation"] {
             assert!(c.has(p), "{p} enabled by default");
         }
     }

@@ -8,6 +8,7 @@ use crate::config::{ActionName, SchedulerConfig};
 use crate::framework::{Framework, ShareBound};
 use crate::placement::Placer;
 use crate::res::Res;
+use crate::reservation::{Reservation, Reservations};
 use crate::session::{Decisions, PodState, Session};
 use crate::snapshot::{JobId, JobPhase, Snapshot};
 
@@ -26,6 +27,8 @@ pub struct CycleOutcome {
     pub queue_alloc: Vec<Res>,
     /// Fair share per queue.
     pub fair_share: Vec<Res>,
+    /// Gangs that wait with nodes reserved for them, and when they are expected to start.
+    pub reservations: Vec<Reservation>,
 }
 
 /// Runs one cycle of `config` on `snap`.
@@ -51,9 +54,10 @@ pub fn run_cycle_observed(
         }
     }
     let mut placer = Placer::default();
+    let mut reservations = Reservations::default();
     for &action in &config.actions {
         let started = Instant::now();
-        let mut ctx = Ctx { ssn: &mut ssn, fw: &fw, placer: &mut placer };
+        let mut ctx = Ctx { ssn: &mut ssn, fw: &fw, placer: &mut placer, reservations: &mut reservations };
         match action {
             ActionName::Enqueue => actions::enqueue::run(&mut ctx),
             ActionName::Allocate => actions::allocate::run(&mut ctx),
@@ -64,7 +68,7 @@ pub fn run_cycle_observed(
         }
         observe(action, started.elapsed(), &ssn.decisions);
     }
-    close(&fw, ssn)
+    close(&fw, ssn, reservations)
 }
 
 /// What keeps a waiting job's next pod off the cluster, for a job no action gave a reason:
@@ -79,7 +83,7 @@ fn blocker(fw: &Framework, ssn: &Session, job: JobId) -> String {
     }
 }
 
-fn close(fw: &Framework, mut ssn: Session) -> CycleOutcome {
+fn close(fw: &Framework, mut ssn: Session, reservations: Reservations) -> CycleOutcome {
     let snap = ssn.snap;
     for j in 0..snap.jobs.len() {
         let waiting =
@@ -118,5 +122,6 @@ fn close(fw: &Framework, mut ssn: Session) -> CycleOutcome {
         reasons: ssn.reasons,
         queue_alloc,
         fair_share: ssn.fair_share,
+        reservations: reservations.into_list(),
     }
 }

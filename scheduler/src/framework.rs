@@ -6,6 +6,7 @@ use std::cmp::Ordering;
 use crate::config::{PlacementStrategy, PluginConfig, SchedulerConfig};
 use crate::plugins;
 use crate::res::Res;
+use crate::reservation::Reservation;
 use crate::session::Session;
 use crate::snapshot::{JobId, NodeId, PodId, QueueId, Snapshot};
 
@@ -111,6 +112,23 @@ pub trait Plugin {
     fn overused(&self, _ssn: &Session, _queue: QueueId) -> bool {
         false
     }
+
+    /// How many gangs that cannot start now may each reserve, per cycle, the nodes where they
+    /// will start soonest (0: none).
+    fn max_reservations(&self) -> usize {
+        0
+    }
+
+    /// Whether a gang that cannot start now may reserve nodes (within
+    /// [`Plugin::max_reservations`]).
+    fn may_reserve(&self, _ssn: &Session, _job: JobId) -> bool {
+        true
+    }
+
+    /// Whether `job`, placed within `bound`, may use the capacity reservation `r` holds.
+    fn may_use_reserved(&self, _ssn: &Session, _job: JobId, _bound: ShareBound, _r: &Reservation) -> bool {
+        false
+    }
 }
 
 /// The enabled plugins, combined.
@@ -143,6 +161,7 @@ impl Framework {
                     PluginConfig::Drf(args) => Box::new(plugins::drf::Drf::new(*args)),
                     PluginConfig::Predicates => Box::new(plugins::predicates::Predicates),
                     PluginConfig::Nodeorder(args) => Box::new(plugins::nodeorder::NodeOrder::new(args.clone())),
+                    PluginConfig::Reservation(args) => Box::new(plugins::reservation::Reservation::new(*args)),
                 }
             })
             .collect();
@@ -246,6 +265,22 @@ impl Framework {
     /// Whether any plugin finds the queue overused.
     pub fn overused(&self, ssn: &Session, queue: QueueId) -> bool {
         self.plugins.iter().any(|p| p.overused(ssn, queue))
+    }
+
+    /// How many gangs may hold a reservation each cycle: the most any plugin allows.
+    pub fn max_reservations(&self) -> usize {
+        self.plugins.iter().map(|p| p.max_reservations()).max().unwrap_or(0)
+    }
+
+    /// Whether every plugin lets the gang reserve nodes.
+    pub fn may_reserve(&self, ssn: &Session, job: JobId) -> bool {
+        self.plugins.iter().all(|p| p.may_reserve(ssn, job))
+    }
+
+    /// Whether some plugin lets `job`, placed within `bound`, use the capacity reservation `r`
+    /// holds.
+    pub fn may_use_reserved(&self, ssn: &Session, job: JobId, bound: ShareBound, r: &Reservation) -> bool {
+        self.plugins.iter().any(|p| p.may_use_reserved(ssn, job, bound, r))
     }
 
     fn first(&self, f: impl Fn(&dyn Plugin) -> Ordering) -> Ordering {

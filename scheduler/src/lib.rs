@@ -13,5 +13,6 @@ pub mod node_index;
 pub mod placement;
 pub mod plugins;
 pub mod res;
+pub mod reservation;
 pub mod session;
 pub mod snapshot;

@@ -147,6 +147,10 @@ pub struct Job {
     pub phase: JobPhase,
     /// Tasks.
     pub tasks: Vec<Task>,
+    /// How long the job runs once started, in seconds, when declared: reservations plan with it.
+    pub run_time: Option<i64>,
+    /// When its running pods are expected to end (the clock of [`Snapshot::now`]), when known.
+    pub ends_at: Option<i64>,
 }
 
 impl Job {
@@ -208,9 +212,18 @@ pub struct Snapshot {
     pub pods: Vec<Pod>,
     /// Sum of allocatable resources of schedulable nodes.
     pub capacity: Res,
+    /// The time of the cycle, in seconds on the clock of `created_at` and `ends_at`.
+    pub now: i64,
 }
 
 impl Snapshot {
+    /// The snapshot taken at `now` (seconds on the clock of the jobs' times); [`build`] leaves
+    /// it at 0, which is right only for inputs without run times.
+    pub fn at(mut self, now: i64) -> Snapshot {
+        self.now = now;
+        self
+    }
+
     /// The two sibling queues where the paths from the root to `a` and to `b` part: (the
     /// one above `a`, the one above `b`); `None` when one queue is the other or its ancestor.
     pub fn split(&self, a: QueueId, b: QueueId) -> Option<(QueueId, QueueId)> {
@@ -277,6 +290,10 @@ pub struct JobInput {
     pub phase: JobPhase,
     /// Tasks.
     pub tasks: Vec<TaskInput>,
+    /// Declared run time once started, seconds.
+    pub run_time: Option<i64>,
+    /// When its running pods are expected to end.
+    pub ends_at: Option<i64>,
 }
 
 /// A task as handed to the builder.
@@ -469,6 +486,8 @@ pub fn build(nodes: &[NodeInput], queues: &[QueueInput], jobs: &[JobInput]) -> R
             created_at: job.created_at,
             phase: job.phase,
             tasks,
+            run_time: job.run_time,
+            ends_at: job.ends_at,
         });
     }
 
@@ -483,6 +502,7 @@ pub fn build(nodes: &[NodeInput], queues: &[QueueInput], jobs: &[JobInput]) -> R
         jobs: snap_jobs,
         pods: snap_pods,
         capacity,
+        now: 0,
     })
 }
 

@@ -51,6 +51,8 @@ fn pending_job(name: &str, queue: &str, min: u32, pods: usize, requests: Resourc
             constraints: Constraints::default(),
             pods: vec![PodPhaseInput::Pending; pods],
         }],
+        run_time: None,
+        ends_at: None,
     }
 }
 

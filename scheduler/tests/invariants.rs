@@ -350,6 +350,8 @@ fn assemble(
             created_at: i as i64,
             phase: JobPhase::Pending,
             tasks,
+            run_time: None,
+            ends_at: None,
         };
         if spec.start {
             let counts = start_counts(&job, spec.extra);
@@ -1079,6 +1081,8 @@ fn tiny_case() -> Case {
                 },
                 pods: vec![PodPhaseInput::Pending; 5],
             }],
+            run_time: None,
+            ends_at: None,
         }],
         overrides: ConfigOverrides::default(),
         slow_termination: false,

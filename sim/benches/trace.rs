@@ -34,6 +34,7 @@ fn main() {
             cpus_per_node: trace::default_cpus_per_node(&jobs, 8),
             queues: 1,
             period: 10,
+            config: Default::default(),
         };
         for p in policy::ALL {
             if !wanted(label, p.name()) {

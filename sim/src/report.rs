@@ -38,6 +38,20 @@ pub struct JobReport {
     pub evicted: u32,
     /// Why pods still wait ("" when none wait).
     pub reason: String,
+    /// *Drover*: the nodes reserved for the waiting gang in the last cycle and when it is
+    /// expected to start (absent when none are).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reservation: Option<ReservationReport>,
+}
+
+/// A waiting gang's reservation.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ReservationReport {
+    /// The reserved nodes, in name order.
+    pub nodes: Vec<String>,
+    /// When the gang is expected to start, on the scenario's clock (seconds).
+    pub start: i64,
 }
 
 /// One queue's result.
@@ -131,6 +145,11 @@ pub fn report(name: &str, result: &SimResult) -> Report {
                 pending,
                 evicted,
                 reason: result.last.reasons[j].clone().unwrap_or_default(),
+                reservation: result.last.reservations.iter().find(|r| r.job == j).map(|r| {
+                    let mut nodes: Vec<String> = r.nodes.iter().map(|(n, _)| snap.nodes[*n].name.clone()).collect();
+                    nodes.sort();
+                    ReservationReport { nodes, start: r.start }
+                }),
             };
             (job.key(), report)
         })

@@ -71,7 +71,7 @@ pub fn simulate(scenario: &Scenario, config: &SchedulerConfig, cycles: u32) -> R
     let mut cycle = 0;
     loop {
         cycle += 1;
-        let snap = snapshot::build(&nodes, &queues, &jobs)?;
+        let snap = snapshot::build(&nodes, &queues, &jobs)?.at(scenario.now);
         let outcome = run_cycle(&snap, config);
         let node = |n: usize| snap.nodes[n].name.clone();
         let fates: Vec<PodFate> = outcome
@@ -116,6 +116,12 @@ fn advance(jobs: &mut [JobInput], snap: &Snapshot, outcome: &CycleOutcome) {
     }
     for (j, phase) in outcome.job_phase.iter().enumerate() {
         jobs[j].phase = *phase;
+        let running = jobs[j].tasks.iter().flat_map(|t| &t.pods).any(|p| matches!(p, PodPhaseInput::Bound(_)));
+        if !running {
+            jobs[j].ends_at = None;
+        } else if jobs[j].ends_at.is_none() {
+            jobs[j].ends_at = jobs[j].run_time.map(|d| snap.now.saturating_add(d));
+        }
     }
 }
 
@@ -192,6 +198,11 @@ fn job_inputs(s: &Scenario) -> Vec<JobInput> {
                 created_at: j.created_at,
                 phase,
                 tasks,
+                run_time: j.duration.map(|d| i64::try_from(d).unwrap_or(i64::MAX)),
+                ends_at: j
+                    .duration
+                    .filter(|_| running > 0)
+                    .map(|d| j.started_at.unwrap_or(s.now).saturating_add(i64::try_from(d).unwrap_or(i64::MAX))),
             }
         })
         .collect()

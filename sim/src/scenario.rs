@@ -27,6 +27,9 @@ pub struct Scenario {
     pub description: String,
     /// Scheduling cycles to run (at least 1).
     pub cycles: u32,
+    /// The time of the cycles, in seconds on the clock of `createdAt` and `startedAt`
+    /// (Drover's extension; default 0).
+    pub now: i64,
     /// Overrides of the default scheduler configuration.
     pub config: ConfigOverrides,
     /// The cluster's nodes.
@@ -100,8 +103,11 @@ pub struct JobSpec {
     pub min_member: u32,
     /// Submission time in seconds; FIFO order among equals.
     pub created_at: i64,
-    /// Trace mode only: run time in seconds once `min_member` pods run.
+    /// Run time in seconds once `min_member` pods run: the replayed time in trace mode, the
+    /// declared run time reservations plan with in a scenario.
     pub duration: Option<u64>,
+    /// When the job's running pods started (default `now`); they end `duration` later.
+    pub started_at: Option<i64>,
     /// The job's tasks (at least one).
     pub tasks: Vec<TaskSpec>,
 }
@@ -306,13 +312,13 @@ fn split_key(key: &str) -> (Option<&str>, &str) {
 }
 
 const TOP_FIELDS: &[&str] =
-    &["name", "description", "cycles", "config", "nodes", "queues", "priorityClasses", "jobs", "expect"];
+    &["name", "description", "cycles", "now", "config", "nodes", "queues", "priorityClasses", "jobs", "expect"];
 const NODE_FIELDS: &[&str] = &["name", "allocatable", "labels", "taints", "unschedulable"];
 const QUEUE_FIELDS: &[&str] =
     &["name", "parent", "deserved", "limit", "overQuotaWeight", "reclaimable", "queueingStrategy"];
 const CLASS_FIELDS: &[&str] = &["name", "value", "preemptible"];
 const JOB_FIELDS: &[&str] =
-    &["name", "namespace", "queue", "priorityClass", "minMember", "createdAt", "duration", "tasks"];
+    &["name", "namespace", "queue", "priorityClass", "minMember", "createdAt", "duration", "startedAt", "tasks"];
 const TASK_FIELDS: &[&str] =
     &["name", "replicas", "minAvailable", "requests", "nodeSelector", "tolerations", "affinity", "running"];
 const EXPECT_FIELDS: &[&str] = &["jobs", "placements", "evicted", "queues"];
@@ -654,6 +660,7 @@ fn header(f: &Fields) -> Result<Scenario, ScenarioError> {
         name: f.req("name", |at, v| string(at, v).and_then(|s| non_empty(at, s)))?,
         description: f.opt("description", string)?.unwrap_or_default(),
         cycles,
+        now: f.opt("now", int::<i64>)?.unwrap_or(0),
         config: f.opt("config", typed::<ConfigOverrides>)?.unwrap_or_default(),
         nodes: Vec::new(),
         queues: Vec::new(),
@@ -788,6 +795,7 @@ struct Catalog<'s> {
     nodes: BTreeSet<&'s str>,
     queues: &'s [QueueSpec],
     classes: &'s [PriorityClass],
+    now: i64,
 }
 
 impl<'s> Catalog<'s> {
@@ -796,6 +804,7 @@ impl<'s> Catalog<'s> {
             nodes: scenario.nodes.iter().map(|n| n.name.as_str()).collect(),
             queues: &scenario.queues,
             classes: &scenario.priority_classes,
+            now: scenario.now,
         }
     }
 
@@ -849,8 +858,16 @@ fn job(doc: &Doc, root: Vec<Step>, v: &Value, catalog: &Catalog) -> Result<JobSp
     let min_member = f.opt("minMember", int::<u32>)?;
     let created_at = f.opt("createdAt", int::<i64>)?.unwrap_or(0);
     let duration = f.opt("duration", int::<u64>)?;
+    let started_at = f.opt("startedAt", int::<i64>)?;
+    if started_at.is_some() && duration.is_none() {
+        return Err(f.at.key("startedAt").error("needs `duration`, the run time after which the job ends"));
+    }
+    if let Some(t) = started_at.filter(|&t| t > catalog.now) {
+        return Err(f.at.key("startedAt").error(format!("{t} is after the scenario's `now` ({})", catalog.now)));
+    }
     let tasks = f.req("tasks", |at, v| list(at, v, |at, v| task(doc, &object.label, at.absolute(), v, catalog)))?;
-    let mut job = JobSpec { name, namespace, queue, priority_class, min_member: 0, created_at, duration, tasks };
+    let mut job =
+        JobSpec { name, namespace, queue, priority_class, min_member: 0, created_at, duration, started_at, tasks };
     check_tasks(&f, &job)?;
     job.min_member = gang_size(&f, &job, min_member)?;
     Ok(job)

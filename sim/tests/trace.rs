@@ -14,7 +14,7 @@ d,20,10,1,0,4,,,,
 ";
 
 fn cluster() -> Cluster {
-    Cluster { nodes: 2, gpus_per_node: 8, cpus_per_node: 96, queues: 1, period: 10 }
+    Cluster { nodes: 2, gpus_per_node: 8, cpus_per_node: 96, queues: 1, period: 10, config: Default::default() }
 }
 
 /// Finish times of a, b, c, d under a policy.
@@ -92,4 +92,23 @@ fn the_same_trace_gives_the_same_bytes() {
     ] {
         assert!(once.contains(&format!("\"{key}\"")), "{key} missing from {once}");
     }
+}
+
+#[test]
+fn reservations_keep_a_big_gang_from_starving_behind_later_jobs() {
+    // Two 8-GPU nodes. a (8 GPUs, 100 s) and the gang b (2 x 8 GPUs, 50 s) arrive at 0; c
+    // (8 GPUs, 200 s) at 10; d (8 GPUs, 50 s) at 20.
+    let text =
+        "job_id,submit_time_s,duration_s,num_pods,gpus_per_pod\na,0,100,1,8\nb,0,50,2,8\nc,10,200,1,8\nd,20,50,1,8\n";
+    let jobs = rows::parse("starve.csv", text).unwrap();
+    let finish = |policy| -> Vec<Option<i64>> {
+        replay::replay(&jobs, &cluster(), policy).unwrap().jobs.iter().map(|r| r.finish).collect()
+    };
+    // fifo-backfill: c takes the idle node at 10 (ends 210); when a ends at 100, d passes b
+    // on a's node (ends 150); b starts only when c ends: 210-260.
+    assert_eq!(finish(Policy::FifoBackfill), [Some(100), Some(260), Some(210), Some(150)]);
+    // drover: b reserves both nodes from 100, when a ends. c would still run then: it waits.
+    // d ends at 70, before the reservation starts: it runs now on the idle node. b runs
+    // 100-150, then c 150-350.
+    assert_eq!(finish(Policy::Drover), [Some(100), Some(150), Some(350), Some(70)]);
 }

@@ -98,6 +98,22 @@ pub struct PodGroupStatus {
     /// scheduler may write it (tenants who can edit a PodGroup cannot write its status).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bind_intent: Option<BindIntent>,
+    /// The nodes reserved for the waiting gang and when it is expected to start there, from
+    /// the declared run times (`activeDeadlineSeconds`) of the pods running on them; work that
+    /// does not end before then may not take that capacity. Absent when nothing is reserved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reservation: Option<ReservationStatus>,
+}
+
+/// A waiting gang's reservation, as the scheduler planned it in its latest cycle.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReservationStatus {
+    /// The reserved nodes, in name order.
+    #[schemars(length(max = 4096))]
+    pub nodes: Vec<String>,
+    /// When the gang is expected to start on them (RFC 3339).
+    pub start_time: String,
 }
 
 /// The bindings of one gang that the scheduler is about to write: pod name (in the group's

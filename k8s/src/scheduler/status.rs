@@ -4,12 +4,13 @@
 use std::collections::{BTreeMap, HashMap};
 
 use drover_api::crd::conditions;
-use drover_api::crd::podgroup::{PodGroup, PodGroupPhase, PodGroupStatus};
+use drover_api::crd::podgroup::{PodGroup, PodGroupPhase, PodGroupStatus, ReservationStatus};
 use drover_api::crd::queue::Queue;
 use drover_scheduler::cycle::CycleOutcome;
 use drover_scheduler::plugins::fairshare::classify;
 use drover_scheduler::res::Res;
-use drover_scheduler::snapshot::{JobPhase, QueueId, Snapshot};
+use drover_scheduler::reservation::Reservation;
+use drover_scheduler::snapshot::{JobId, JobPhase, QueueId, Snapshot};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Patch, PatchParams};
@@ -35,9 +36,17 @@ struct Members {
 }
 
 /// The status the scheduler wants a group to have.
+/// What the core decided for a group this cycle.
+#[derive(Clone, Copy)]
+struct Decided<'a> {
+    phase: JobPhase,
+    reason: Option<&'a str>,
+    reservation: Option<&'a ReservationStatus>,
+}
+
 fn desired(
     group: &PodGroup,
-    core: Option<(JobPhase, Option<&str>)>,
+    core: Option<Decided>,
     counts: PodCounts,
     members: Members,
     problem: Option<&Problem>,
@@ -56,13 +65,14 @@ fn desired(
                 PodGroupPhase::Failed
             }
         }
-        phase => match core {
-            Some((JobPhase::Pending, _)) => PodGroupPhase::Pending,
-            Some((JobPhase::Inqueue, _)) => PodGroupPhase::Inqueue,
-            Some((JobPhase::Running, _)) => PodGroupPhase::Running,
+        phase => match core.map(|c| c.phase) {
+            Some(JobPhase::Pending) => PodGroupPhase::Pending,
+            Some(JobPhase::Inqueue) => PodGroupPhase::Inqueue,
+            Some(JobPhase::Running) => PodGroupPhase::Running,
             None => phase,
         },
     };
+    status.reservation = core.and_then(|c| c.reservation).cloned();
     status.running = counts.running;
     status.succeeded = counts.succeeded;
     status.failed = counts.failed;
@@ -78,8 +88,8 @@ fn desired(
         }
         _ => {}
     }
-    match core {
-        Some((_, Some(reason))) if !finished => {
+    match core.map(|c| c.reason) {
+        Some(Some(reason)) if !finished => {
             conditions::set(&mut status.conditions, UNSCHEDULABLE, true, UNSCHEDULABLE, reason, now, generation);
         }
         Some(_) => {
@@ -102,11 +112,14 @@ pub(super) async fn write_groups(
     converted: &Converted,
     outcome: &CycleOutcome,
 ) -> usize {
-    let mut core: HashMap<Key, (JobPhase, Option<&str>)> = HashMap::new();
+    let reservations: HashMap<JobId, ReservationStatus> =
+        outcome.reservations.iter().map(|r| (r.job, reservation_status(snap, r))).collect();
+    let mut core: HashMap<Key, Decided> = HashMap::new();
     for (j, job) in snap.jobs.iter().enumerate() {
         let reason = outcome.reasons.get(j).and_then(|r| r.as_deref());
         let phase = outcome.job_phase.get(j).copied().unwrap_or(job.phase);
-        core.insert((job.namespace.clone(), job.name.clone()), (phase, reason));
+        let decided = Decided { phase, reason, reservation: reservations.get(&j) };
+        core.insert((job.namespace.clone(), job.name.clone()), decided);
     }
     let mut problems: HashMap<Key, &Problem> = HashMap::new();
     for p in converted.problems.iter().filter(|p| p.kind == "PodGroup") {
@@ -137,7 +150,11 @@ pub(super) async fn write_groups(
         if group.status.as_ref() == Some(&want) {
             continue;
         }
-        let Ok(status) = serde_json::to_value(&want) else { continue };
+        let Ok(mut status) = serde_json::to_value(&want) else { continue };
+        if want.reservation.is_none() {
+            // A merge patch removes only what it sets to null.
+            status["reservation"] = Value::Null;
+        }
         let patch = json!({"metadata": {"resourceVersion": group.metadata.resource_version}, "status": status});
         let api: Api<PodGroup> = Api::namespaced(ctx.client.clone(), &key.0);
         match api.patch_status(&key.1, &PatchParams::default(), &Patch::Merge(&patch)).await {
@@ -162,6 +179,14 @@ pub(super) async fn write_groups(
         }
     }
     written
+}
+
+/// A reservation as PodGroup status shows it: node names in order and the start in RFC 3339.
+fn reservation_status(snap: &Snapshot, r: &Reservation) -> ReservationStatus {
+    let mut nodes: Vec<String> = r.nodes.iter().map(|(n, _)| snap.nodes[*n].name.clone()).collect();
+    nodes.sort();
+    let start = jiff::Timestamp::from_second(r.start).unwrap_or(jiff::Timestamp::MAX);
+    ReservationStatus { nodes, start_time: start.to_string() }
 }
 
 /// The Warning a status change deserves: a condition (`Unschedulable` or `Valid`) that turned
@@ -289,7 +314,8 @@ mod tests {
         let idle = desired(&group, None, counts, Members::default(), None);
         assert_eq!(idle.phase, PodGroupPhase::Failed);
         let restarted = Members { total: 2, succeeded: 0, failed: 0 };
-        let again = desired(&group, Some((JobPhase::Pending, Some("waiting"))), counts, restarted, None);
+        let waiting = Decided { phase: JobPhase::Pending, reason: Some("waiting"), reservation: None };
+        let again = desired(&group, Some(waiting), counts, restarted, None);
         assert_eq!(again.phase, PodGroupPhase::Pending, "a restarted job's group is live again");
         let unschedulable = again.conditions.iter().find(|c| c.type_ == UNSCHEDULABLE).expect("a condition");
         assert_eq!((unschedulable.status.as_str(), unschedulable.message.as_str()), ("True", "waiting"));

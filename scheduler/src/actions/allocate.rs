@@ -8,6 +8,9 @@
 //! statement or not at all. A `StrictFIFO` queue serves its jobs strictly in order: each
 //! job's minimum and elastic pods before the next job, and a job with a pod that cannot be
 //! placed stops later jobs of the same class (GPU or CPU-only) for the rest of the pass.
+//! A gang that finds no room may reserve the nodes where it will start soonest (see
+//! [`crate::reservation`]); jobs served after it leave that capacity alone unless they are
+//! declared to end before the reservation starts.
 
 use crate::framework::ShareBound;
 use crate::placement::Avail;
@@ -131,8 +134,17 @@ fn place_minimum(ctx: &mut Ctx, job: JobId, bound: ShareBound) -> Result<bool, S
     }
     let pods = ctx.ssn.gang_pods(job);
     let req = ctx.ssn.sum_requests(&pods);
-    ctx.fw.allocatable(ctx.ssn, job, &req, bound)?;
-    let st = place_all(ctx, &pods, Avail::Idle(None))?;
+    if let Err(why) = ctx.fw.allocatable(ctx.ssn, job, &req, bound) {
+        // Beyond its fair share now, but within its queue's hard bounds: once capacity frees
+        // the gang may start, so its own queue's later work must not take that capacity.
+        let bounded = bound == ShareBound::Idle || ctx.fw.allocatable(ctx.ssn, job, &req, ShareBound::Idle).is_err();
+        return Err(if bounded { why } else { with_reservation(ctx, job, why) });
+    }
+    let holds = ctx.reservations.holds_for(ctx.ssn, ctx.fw, job, bound);
+    let st = match place_all(ctx, &pods, Avail::Idle(holds.as_deref().map(Vec::as_slice))) {
+        Ok(st) => st,
+        Err(why) => return Err(with_reservation(ctx, job, why)),
+    };
     ctx.ssn.commit(st);
     ctx.ssn.job_phase[job] = JobPhase::Running;
     ctx.ssn.reasons[job] = None;
@@ -144,7 +156,18 @@ fn place_one_elastic(ctx: &mut Ctx, job: JobId, bound: ShareBound) -> Result<boo
     let pod = ctx.ssn.pending_pods(job).next().expect("heads have pending pods");
     let req = ctx.ssn.requests(pod).clone();
     ctx.fw.allocatable(ctx.ssn, job, &req, bound).map_err(|why| format!("elastic pods wait: {why}"))?;
-    let st = place_all(ctx, &[pod], Avail::Idle(None)).map_err(|why| format!("elastic pods wait: {why}"))?;
+    let holds = ctx.reservations.holds_for(ctx.ssn, ctx.fw, job, bound);
+    let st = place_all(ctx, &[pod], Avail::Idle(holds.as_deref().map(Vec::as_slice)))
+        .map_err(|why| format!("elastic pods wait: {why}"))?;
     ctx.ssn.commit(st);
     Ok(ctx.ssn.pending_pods(job).next().is_some())
+}
+
+/// Reserves for a gang that found no room the nodes where it will start soonest (when the
+/// plugins allow and its start can be known) and says so after `why`.
+fn with_reservation(ctx: &mut Ctx, job: JobId, why: String) -> String {
+    let Some(r) = ctx.reservations.reserve(ctx.ssn, ctx.fw, ctx.placer, job) else { return why };
+    let snap = ctx.ssn.snap;
+    let names: Vec<&str> = r.nodes.iter().map(|(n, _)| snap.nodes[*n].name.as_str()).collect();
+    format!("{why}; reserved {}, expected to start in {} s", names.join(", "), r.start - snap.now)
 }

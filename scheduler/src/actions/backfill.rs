@@ -3,7 +3,9 @@
 //! could use now (on the nodes it would take); later jobs may only use what nobody ahead of
 //! them holds. This is what lets CPU-only and small jobs run beside a waiting large gang. In
 //! a StrictFIFO queue nothing passes a waiting job of its class (GPU or CPU-only), even one
-//! that cannot fit at all: the queue stays strict.
+//! that cannot fit at all: the queue stays strict. Capacity reserved for a gang (see
+//! [`crate::reservation`]) is held too, for every job not declared to end before the
+//! reservation starts.
 
 use crate::framework::ShareBound;
 use crate::placement::Avail;
@@ -46,7 +48,10 @@ pub fn run(ctx: &mut Ctx) {
             blocked[q][c] = strict(ctx, q);
             continue;
         }
-        match place_all(ctx, &gang, Avail::Idle(Some(&hold))) {
+        let reserved = ctx.reservations.holds_for(ctx.ssn, ctx.fw, job, ShareBound::Idle);
+        let with_reserved: Option<Vec<Res>> =
+            reserved.map(|r| hold.iter().zip(r.iter()).map(|(h, r)| h.plus(r)).collect());
+        match place_all(ctx, &gang, Avail::Idle(Some(with_reserved.as_deref().unwrap_or(&hold)))) {
             Ok(st) => {
                 ctx.ssn.commit(st);
                 ctx.ssn.job_phase[job] = JobPhase::Running;
@@ -78,7 +83,7 @@ fn hold_for(ctx: &mut Ctx, pods: &[usize], hold: &mut [Res], free: &mut Res, key
         if free[key] <= 0 {
             return;
         }
-        if let Some((node, amount)) = reservation(ctx, pod, hold, key) {
+        if let Some((node, amount)) = hold_site(ctx, pod, hold, key) {
             hold[node].add(&amount);
             free.sub(&amount);
         }
@@ -96,7 +101,7 @@ fn key_resource(ctx: &Ctx, job: JobId) -> usize {
 
 /// Where a waiting pod would hold capacity, and how much: on the feasible node that could
 /// ever hold it and has the most unheld idle capacity, as much of its request as is idle.
-fn reservation(ctx: &mut Ctx, pod: usize, hold: &[Res], key: usize) -> Option<(NodeId, Res)> {
+fn hold_site(ctx: &mut Ctx, pod: usize, hold: &[Res], key: usize) -> Option<(NodeId, Res)> {
     let feas = ctx.placer.feasibility(ctx.ssn, ctx.fw, pod);
     let req = ctx.ssn.requests(pod);
     let node = feas

@@ -13,6 +13,7 @@ use crate::framework::{EvictMode, Framework, Victim};
 use std::rc::Rc;
 
 use crate::placement::{Avail, Feasibility, Placer};
+use crate::reservation::Reservations;
 use crate::session::{EvictReason, PodState, Session, Statement};
 use crate::snapshot::{JobId, JobPhase, NodeId, PodId, QueueId, QueueingStrategy, ROOT};
 
@@ -24,6 +25,8 @@ pub struct Ctx<'a, 's> {
     pub fw: &'a Framework,
     /// The node finder.
     pub placer: &'a mut Placer,
+    /// Capacity set aside for gangs that cannot start yet.
+    pub reservations: &'a mut Reservations,
 }
 
 /// Whether a job is admitted and below its gang minimum with pods to place.

@@ -7,3 +7,4 @@ pub mod gang;
 pub mod nodeorder;
 pub mod predicates;
 pub mod priority;
+pub mod reservation;

@@ -20,7 +20,8 @@ pub enum Policy {
     /// Shortest job first, an oracle that knows durations: priority from the duration
     /// (shorter first), with backfill and no preemption.
     Sjf,
-    /// Drover's default configuration (`config/scheduler.yaml`).
+    /// Drover's default configuration (`config/scheduler.yaml`), with each job's run time
+    /// declared, so that gangs that cannot start reserve nodes (runtime-aware backfill).
     Drover,
 }
 
@@ -47,16 +48,26 @@ impl Policy {
         })
     }
 
-    /// The scheduler configuration the policy runs.
-    pub fn config(self) -> SchedulerConfig {
+    /// The scheduler configuration the policy runs, derived from `drover`'s: the baselines
+    /// keep its plugins, with their own actions and no reservations.
+    pub fn config(self, drover: &SchedulerConfig) -> SchedulerConfig {
         use ActionName::*;
-        let mut config = SchedulerConfig::default();
+        let mut config = drover.clone();
         match self {
             Policy::FifoStrict | Policy::FifoBackfill | Policy::Greedy => config.actions = vec![Enqueue, Allocate],
             Policy::Sjf => config.actions = vec![Enqueue, Allocate, Backfill],
             Policy::Drover => {}
         }
+        if !self.declares_run_times() {
+            config.plugins.retain(|p| p.name() != "reservation");
+        }
         config
+    }
+
+    /// Whether jobs declare their run time to the scheduler (as the `activeDeadlineSeconds`
+    /// of their pods would in a cluster): only Drover's policy plans reservations with them.
+    pub fn declares_run_times(self) -> bool {
+        self == Policy::Drover
     }
 
     /// How the queues order their jobs.

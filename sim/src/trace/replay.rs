@@ -35,6 +35,9 @@ pub struct Cluster {
     pub queues: u32,
     /// Seconds between scheduling cycles.
     pub period: i64,
+    /// The configuration the `drover` policy runs (`config/scheduler.yaml` unless the user
+    /// gives another); the baselines derive theirs from it.
+    pub config: SchedulerConfig,
 }
 
 /// Memory per node: plenty, so that memory never decides (the traces do not record it).
@@ -147,7 +150,11 @@ struct World {
 
 /// Replays `trace` under `policy` on `cluster`.
 pub fn replay(trace: &[TraceJob], cluster: &Cluster, policy: Policy) -> Result<Replay, SnapshotError> {
-    let world = World { nodes: node_inputs(cluster), queues: queue_inputs(cluster, policy), config: policy.config() };
+    let world = World {
+        nodes: node_inputs(cluster),
+        queues: queue_inputs(cluster, policy),
+        config: policy.config(&cluster.config),
+    };
     let total_gpus = cluster.nodes * cluster.gpus_per_node;
     let fits_empty = |j: &TraceJob| {
         j.gpus_per_pod > 0 && j.gpus_per_pod <= cluster.gpus_per_node && j.pods * j.gpus_per_pod <= total_gpus
@@ -255,7 +262,7 @@ fn cycle(
     fair: &mut BTreeMap<String, i64>,
 ) -> Result<bool, SnapshotError> {
     let jobs: Vec<JobInput> = live.iter().map(|l| l.input.clone()).collect();
-    let snap = snapshot::build(&world.nodes, &world.queues, &jobs)?;
+    let snap = snapshot::build(&world.nodes, &world.queues, &jobs)?.at(now);
     let outcome = run_cycle(&snap, &world.config);
     if let Some(g) = snap.gpu {
         for (q, queue) in snap.queues.iter().enumerate().filter(|(_, q)| q.children.is_empty() && !q.name.is_empty()) {
@@ -290,6 +297,7 @@ fn cycle(
             l.started = Some(now);
             ends.start(l.job, now + l.duration);
         }
+        l.input.ends_at = l.started.zip(l.input.run_time).map(|(start, d)| start + d);
     }
     Ok(!outcome.decisions.evictions.is_empty() || !outcome.decisions.pipelined.is_empty())
 }
@@ -320,6 +328,8 @@ fn submit(job: &TraceJob, index: usize, cluster: &Cluster, policy: Policy) -> Li
             constraints: Constraints::default(),
             pods: vec![PodPhaseInput::Pending; job.pods as usize],
         }],
+        run_time: policy.declares_run_times().then_some(job.duration),
+        ends_at: None,
     };
     Live { job: index, input, duration: job.duration, gpus_per_pod: job.gpus_per_pod, bound: 0, started: None }
 }

@@ -1,0 +1,51 @@
+//! Reservation: runtime-aware backfill. A gang that cannot start now reserves the nodes where
+//! it will start soonest, judged from the declared run times of the pods running there; work
+//! served after it may use that capacity only if it is declared to end before the reservation
+//! starts. Big gangs then wait a bounded time instead of starving behind a stream of small
+//! jobs, while small jobs keep the GPUs busy. Other queues' work within its fair share is
+//! not held back: a reservation orders the gang's own queue and work beyond fair shares,
+//! never another queue's guaranteed share. Planning the start and holding the capacity are
+//! the mechanism of [`crate::reservation`]; this plugin decides how many gangs reserve and who
+//! may use what they reserved.
+
+use crate::config::ReservationArgs;
+use crate::framework::{Plugin, ShareBound};
+use crate::reservation::Reservation as Planned;
+use crate::session::Session;
+use crate::snapshot::JobId;
+
+/// The reservation plugin.
+pub struct Reservation {
+    max_gangs: usize,
+    min_wait: i64,
+}
+
+impl Reservation {
+    /// At most `maxGangs` waiting gangs reserve nodes each cycle, first in serving order, once
+    /// they have waited `minWaitSeconds`.
+    pub fn new(args: ReservationArgs) -> Reservation {
+        Reservation { max_gangs: args.max_gangs as usize, min_wait: i64::from(args.min_wait_seconds) }
+    }
+}
+
+impl Plugin for Reservation {
+    fn name(&self) -> &'static str {
+        "reservation"
+    }
+
+    fn max_reservations(&self) -> usize {
+        self.max_gangs
+    }
+
+    fn may_reserve(&self, ssn: &Session, job: JobId) -> bool {
+        self.min_wait == 0 || ssn.snap.now.saturating_sub(ssn.snap.jobs[job].created_at) >= self.min_wait
+    }
+
+    fn may_use_reserved(&self, ssn: &Session, job: JobId, bound: ShareBound, r: &Planned) -> bool {
+        let snap = ssn.snap;
+        let other_queue_within_share = bound == ShareBound::FairShare && snap.jobs[job].queue != snap.jobs[r.job].queue;
+        r.job == job
+            || other_queue_within_share
+            || snap.jobs[job].run_time.is_some_and(|d| snap.now.saturating_add(d) <= r.start)
+    }
+}
