@@ -41,6 +41,9 @@ pub struct Reservations {
     taken: Vec<bool>,
     /// Plans tried so far.
     plans: usize,
+    /// Whether any job declares a run time or an end (without one no start can be planned),
+    /// worked out at the first request.
+    timed: Option<bool>,
     /// The holds of every reservation together, for work none exempts.
     all: Option<Rc<Vec<Res>>>,
 }
@@ -63,12 +66,13 @@ impl Reservations {
         if let Some(i) = self.list.iter().position(|r| r.job == job) {
             return Some(&self.list[i]);
         }
-        let max = fw.max_reservations();
-        if self.list.len() >= max
-            || self.plans >= max * PLANS_PER_RESERVATION
-            || !timed(ssn)
-            || !fw.may_reserve(ssn, job)
-        {
+        if !self.open(fw) {
+            return None;
+        }
+        let timed = *self
+            .timed
+            .get_or_insert_with(|| ssn.snap.jobs.iter().any(|j| j.run_time.is_some() || j.ends_at.is_some()));
+        if !timed || !fw.may_reserve(ssn, job) {
             return None;
         }
         self.plans += 1;
@@ -82,6 +86,12 @@ impl Reservations {
         self.all = None;
         self.list.push(r);
         self.list.last()
+    }
+
+    /// Whether another reservation may still be planned this cycle.
+    pub fn open(&self, fw: &Framework) -> bool {
+        let max = fw.max_reservations();
+        self.list.len() < max && self.plans < max * PLANS_PER_RESERVATION && self.timed != Some(false)
     }
 
     /// The capacity `job`, placed within `bound`, must leave idle on each node: the holds of
@@ -105,11 +115,6 @@ impl Reservations {
         }
         Some(sum(&|i| binds[i]))
     }
-}
-
-/// Whether any job declares a run time or an end: without one no start can be planned.
-fn timed(ssn: &Session) -> bool {
-    ssn.snap.jobs.iter().any(|j| j.run_time.is_some() || j.ends_at.is_some())
 }
 
 /// The earliest start of the gang's pending minimum on nodes no other gang reserved, and the

@@ -137,8 +137,10 @@ fn place_minimum(ctx: &mut Ctx, job: JobId, bound: ShareBound) -> Result<bool, S
     if let Err(why) = ctx.fw.allocatable(ctx.ssn, job, &req, bound) {
         // Beyond its fair share now, but within its queue's hard bounds: once capacity frees
         // the gang may start, so its own queue's later work must not take that capacity.
-        let bounded = bound == ShareBound::Idle || ctx.fw.allocatable(ctx.ssn, job, &req, ShareBound::Idle).is_err();
-        return Err(if bounded { why } else { with_reservation(ctx, job, why) });
+        let may_start_later = bound == ShareBound::FairShare
+            && ctx.reservations.open(ctx.fw)
+            && ctx.fw.allocatable(ctx.ssn, job, &req, ShareBound::Idle).is_ok();
+        return Err(if may_start_later { with_reservation(ctx, job, why) } else { why });
     }
     let holds = ctx.reservations.holds_for(ctx.ssn, ctx.fw, job, bound);
     let st = match place_all(ctx, &pods, Avail::Idle(holds.as_deref().map(Vec::as_slice))) {
