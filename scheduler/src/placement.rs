@@ -132,6 +132,11 @@ impl Placer {
     pub fn explain(&mut self, ssn: &Session, fw: &Framework, pod: PodId, hold: Option<&[Res]>) -> String {
         let feas = self.feasibility(ssn, fw, pod);
         let req = ssn.requests(pod);
+        if hold.is_some() && !feas.nodes.iter().any(|&n| ssn.fits_idle(n, req, None)) {
+            // No node fits even without the holds: they change nothing, and the explanation
+            // without them is cached.
+            return self.explain(ssn, fw, pod, None);
+        }
         let key = (
             Arc::as_ptr(&ssn.snap.jobs[ssn.snap.pods[pod].job].tasks[ssn.snap.pods[pod].task].constraints) as usize,
             req.clone(),
