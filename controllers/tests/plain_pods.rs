@@ -16,11 +16,12 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use drover_api::crd::podgroup::PodGroup;
 use drover_api::crd::queue::Queue;
 use drover_controllers::queues::{self, ANNOTATION_POD_GROUP, ANNOTATION_QUEUE, POD_GROUP_PREFIX};
+use drover_envtest::eventually;
 use drover_k8s::scheduler::{self, NoopObserver, SchedulerOptions};
 use drover_kubelet::KubeletConfig;
 use k8s_openapi::api::core::v1::{Event, Namespace, Node, Pod};
@@ -55,22 +56,6 @@ fn queue_for(name: &str, namespace: &str) -> Value {
     json!({"apiVersion": "scheduling.drover.dev/v1alpha1", "kind": "Queue", "metadata": {"name": name},
         "spec": {"deserved": {GPU: "4"},
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}})
-}
-
-/// Polls `check` until it returns `Some`; panics with `what` after [`WAIT`].
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + WAIT;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out after {WAIT:?} waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 fn valid(pg: &PodGroup) -> Option<&Condition> {
@@ -114,7 +99,7 @@ async fn a_plain_pod_annotated_with_a_queue_its_namespace_may_not_use_stays_unsc
     };
     tokio::spawn(drover_kubelet::run(client.clone(), kubelet, signal()));
     let nodes: Api<Node> = Api::all(client.clone());
-    eventually("node-0 registered", || async { nodes.get_opt("node-0").await.ok().flatten() }).await;
+    eventually(WAIT.as_secs(), "node-0 registered", || async { nodes.get_opt("node-0").await.ok().flatten() }).await;
     tokio::spawn(queues::run_pod_groups(client.clone(), signal()));
     let options = SchedulerOptions { period: Duration::from_millis(200), ..SchedulerOptions::default() };
     tokio::spawn(scheduler::run(client.clone(), options, || true, Arc::new(NoopObserver), signal()));
@@ -126,20 +111,22 @@ async fn a_plain_pod_annotated_with_a_queue_its_namespace_may_not_use_stays_unsc
     // The controller does what the annotation asks: a one-pod group in team B's queue.
     let groups: Api<PodGroup> = Api::namespaced(client.clone(), TENANT);
     let group = format!("{POD_GROUP_PREFIX}sneak");
-    let made =
-        eventually("the one-pod group of the annotated pod", || async { groups.get_opt(&group).await.ok().flatten() })
-            .await;
+    let made = eventually(WAIT.as_secs(), "the one-pod group of the annotated pod", || async {
+        groups.get_opt(&group).await.ok().flatten()
+    })
+    .await;
     assert_eq!(made.spec.queue.as_deref(), Some("team-b"), "the group takes the queue the annotation names");
     assert_eq!(made.spec.min_member, 1);
-    eventually("the pod annotated with its group", || async {
+    eventually(WAIT.as_secs(), "the pod annotated with its group", || async {
         let pod = pods.get("sneak").await.ok()?;
         (pod.metadata.annotations?.get(ANNOTATION_POD_GROUP)? == &group).then_some(())
     })
     .await;
 
     // The scheduler refuses the group, and schedules the namespace's pod in its own queue.
-    eventually("the honest pod bound", || async { pods.get("honest").await.ok()?.spec?.node_name }).await;
-    let refusal = eventually("Valid=False on the one-pod group naming team B's queue", || async {
+    eventually(WAIT.as_secs(), "the honest pod bound", || async { pods.get("honest").await.ok()?.spec?.node_name })
+        .await;
+    let refusal = eventually(WAIT.as_secs(), "Valid=False on the one-pod group naming team B's queue", || async {
         valid(&groups.get(&group).await.ok()?).filter(|c| c.status == "False").cloned()
     })
     .await;
@@ -149,7 +136,7 @@ async fn a_plain_pod_annotated_with_a_queue_its_namespace_may_not_use_stays_unsc
         "the message names the namespace and the queue: {refusal:?}"
     );
     let events: Api<Event> = Api::namespaced(client.clone(), TENANT);
-    let warning = eventually("a Warning Event on the refused group", || async {
+    let warning = eventually(WAIT.as_secs(), "a Warning Event on the refused group", || async {
         let list = events.list(&ListParams::default()).await.ok()?;
         list.items.into_iter().find(|e| {
             e.reason.as_deref() == Some("QueueNotAllowed") && e.involved_object.name.as_deref() == Some(group.as_str())
@@ -198,9 +185,10 @@ async fn a_plain_pod_whose_group_name_would_be_too_long_is_reported_and_others_a
     create(&pods, plain_pod(&long, "team-a")).await;
     create(&pods, plain_pod("after", "team-a")).await;
     let groups: Api<PodGroup> = Api::namespaced(client.clone(), TENANT);
-    eventually("the next pod grouped", || async { groups.get_opt("pod-after").await.ok().flatten() }).await;
+    eventually(WAIT.as_secs(), "the next pod grouped", || async { groups.get_opt("pod-after").await.ok().flatten() })
+        .await;
     let events: Api<Event> = Api::namespaced(client.clone(), TENANT);
-    let warning = eventually("a Warning PodGroupNameTooLong on the pod", || async {
+    let warning = eventually(WAIT.as_secs(), "a Warning PodGroupNameTooLong on the pod", || async {
         let list = events.list(&ListParams::default()).await.ok()?;
         list.items.into_iter().find(|e| {
             e.reason.as_deref() == Some("PodGroupNameTooLong") && e.involved_object.name.as_deref() == Some(&long)

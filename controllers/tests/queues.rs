@@ -7,7 +7,6 @@
 //! passes.
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::time::{Duration, Instant};
 
 use drover_api::crd::department::Department;
@@ -15,7 +14,7 @@ use drover_api::crd::podgroup::PodGroup;
 use drover_api::crd::project::Project;
 use drover_api::crd::queue::{PodGroupCounts, Queue};
 use drover_controllers::queues::{self, reasons};
-use drover_envtest::Server;
+use drover_envtest::{eventually, Server};
 use k8s_openapi::api::core::v1::{Event, Namespace, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -74,22 +73,6 @@ impl Controllers {
     }
 }
 
-/// Polls `f` until it gives `Some`, for at most [`WAIT`].
-async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + WAIT;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 fn obj<K: DeserializeOwned>(v: Value) -> K {
     serde_json::from_value(v).expect("test object deserializes")
 }
@@ -137,7 +120,7 @@ fn project_valid(p: &Project) -> Option<(String, String)> {
 
 async fn wait_project(client: &Client, name: &str, status: &str, reason: &str) -> Project {
     let api: Api<Project> = Api::all(client.clone());
-    eventually(&format!("project {name} Valid={status} {reason}"), || async {
+    eventually(WAIT.as_secs(), &format!("project {name} Valid={status} {reason}"), || async {
         let p = get(&api, name).await?;
         (project_valid(&p) == Some((status.into(), reason.into()))
             && p.status.as_ref()?.observed_generation == p.metadata.generation)
@@ -161,7 +144,7 @@ async fn queue_names(client: &Client, selector: &str) -> Vec<String> {
 }
 
 async fn wait_queues(client: &Client, selector: &str, want: &[&str]) {
-    eventually(&format!("queues {selector} = {want:?}"), || async {
+    eventually(WAIT.as_secs(), &format!("queues {selector} = {want:?}"), || async {
         (queue_names(client, selector).await == want).then_some(())
     })
     .await
@@ -170,7 +153,7 @@ async fn wait_queues(client: &Client, selector: &str, want: &[&str]) {
 async fn warning_event(client: &Client, object: &str, reason: &str) -> Event {
     let api: Api<Event> = Api::namespaced(client.clone(), "default");
     let selector = format!("involvedObject.name={object},reason={reason}");
-    eventually(&format!("a {reason} event on {object}"), || async {
+    eventually(WAIT.as_secs(), &format!("a {reason} event on {object}"), || async {
         api.list(&ListParams::default().fields(&selector)).await.ok()?.items.into_iter().next()
     })
     .await
@@ -299,7 +282,7 @@ async fn departments_and_projects_become_the_queue_tree() {
     assert_eq!(status.queues, ["vision.a100", "vision.h100"]);
     assert_eq!(status.observed_generation, Some(1));
     let depts: Api<Department> = Api::all(client.clone());
-    let dept = eventually("department status", || async {
+    let dept = eventually(WAIT.as_secs(), "department status", || async {
         let d = get(&depts, "research").await?;
         (d.status.as_ref()?.queues.len() == 2).then_some(d)
     })
@@ -325,7 +308,7 @@ async fn quota_changes_update_queues_and_removed_pools_delete_them() {
         pool("h100", json!({"gpu": "2"})),
     ]}});
     projects.patch("vision", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
-    eventually("vision.a100 with the new quota", || async {
+    eventually(WAIT.as_secs(), "vision.a100 with the new quota", || async {
         let q = get(&queues_api, "vision.a100").await?;
         (as_json(&q.spec.deserved) == quantities(&[("nvidia.com/gpu", "6")])
             && q.spec.limit.as_ref().map(as_json) == Some(quantities(&[("nvidia.com/gpu", "10")])))
@@ -404,7 +387,7 @@ async fn namespaces_are_labelled_and_a_second_claim_is_refused() {
     assert!(message.contains("\"shared\"") && message.contains("alpha"), "{message}");
     warning_event(&client, "beta", reasons::NAMESPACE_CLAIMED).await;
     wait_project(&client, "alpha", "True", reasons::QUEUES_READY).await;
-    eventually("labels", || async {
+    eventually(WAIT.as_secs(), "labels", || async {
         (label_of("team-a").await.as_deref() == Some("alpha")
             && label_of("shared").await.as_deref() == Some("alpha")
             && label_of("team-b").await.as_deref() == Some("beta"))
@@ -417,14 +400,15 @@ async fn namespaces_are_labelled_and_a_second_claim_is_refused() {
     let patch = json!({"spec": {"namespaces": ["team-a"]}});
     Api::<Project>::all(client.clone()).patch("alpha", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
     wait_project(&client, "beta", "True", reasons::QUEUES_READY).await;
-    eventually("shared labelled beta", || async {
+    eventually(WAIT.as_secs(), "shared labelled beta", || async {
         (label_of("shared").await.as_deref() == Some("beta")).then_some(())
     })
     .await;
     // beta drops team-b: the label goes.
     let patch = json!({"spec": {"namespaces": ["shared"]}});
     Api::<Project>::all(client.clone()).patch("beta", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
-    eventually("team-b unlabelled", || async { label_of("team-b").await.is_none().then_some(()) }).await;
+    eventually(WAIT.as_secs(), "team-b unlabelled", || async { label_of("team-b").await.is_none().then_some(()) })
+        .await;
     controllers.stop().await;
 }
 
@@ -459,7 +443,7 @@ async fn plain_pod_setup(client: &Client) {
 async fn wait_group(client: &Client, namespace: &str, pod: &str) -> (PodGroup, Pod) {
     let groups: Api<PodGroup> = Api::namespaced(client.clone(), namespace);
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    eventually(&format!("a group for {namespace}/{pod}"), || async {
+    eventually(WAIT.as_secs(), &format!("a group for {namespace}/{pod}"), || async {
         let p = get(&pods, pod).await?;
         p.annotations().get(queues::ANNOTATION_POD_GROUP)?;
         Some((get(&groups, &format!("pod-{pod}")).await?, p))
@@ -542,7 +526,7 @@ async fn set_phase(client: &Client, name: &str, phase: &str) {
 
 async fn wait_counts(client: &Client, name: &str, want: PodGroupCounts) -> Queue {
     let api: Api<Queue> = Api::all(client.clone());
-    eventually(&format!("queue {name} counts {want:?}"), || async {
+    eventually(WAIT.as_secs(), &format!("queue {name} counts {want:?}"), || async {
         let q = get(&api, name).await?;
         (q.status.as_ref()?.pod_groups == want).then_some(q)
     })
@@ -592,7 +576,7 @@ async fn queue_status_counts_follow_pod_group_phases() {
 
 async fn wait_queue_valid(client: &Client, name: &str, status: &str, reason: &str) -> Queue {
     let api: Api<Queue> = Api::all(client.clone());
-    eventually(&format!("queue {name} Valid={status} {reason}"), || async {
+    eventually(WAIT.as_secs(), &format!("queue {name} Valid={status} {reason}"), || async {
         let q = get(&api, name).await?;
         (valid(&q.status.as_ref()?.conditions) == Some((status.into(), reason.into()))).then_some(q)
     })
@@ -652,7 +636,7 @@ async fn wait_converged(client: &Client) {
         wait_queue_valid(client, q, "True", reasons::QUEUE_VALID).await;
     }
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    eventually("team-vision labelled", || async {
+    eventually(WAIT.as_secs(), "team-vision labelled", || async {
         let ns = get(&namespaces, "team-vision").await?;
         (ns.labels().get(queues::LABEL_PROJECT)? == "vision").then_some(())
     })
@@ -700,7 +684,7 @@ async fn conflicts_and_server_errors_are_survived() {
     let patch = json!({"spec": {"nodePools": [pool("a100", json!({"gpu": "5"}))]}});
     Api::<Project>::all(client.clone()).patch("nlp", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
     let api: Api<Queue> = Api::all(client.clone());
-    eventually("nlp.a100 updated", || async {
+    eventually(WAIT.as_secs(), "nlp.a100 updated", || async {
         let q = get(&api, "nlp.a100").await?;
         (as_json(&q.spec.deserved) == quantities(&[("nvidia.com/gpu", "5")])).then_some(())
     })

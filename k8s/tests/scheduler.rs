@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use drover_api::crd::podgroup::{PodGroup, PodGroupPhase, PodGroupSpec};
 use drover_api::crd::queue::{Queue, QueueSpec};
-use drover_envtest::Server;
+use drover_envtest::{eventually, Server};
 use drover_k8s::convert::POD_GROUP_ANNOTATION;
 use drover_k8s::scheduler::{self, NoopObserver, SchedulerOptions, IGNORED_BIND_INTENT_ANNOTATION, UNSCHEDULABLE};
 use drover_kubelet::{self as kubelet, KubeletConfig};
@@ -721,23 +721,7 @@ impl Env {
 
     /// The node a pod is bound to, waiting until it is.
     async fn bound_node(&self, pod: &str) -> String {
-        wait_for_value(&format!("{pod} bound"), || self.node_of(pod)).await
-    }
-}
-
-/// Polls `get` until it gives a value, for at most `T`.
-async fn wait_for_value<V, F, Fut>(what: &str, mut get: F) -> V
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<V>>,
-{
-    let deadline = Instant::now() + T;
-    loop {
-        if let Some(v) = get().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        eventually(T.as_secs(), &format!("{pod} bound"), || self.node_of(pod)).await
     }
 }
 
@@ -756,14 +740,16 @@ async fn a_waiting_gang_reserves_nodes_and_shows_them_in_status() {
     let brief_node = env.bound_node("brief-0").await;
     assert_ne!(long_node, brief_node, "8 GPUs fill one node");
     let pods: Api<Pod> = Api::namespaced(env.client.clone(), NS);
-    let long_start = wait_for_value("the kubelet starts long-0", || async {
+    let long_start = eventually(T.as_secs(), "the kubelet starts long-0", || async {
         pods.get("long-0").await.ok().and_then(|p| p.status?.start_time).map(|t| t.0.as_second())
     })
     .await;
 
     env.timed_gang("big", 2, 8, 100).await;
-    let reservation =
-        wait_for_value("big shows its reservation", || async { env.pod_group("big").await.status?.reservation }).await;
+    let reservation = eventually(T.as_secs(), "big shows its reservation", || async {
+        env.pod_group("big").await.status?.reservation
+    })
+    .await;
     let mut both = vec![long_node.clone(), brief_node.clone()];
     both.sort();
     assert_eq!(reservation.nodes, both);

@@ -16,6 +16,7 @@ pub mod control_plane;
 pub mod pki;
 pub mod proxy;
 pub mod tools;
+pub mod wait;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -27,6 +28,7 @@ use kube::Client;
 
 pub use control_plane::{ControlPlane, Credentials, Options};
 pub use proxy::{FaultProxy, Faults};
+pub use wait::{eventually, eventually_result};
 
 /// A real control plane with a fault proxy in front: what a test talks to.
 pub struct Server {

@@ -11,7 +11,6 @@ pub mod chart;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use drover_envtest::{Faults, Options, Server};
@@ -171,29 +170,4 @@ impl Drop for Cluster {
     }
 }
 
-/// Polls `check` until it returns `Some`; after `secs` seconds an error naming `what`.
-pub async fn eventually_result<T, F, Fut>(secs: u64, what: &str, mut check: F) -> anyhow::Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = check().await {
-            return Ok(v);
-        }
-        if Instant::now() > deadline {
-            bail!("timed out after {secs} s waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// Polls `check` until it returns `Some`, failing after `secs` seconds with `what`.
-pub async fn eventually<T, F, Fut>(secs: u64, what: &str, check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    eventually_result(secs, what, check).await.unwrap_or_else(|e| panic!("{e}"))
-}
+pub use drover_envtest::{eventually, eventually_result};
