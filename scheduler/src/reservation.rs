@@ -49,11 +49,6 @@ pub struct Reservations {
 }
 
 impl Reservations {
-    /// The reservations made so far, in the order they were made.
-    pub fn list(&self) -> &[Reservation] {
-        &self.list
-    }
-
     /// Hands the reservations over (to the cycle's outcome).
     pub fn into_list(self) -> Vec<Reservation> {
         self.list
