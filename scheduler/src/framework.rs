@@ -131,13 +131,16 @@ pub trait Plugin {
     }
 }
 
-/// The enabled plugins, combined.
 /// The plugins that rank victims, in precedence order.
 const RANKING_PLUGINS: [&str; 3] = ["fairshare", "gang", "priority"];
 
 /// How many ranks a victim's sort key holds (one per ranking plugin).
 pub const MAX_RANKS: usize = RANKING_PLUGINS.len();
 
+/// A victim's place in eviction order: see [`Framework::victim_key`].
+pub type VictimKey = ([i64; MAX_RANKS], std::cmp::Reverse<i64>, std::cmp::Reverse<usize>, std::cmp::Reverse<PodId>);
+
+/// The enabled plugins, combined.
 pub struct Framework {
     plugins: Vec<Box<dyn Plugin>>,
     victim_precedence: Vec<usize>,
@@ -235,16 +238,20 @@ impl Framework {
         ranks
     }
 
-    /// Sorts victims: by fair-share tier, then gang (elastic pods first), then priority,
-    /// then newest job first (ties by namespace/name, last first), then highest pod first.
-    /// Each victim's key is computed once.
-    pub fn sort_victims(&self, ssn: &Session, mode: EvictMode, victims: &mut [&Victim]) {
+    /// A victim's place in eviction order (lower goes first): by fair-share tier, then gang
+    /// (elastic pods first), then priority, then newest job first (ties by namespace/name,
+    /// last first), then highest pod first. The ranks may follow the state of the victim's
+    /// queue, which changes as victims are taken; the rest never changes.
+    pub fn victim_key(&self, ssn: &Session, mode: EvictMode, v: &Victim) -> VictimKey {
         use std::cmp::Reverse;
-        victims.sort_by_cached_key(|v| {
-            let ranks = self.victim_ranks(ssn, mode, v);
-            let job = &ssn.snap.jobs[v.job];
-            (ranks, Reverse(job.created_at), Reverse(self.job_name_rank[v.job]), Reverse(v.pods[0]))
-        });
+        let ranks = self.victim_ranks(ssn, mode, v);
+        let job = &ssn.snap.jobs[v.job];
+        (ranks, Reverse(job.created_at), Reverse(self.job_name_rank[v.job]), Reverse(v.pods[0]))
+    }
+
+    /// Sorts victims by [`Framework::victim_key`], each victim's key computed once.
+    pub fn sort_victims(&self, ssn: &Session, mode: EvictMode, victims: &mut [&Victim]) {
+        victims.sort_by_cached_key(|v| self.victim_key(ssn, mode, v));
     }
 
     /// Whether the job is ready; without an opinion from any plugin, when anything runs.

@@ -8,6 +8,9 @@ pub mod consolidate;
 pub mod enqueue;
 pub mod preempt;
 pub mod reclaim;
+pub mod victims;
+
+pub use victims::{victim_units, VictimOrder, VictimPool};
 
 use crate::framework::{EvictMode, Framework, Victim};
 use std::rc::Rc;
@@ -236,73 +239,6 @@ impl StandIns {
     }
 }
 
-/// Eviction units of a running job: its pods above the gang minimum one by one (newest
-/// index first), then all of it. Pods bound by this very cycle are never victims: a binding
-/// the cycle decided stands.
-pub fn victim_units(ssn: &Session, job: JobId) -> Vec<Victim> {
-    let running: Vec<PodId> = ssn.running_pods(job).collect();
-    let bound_before = |p: &PodId| matches!(ssn.pod_state[*p], PodState::Bound(_));
-    if running.is_empty() {
-        return Vec::new();
-    }
-    let j = &ssn.snap.jobs[job];
-    let mut surplus = ssn.job_running[job].saturating_sub(j.min_member);
-    let mut spare: Vec<u32> = j
-        .tasks
-        .iter()
-        .enumerate()
-        .map(|(t, task)| ssn.task_running[job][t].saturating_sub(task.min_available))
-        .collect();
-    let mut units = Vec::new();
-    for &pod in running.iter().rev().filter(|p| bound_before(p)) {
-        let t = ssn.snap.pods[pod].task;
-        if surplus > 0 && spare[t] > 0 {
-            surplus -= 1;
-            spare[t] -= 1;
-            units.push(Victim { job, pods: vec![pod], elastic: true, freed: ssn.requests(pod).clone() });
-        }
-    }
-    if running.iter().all(bound_before) {
-        let freed = ssn.sum_requests(&running);
-        units.push(Victim { job, pods: running, elastic: false, freed });
-    }
-    units
-}
-
-/// Eviction units per job, formed on first use and formed again after the job loses pods.
-#[derive(Default)]
-pub struct VictimCache {
-    units: Vec<Option<Vec<Victim>>>,
-}
-
-impl VictimCache {
-    /// A cache for the session's jobs.
-    pub fn new(jobs: usize) -> VictimCache {
-        VictimCache { units: vec![None; jobs] }
-    }
-
-    /// Forms the units of these jobs if not yet formed.
-    pub fn fill(&mut self, ssn: &Session, jobs: impl Iterator<Item = JobId>) {
-        for j in jobs {
-            if self.units[j].is_none() {
-                self.units[j] = Some(victim_units(ssn, j));
-            }
-        }
-    }
-
-    /// The units of a job (empty unless filled).
-    pub fn of(&self, job: JobId) -> &[Victim] {
-        self.units[job].as_deref().unwrap_or(&[])
-    }
-
-    /// Forgets the units of jobs that lost pods in decisions from index `since` on.
-    pub fn forget_evicted(&mut self, ssn: &Session, since: usize) {
-        for &(pod, _) in &ssn.decisions.evictions[since..] {
-            self.units[ssn.snap.pods[pod].job] = None;
-        }
-    }
-}
-
 /// Adds `why` to the job's reason for waiting (after what an earlier action said).
 pub fn append_reason(ctx: &mut Ctx, job: JobId, why: &str) {
     let joined = match ctx.ssn.reasons[job].as_deref() {
@@ -327,20 +263,20 @@ pub fn fits_without_eviction(ctx: &mut Ctx, pods: &[PodId], fits: &dyn Fn(&Ctx) 
     }
 }
 
-/// Sorts the candidates, evicts what makes room for `pods` of `job` (its gang, or one
-/// elastic pod) and pipelines them, or, when nothing works, adds `failure` to the job's reason. On success, returns where its
-/// evictions start in the session's decisions.
+/// Evicts units in `order` that make room for `pods` of `job` (its gang, or one elastic
+/// pod), and pipelines them; or, when nothing works, adds `failure` (given every unit of the
+/// order that may be evicted) to the job's reason. On success, returns where its evictions
+/// start in the session's decisions.
 pub fn make_room(
     ctx: &mut Ctx,
     job: JobId,
     pods: &[PodId],
-    mut candidates: Vec<&Victim>,
+    mut order: VictimOrder,
     mode: EvictMode,
     fits: &dyn Fn(&Ctx) -> bool,
     failure: &dyn Fn(&mut Ctx, &[&Victim]) -> String,
 ) -> Option<usize> {
-    ctx.fw.sort_victims(ctx.ssn, mode, &mut candidates);
-    match evict_for(ctx, job, pods, &mut candidates, mode, fits) {
+    match evict_for(ctx, job, pods, &mut order, mode, fits) {
         Some(st) => {
             let evicted = st.len() - pods.len();
             let since = ctx.ssn.decisions.evictions.len();
@@ -358,6 +294,7 @@ pub fn make_room(
             Some(since)
         }
         None => {
+            let candidates: Vec<&Victim> = order.units().filter(|v| ctx.fw.may_evict(ctx.ssn, mode, job, v)).collect();
             let why = failure(ctx, &candidates);
             append_reason(ctx, job, &why);
             None
@@ -436,17 +373,17 @@ fn usable_nodes(ctx: &mut Ctx, gang: &[PodId]) -> Vec<NodeId> {
     nodes
 }
 
-/// Tries to make room for `gang` (pods of `job`) by evicting candidates in order, then
-/// pipelines it onto the freed capacity. Only victims on nodes some pod of the gang may use count.
-/// In reclaim, the candidates still to try are ranked again after each eviction (a queue
+/// Tries to make room for `gang` (pods of `job`) by evicting units in `order`, then
+/// pipelines it onto the freed capacity. Only victims on nodes some pod of the gang may use
+/// count. A unit's queue is ranked again after each eviction from it (in reclaim, a queue
 /// that drops below its fair share stops coming first). Victims that turn out unnecessary
 /// are spared. Returns the statement holding evictions and pipelined pods, or `None` when no
-/// set of candidates helps.
+/// set of units helps.
 fn evict_for(
     ctx: &mut Ctx,
     job: JobId,
     gang: &[PodId],
-    candidates: &mut [&Victim],
+    order: &mut VictimOrder,
     mode: EvictMode,
     fits: &dyn Fn(&Ctx) -> bool,
 ) -> Option<Statement> {
@@ -456,31 +393,28 @@ fn evict_for(
         EvictMode::Preempt => EvictReason::Preempt,
         EvictMode::Reclaim => EvictReason::Reclaim,
     };
-    let mut chosen: Vec<usize> = Vec::new();
+    let mut chosen: Vec<&Victim> = Vec::new();
     let mut nodes: Vec<NodeId> = Vec::new();
     let mut st = Statement::new();
-    for i in 0..candidates.len() {
-        let v = candidates[i];
+    while let Some(v) = order.next(ctx.ssn, ctx.fw) {
         if !v.pods.iter().any(|&p| ctx.ssn.pod_state[p].running_on().is_some_and(usable)) {
             continue;
         }
+        // Taking units only ever makes the rest less evictable (queues drop, jobs shrink),
+        // so a unit refused now would have been refused before the first eviction too.
         if !ctx.fw.may_evict(ctx.ssn, mode, job, v) {
             continue;
         }
-        let ranked = (mode == EvictMode::Reclaim).then(|| ctx.fw.victim_ranks(ctx.ssn, mode, v));
         evict_unit(ctx.ssn, &mut st, v, reason, &mut nodes);
-        chosen.push(i);
-        // Ranks follow the victim's queue: when this queue's rank moved, re-rank the rest.
-        if ranked.is_some_and(|before| before != ctx.fw.victim_ranks(ctx.ssn, mode, v)) {
-            ctx.fw.sort_victims(ctx.ssn, mode, &mut candidates[i + 1..]);
-        }
+        chosen.push(v);
+        order.rerank(ctx.ssn.snap.jobs[v.job].queue);
         if !fits(ctx) {
             continue;
         }
         if let Some(pipe) = try_place_all(ctx, gang, Avail::Future(&nodes)) {
             ctx.ssn.discard(pipe);
             ctx.ssn.discard(st);
-            return spare_unneeded(ctx, gang, candidates, chosen, reason, fits);
+            return spare_unneeded(ctx, gang, chosen, reason, fits);
         }
     }
     ctx.ssn.discard(st);
@@ -505,17 +439,15 @@ fn evict_unit(ssn: &mut Session, st: &mut Statement, v: &Victim, reason: EvictRe
 fn spare_unneeded(
     ctx: &mut Ctx,
     gang: &[PodId],
-    candidates: &[&Victim],
-    mut chosen: Vec<usize>,
+    mut chosen: Vec<&Victim>,
     reason: EvictReason,
     fits: &dyn Fn(&Ctx) -> bool,
 ) -> Option<Statement> {
     const MAX_PRUNE: usize = 32;
-    let attempt = |ctx: &mut Ctx, set: &[usize]| -> Option<Statement> {
+    let attempt = |ctx: &mut Ctx, set: &[&Victim]| -> Option<Statement> {
         let mut st = Statement::new();
         let mut nodes = Vec::new();
-        for &i in set {
-            let v = candidates[i];
+        for &v in set {
             let still = if v.elastic {
                 ctx.ssn.pod_state[v.pods[0]].running_on().is_some()
                     && ctx.ssn.can_lose_one(v.job, ctx.ssn.snap.pods[v.pods[0]].task)
@@ -539,7 +471,7 @@ fn spare_unneeded(
     // only victim nothing is freed (a gang that fits without eviction never gets here).
     if chosen.len() > 1 && chosen.len() <= MAX_PRUNE {
         for k in (0..chosen.len() - 1).rev() {
-            let without: Vec<usize> = chosen.iter().enumerate().filter(|&(i, _)| i != k).map(|(_, &c)| c).collect();
+            let without: Vec<&Victim> = chosen.iter().enumerate().filter(|&(i, _)| i != k).map(|(_, &c)| c).collect();
             if let Some(st) = attempt(ctx, &without) {
                 ctx.ssn.discard(st);
                 chosen = without;

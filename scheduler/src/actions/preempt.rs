@@ -5,7 +5,7 @@
 //! idle capacity, and in a StrictFIFO queue only for the first waiting job; the group is then
 //! pipelined onto the capacity being freed and bound in a later cycle.
 
-use super::{evicting_jobs, fits_without_eviction, jobs_by_queue, make_room, shortfall, starving, Ctx, VictimCache};
+use super::{evicting_jobs, fits_without_eviction, jobs_by_queue, make_room, shortfall, starving, Ctx, VictimPool};
 use crate::framework::{EvictMode, ShareBound, Victim};
 use crate::res::Res;
 
@@ -14,7 +14,7 @@ pub fn run(ctx: &mut Ctx) {
     let snap = ctx.ssn.snap;
     let starving_jobs = evicting_jobs(ctx);
     let running = jobs_by_queue(ctx, |j| ctx.ssn.job_running[j] > 0);
-    let mut cache = VictimCache::new(snap.jobs.len());
+    let mut pool = VictimPool::new(EvictMode::Preempt, running, snap.jobs.len());
     for (q, jobs) in starving_jobs.iter().enumerate() {
         let mut failed: Option<(Res, i32)> = None;
         for &job in jobs {
@@ -31,19 +31,15 @@ pub fn run(ctx: &mut Ctx) {
             if fits_without_eviction(ctx, &gang, &fits) {
                 continue;
             }
-            let others = || running[q].iter().copied().filter(|&o| o != job && ctx.ssn.job_running[o] > 0);
-            cache.fill(ctx.ssn, others());
-            let candidates: Vec<&Victim> = others()
-                .flat_map(|o| cache.of(o))
-                .filter(|v| ctx.fw.may_evict(ctx.ssn, EvictMode::Preempt, job, v))
-                .collect();
-            if candidates.is_empty() {
+            let queues = [q];
+            pool.prepare(ctx.ssn, ctx.fw, &queues);
+            if !pool.units_of(&queues, job).any(|v| ctx.fw.may_evict(ctx.ssn, EvictMode::Preempt, job, v)) {
                 failed = Some((need, priority));
                 continue;
             }
             let failure = |c: &mut Ctx, victims: &[&Victim]| shortfall(c, &gang, victims, "preempt");
-            match make_room(ctx, job, &gang, candidates, EvictMode::Preempt, &fits, &failure) {
-                Some(since) => cache.forget_evicted(ctx.ssn, since),
+            match make_room(ctx, job, &gang, pool.order(&queues, job), EvictMode::Preempt, &fits, &failure) {
+                Some(since) => pool.forget_evicted(ctx.ssn, since),
                 None => failed = Some((need, priority)),
             }
         }

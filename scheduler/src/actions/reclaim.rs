@@ -10,21 +10,23 @@
 
 use crate::framework::{EvictMode, ShareBound, Victim};
 use crate::res::Res;
-use crate::snapshot::{JobId, JobPhase, PodId, ROOT};
+use crate::snapshot::{JobId, JobPhase, PodId, QueueId, ROOT};
 
 use super::{
     append_reason, class, evicting_jobs, fits_without_eviction, jobs_by_queue, make_room, select_queue, shortfall,
-    starving, strict, Ctx, VictimCache,
+    starving, strict, Ctx, VictimPool,
 };
 
 /// Runs the action: first for gang minimums, then for elastic pods.
 pub fn run(ctx: &mut Ctx) {
     let snap = ctx.ssn.snap;
     let running = jobs_by_queue(ctx, |j| ctx.ssn.job_running[j] > 0);
-    let mut state =
-        Reclaim { running, cache: VictimCache::new(snap.jobs.len()), failed: vec![None; snap.queues.len()] };
+    let mut state = Reclaim {
+        pool: VictimPool::new(EvictMode::Reclaim, running, snap.jobs.len()),
+        failed: vec![None; snap.queues.len()],
+    };
     let minimums = evicting_jobs(ctx);
-    serve(ctx, &mut state, &minimums, &|c, j| starving(c, j).then(|| c.ssn.gang_pods(j)));
+    serve(ctx, &mut state, &minimums, &starving, &|c, j| c.ssn.gang_pods(j));
     // Then pending pods above the minimum, one pod per job per attempt (Run:ai: reclaim
     // "balances fairness" too), by the same rule.
     // In a StrictFIFO queue only the first waiting job of its class may evict, as for gang
@@ -36,7 +38,7 @@ pub fn run(ctx: &mut Ctx) {
         let q = snap.jobs[j].queue;
         elastic_waiting(ctx, j) && (!strict(ctx, q) || firsts[q][class(ctx, j)] == Some(j))
     });
-    serve(ctx, &mut state, &elastic, &|c, j| elastic_waiting(c, j).then(|| c.ssn.pending_pods(j).take(1).collect()));
+    serve(ctx, &mut state, &elastic, &elastic_waiting, &|c, j| c.ssn.pending_pods(j).take(1).collect());
 }
 
 /// A running job (at least its minimum) with pending elastic pods and none pipelined.
@@ -63,31 +65,40 @@ fn first_waiting(ctx: &Ctx) -> Vec<[Option<JobId>; 2]> {
 
 /// What the attempts of one run share.
 struct Reclaim {
-    /// Running jobs per leaf queue.
-    running: Vec<Vec<JobId>>,
-    cache: VictimCache,
+    /// The units other queues may lose.
+    pool: VictimPool,
     /// Per queue, a request that found no room: larger ones are not tried again.
     failed: Vec<Option<Res>>,
 }
 
-/// Serves the jobs listed per queue, most deprived queue first, each job once; `pods` says
-/// which pods a job asks room for (`None`: it no longer needs any).
+/// Serves the jobs listed per queue that still `want` room, most deprived queue first, each
+/// job once; `pods` says which pods a job asks room for.
 fn serve(
     ctx: &mut Ctx,
     state: &mut Reclaim,
     by_queue: &[Vec<JobId>],
-    pods: &dyn Fn(&Ctx, JobId) -> Option<Vec<PodId>>,
+    wants: &dyn Fn(&Ctx, JobId) -> bool,
+    pods: &dyn Fn(&Ctx, JobId) -> Vec<PodId>,
 ) {
     let mut cursor = vec![0usize; by_queue.len()];
     loop {
-        let head = |c: &Ctx, q: usize, cursor: &[usize]| {
-            by_queue[q][cursor[q]..].iter().copied().find(|&j| pods(c, j).is_some_and(|p| !p.is_empty()))
+        // Skip, for good, the listed jobs that no longer want room: reclaim only pipelines
+        // and evicts, so a job that stopped wanting room (pipelined, or lost its minimum)
+        // does not want it again within the action.
+        let mut head = |c: &Ctx, q: usize| {
+            while by_queue[q].get(cursor[q]).is_some_and(|&j| !wants(c, j)) {
+                cursor[q] += 1;
+            }
+            by_queue[q].get(cursor[q]).copied()
         };
-        let Some(q) = select_queue(ctx, &|q| head(ctx, q, &cursor).is_some()) else { break };
-        let job: JobId = head(ctx, q, &cursor).expect("selected queue has a job to serve");
-        cursor[q] = by_queue[q].iter().position(|&j| j == job).expect("job is listed") + 1;
-        let wanted = pods(ctx, job).unwrap_or_default();
-        attempt(ctx, state, job, &wanted);
+        let heads: Vec<Option<JobId>> = (0..by_queue.len()).map(|q| head(ctx, q)).collect();
+        let Some(q) = select_queue(ctx, &|q| heads[q].is_some()) else { break };
+        let job = heads[q].expect("selected queue has a job to serve");
+        cursor[q] += 1;
+        let wanted = pods(ctx, job);
+        if !wanted.is_empty() {
+            attempt(ctx, state, job, &wanted);
+        }
     }
 }
 
@@ -126,28 +137,21 @@ fn attempt(ctx: &mut Ctx, state: &mut Reclaim, job: JobId, pods: &[PodId]) {
             r != snap.pods_resource && need[r] > 0 && queue.quota_covers(r) && alloc[r] + need[r] > queue.deserved[r]
         })
     };
-    let running = &state.running;
-    let others = || {
-        (0..running.len())
-            .filter(|&v| v != q && v != ROOT && !running[v].is_empty() && ctx.fw.may_reclaim_from(ctx.ssn, job, v))
-            .flat_map(|v| running[v].iter().copied())
-            .filter(|&o| ctx.ssn.job_running[o] > 0)
-    };
-    state.cache.fill(ctx.ssn, others());
-    let candidates: Vec<&Victim> = others()
-        .flat_map(|o| state.cache.of(o))
-        .filter(|v| ctx.fw.may_evict(ctx.ssn, EvictMode::Reclaim, job, v))
+    let pool = &mut state.pool;
+    let queues: Vec<QueueId> = (0..snap.queues.len())
+        .filter(|&v| v != q && v != ROOT && pool.has_running(v) && ctx.fw.may_reclaim_from(ctx.ssn, job, v))
         .collect();
-    if candidates.is_empty() {
+    pool.prepare(ctx.ssn, ctx.fw, &queues);
+    if !pool.units_of(&queues, job).any(|v| ctx.fw.may_evict(ctx.ssn, EvictMode::Reclaim, job, v)) {
         let why = no_victims(ctx, job, &need, own_over);
         append_reason(ctx, job, &why);
         state.failed[q] = Some(need);
         return;
     }
     let failure = |c: &mut Ctx, victims: &[&Victim]| shortfall(c, pods, victims, "reclaim");
-    let outcome = make_room(ctx, job, pods, candidates, EvictMode::Reclaim, &fits, &failure);
+    let outcome = make_room(ctx, job, pods, state.pool.order(&queues, job), EvictMode::Reclaim, &fits, &failure);
     match outcome {
-        Some(since) => state.cache.forget_evicted(ctx.ssn, since),
+        Some(since) => state.pool.forget_evicted(ctx.ssn, since),
         None => state.failed[q] = Some(need),
     }
 }

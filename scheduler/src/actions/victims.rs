@@ -1,0 +1,179 @@
+//! Eviction victims: the units a running job can lose without breaking its gang, and the
+//! order in which preempt and reclaim take them.
+//!
+//! Units are formed once per job and action, and each leaf queue's units are sorted once.
+//! An attempt then merges the queues it may take from, choosing at each step the head with
+//! the lowest [`Framework::victim_key`] now. A key's ranks may follow the state of the
+//! victim's queue (fair-share tiers do), which changes as units are taken, but they never
+//! reorder the units of one queue; so only the heads are compared again, and only the head
+//! of the queue that just lost a unit is ranked again. This is the same order as sorting
+//! every candidate and sorting the rest again after each eviction, without doing either.
+
+use crate::framework::{EvictMode, Framework, Victim, VictimKey};
+use crate::session::{PodState, Session};
+use crate::snapshot::{JobId, PodId, QueueId};
+
+/// Eviction units of a running job: its pods above the gang minimum one by one (newest
+/// index first), then all of it. Pods bound by this very cycle are never victims: a binding
+/// the cycle decided stands.
+pub fn victim_units(ssn: &Session, job: JobId) -> Vec<Victim> {
+    let running: Vec<PodId> = ssn.running_pods(job).collect();
+    let bound_before = |p: &PodId| matches!(ssn.pod_state[*p], PodState::Bound(_));
+    if running.is_empty() {
+        return Vec::new();
+    }
+    let j = &ssn.snap.jobs[job];
+    let mut surplus = ssn.job_running[job].saturating_sub(j.min_member);
+    let mut spare: Vec<u32> = j
+        .tasks
+        .iter()
+        .enumerate()
+        .map(|(t, task)| ssn.task_running[job][t].saturating_sub(task.min_available))
+        .collect();
+    let mut units = Vec::new();
+    for &pod in running.iter().rev().filter(|p| bound_before(p)) {
+        let t = ssn.snap.pods[pod].task;
+        if surplus > 0 && spare[t] > 0 {
+            surplus -= 1;
+            spare[t] -= 1;
+            units.push(Victim { job, pods: vec![pod], elastic: true, freed: ssn.requests(pod).clone() });
+        }
+    }
+    if running.iter().all(bound_before) {
+        let freed = ssn.sum_requests(&running);
+        units.push(Victim { job, pods: running, elastic: false, freed });
+    }
+    units
+}
+
+/// The victim units of one action (preempt or reclaim): per job, formed on first use and
+/// formed again after the job loses pods, and per leaf queue in eviction order.
+pub struct VictimPool {
+    mode: EvictMode,
+    /// Jobs with running pods when the action started, per leaf queue.
+    running: Vec<Vec<JobId>>,
+    units: Vec<Option<Vec<Victim>>>,
+    /// Per leaf queue, its units as (job, index in the job's units) in eviction order;
+    /// `None` until sorted, and again once a job of the queue loses pods.
+    sorted: Vec<Option<Vec<(JobId, usize)>>>,
+}
+
+impl VictimPool {
+    /// A pool for `mode` over the jobs that run in each leaf queue.
+    pub fn new(mode: EvictMode, running: Vec<Vec<JobId>>, jobs: usize) -> VictimPool {
+        let queues = running.len();
+        VictimPool { mode, running, units: vec![None; jobs], sorted: vec![None; queues] }
+    }
+
+    /// Whether jobs of the queue ran when the action started.
+    pub fn has_running(&self, q: QueueId) -> bool {
+        !self.running[q].is_empty()
+    }
+
+    /// Forms and sorts the units of these queues where that is not done yet.
+    pub fn prepare(&mut self, ssn: &Session, fw: &Framework, queues: &[QueueId]) {
+        for &q in queues {
+            if self.sorted[q].is_some() {
+                continue;
+            }
+            for &j in &self.running[q] {
+                if self.units[j].is_none() {
+                    self.units[j] = Some(victim_units(ssn, j));
+                }
+            }
+            let units = &self.units;
+            let mut order: Vec<(JobId, usize)> = self.running[q]
+                .iter()
+                .flat_map(|&j| (0..units[j].as_ref().map_or(0, Vec::len)).map(move |i| (j, i)))
+                .collect();
+            order.sort_by_cached_key(|&(j, i)| fw.victim_key(ssn, self.mode, self.unit(j, i)));
+            self.sorted[q] = Some(order);
+        }
+    }
+
+    fn unit(&self, job: JobId, i: usize) -> &Victim {
+        &self.units[job].as_ref().expect("units are formed before use")[i]
+    }
+
+    /// The units of these (prepared) queues, except those of `skip`, in no particular order.
+    pub fn units_of<'p>(&'p self, queues: &'p [QueueId], skip: JobId) -> impl Iterator<Item = &'p Victim> + 'p {
+        queues
+            .iter()
+            .flat_map(move |&q| self.sorted[q].as_deref().unwrap_or(&[]))
+            .filter(move |&&(j, _)| j != skip)
+            .map(move |&(j, i)| self.unit(j, i))
+    }
+
+    /// The units of these (prepared) queues, except those of `skip`, in eviction order.
+    pub fn order<'p>(&'p self, queues: &[QueueId], skip: JobId) -> VictimOrder<'p> {
+        let heads = queues.iter().map(|&queue| Head { queue, at: 0, key: None }).collect();
+        VictimOrder { pool: self, skip, heads }
+    }
+
+    /// Forgets the units of jobs that lost pods in decisions from index `since` on, and the
+    /// order of their queues.
+    pub fn forget_evicted(&mut self, ssn: &Session, since: usize) {
+        for &(pod, _) in &ssn.decisions.evictions[since..] {
+            let job = ssn.snap.pods[pod].job;
+            self.units[job] = None;
+            self.sorted[ssn.snap.jobs[job].queue] = None;
+        }
+    }
+}
+
+/// Where the merge stands in one queue's list.
+struct Head {
+    queue: QueueId,
+    at: usize,
+    /// The key of the unit at `at`, once computed for the current state of the queue.
+    key: Option<VictimKey>,
+}
+
+/// The units of some queues of a [`VictimPool`] in eviction order, taken one at a time.
+pub struct VictimOrder<'p> {
+    pool: &'p VictimPool,
+    skip: JobId,
+    heads: Vec<Head>,
+}
+
+impl<'p> VictimOrder<'p> {
+    /// The unit with the lowest key in the current state; ties go to the queue listed first.
+    pub fn next(&mut self, ssn: &Session, fw: &Framework) -> Option<&'p Victim> {
+        let pool = self.pool;
+        let mut best: Option<(usize, VictimKey)> = None;
+        for (h, head) in self.heads.iter_mut().enumerate() {
+            let list = pool.sorted[head.queue].as_deref().unwrap_or(&[]);
+            while list.get(head.at).is_some_and(|&(j, _)| j == self.skip) {
+                head.at += 1;
+            }
+            let Some(&(j, i)) = list.get(head.at) else { continue };
+            let key = *head.key.get_or_insert_with(|| fw.victim_key(ssn, pool.mode, pool.unit(j, i)));
+            if best.as_ref().is_none_or(|(_, b)| key < *b) {
+                best = Some((h, key));
+            }
+        }
+        let (h, _) = best?;
+        let head = &mut self.heads[h];
+        let (j, i) = pool.sorted[head.queue].as_deref().expect("listed queues are prepared")[head.at];
+        head.at += 1;
+        head.key = None;
+        Some(pool.unit(j, i))
+    }
+
+    /// Every unit of the order's queues (taken or not), in no particular order.
+    pub fn units(&self) -> impl Iterator<Item = &'p Victim> + '_ {
+        let pool = self.pool;
+        self.heads
+            .iter()
+            .flat_map(move |h| pool.sorted[h.queue].as_deref().unwrap_or(&[]))
+            .filter(|&&(j, _)| j != self.skip)
+            .map(move |&(j, i)| pool.unit(j, i))
+    }
+
+    /// The state of `queue` changed (a unit of it was taken): its head is ranked again.
+    pub fn rerank(&mut self, queue: QueueId) {
+        for head in self.heads.iter_mut().filter(|h| h.queue == queue) {
+            head.key = None;
+        }
+    }
+}
