@@ -883,8 +883,8 @@ fn reclaim_victims(snap: &Snapshot, out: &CycleOutcome) -> Vec<usize> {
 /// No reclaim ping-pong: a job that lost pods to reclaim for queue Q in cycle k and then ran
 /// pods again (a pod of it bound in a later cycle, or in this one before reclaim) is not
 /// evicted by reclaim for Q again while Q gained nothing from the first eviction, that is
-/// while every pod of Q bound at the start of this cycle was already bound at the start of
-/// cycle k. (The capacity went back to the victim and Q takes it again.) Only cycles whose
+/// while every pod of Q bound at the start of this cycle, or bound by this cycle, was
+/// already bound at the start of cycle k. (The capacity went back to the victim and Q takes it again.) Only cycles whose
 /// reclaims were all made for one queue are judged (see [`reclaimed_for`]); the simulated
 /// world changes only by the scheduler's decisions, so nothing else changed in between.
 fn no_reclaim_ping_pong(c: &Cycle) -> Result<(), String> {
@@ -898,19 +898,51 @@ fn no_reclaim_ping_pong(c: &Cycle) -> Result<(), String> {
         let later = c.earlier[k + 1..].iter().map(|(s, o)| (s, o)).chain([(snap, out)]);
         let restarted = later.into_iter().any(|(s, o)| o.decisions.binds.iter().any(|&(p, _)| s.pods[p].job == job));
         let before = &c.earlier[k].0;
-        let gained =
-            (0..snap.pods.len()).any(|p| snap.jobs[snap.pods[p].job].queue == q && bound(snap, p) && !bound(before, p));
+        let of_q = |p: usize| snap.jobs[snap.pods[p].job].queue == q;
+        let gained = (0..snap.pods.len()).any(|p| of_q(p) && bound(snap, p) && !bound(before, p))
+            || out.decisions.binds.iter().any(|&(p, _)| of_q(p) && !bound(before, p));
         if restarted && !gained {
             return Err(format!(
-                "job {} was reclaimed for queue {} in cycle {}, ran again, and is reclaimed for it again (evictions {:?})",
+                "job {} was reclaimed for queue {} in cycle {}, ran again, and is reclaimed for it again; \
+                 decisions per cycle:\n{}",
                 snap.jobs[job].key(),
                 snap.queues[q].name,
                 k + 1,
-                out.decisions.evictions.iter().map(|&(p, r)| format!("{} ({r:?})", pod_name(snap, p))).collect::<Vec<_>>()
+                history(c)
             ));
         }
     }
     Ok(())
+}
+
+/// Every cycle's decisions so far, one line per cycle, and the reasons of waiting jobs after
+/// the last one: what a failure message needs to be followed by hand.
+fn history(c: &Cycle) -> String {
+    let cycles = c.earlier.iter().map(|(s, o)| (s, o)).chain([(c.snap, c.out)]);
+    let mut lines: Vec<String> = cycles
+        .enumerate()
+        .map(|(i, (s, o))| {
+            let d = &o.decisions;
+            let placed = |list: &[(usize, usize)]| {
+                list.iter().map(|&(p, n)| format!("{}@{}", pod_name(s, p), s.nodes[n].name)).collect::<Vec<_>>()
+            };
+            let evicted: Vec<String> =
+                d.evictions.iter().map(|&(p, r)| format!("{} ({r:?})", pod_name(s, p))).collect();
+            format!(
+                "  cycle {}: binds {:?}; evictions {:?}; pipelined {:?}",
+                i + 1,
+                placed(&d.binds),
+                evicted,
+                placed(&d.pipelined)
+            )
+        })
+        .collect();
+    for (j, why) in c.out.reasons.iter().enumerate() {
+        if let Some(why) = why {
+            lines.push(format!("  {} waits: {why}", c.snap.jobs[j].key()));
+        }
+    }
+    lines.join("\n")
 }
 
 /// 256 cases per property (`PROPTEST_CASES` overrides, for longer soak runs), and no

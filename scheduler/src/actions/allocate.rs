@@ -7,7 +7,10 @@
 //! sit out the fair-share passes. A gang's minimum is placed as one
 //! statement or not at all. A `StrictFIFO` queue serves its jobs strictly in order: each
 //! job's minimum and elastic pods before the next job, and a job with a pod that cannot be
-//! placed stops later jobs of the same class (GPU or CPU-only) for the rest of the pass.
+//! placed stops later jobs of the same class (GPU or CPU-only) for the rest of the pass. Its
+//! elastic pods, and so the later jobs, wait for the elastic pass like every queue's
+//! elastic pods: otherwise a strict queue's elastic pods would take capacity that reclaim
+//! freed for another queue's minimum, and be reclaimed again (ping-pong).
 //! A gang that finds no room may reserve the nodes where it will start soonest (see
 //! [`crate::reservation`]); jobs served after it leave that capacity alone unless they are
 //! declared to end before the reservation starts.
@@ -60,20 +63,26 @@ fn run_pass(ctx: &mut Ctx, queues: &[Vec<JobId>], tier: Tier, bound: ShareBound)
     while let Some(q) = select_queue(ctx, &|q| heads[q].is_some() && !(fair && ctx.fw.overused(ctx.ssn, q))) {
         let job = heads[q].expect("selected queues have a head job");
         let placed = match tier {
-            Tier::Minimum if strict(ctx, q) => place_whole_turn(ctx, job, bound),
+            Tier::Minimum if strict(ctx, q) => place_strict_minimum(ctx, job, bound),
             Tier::Minimum => place_minimum(ctx, job, bound),
+            Tier::Elastic if strict(ctx, q) => place_whole_turn(ctx, job, bound),
             Tier::Elastic => place_one_elastic(ctx, job, bound),
         };
         match placed {
             Ok(more) => {
                 if !more {
                     pass.done[job] = true;
+                } else if strict(ctx, q) {
+                    // Its elastic pods come in the elastic pass, and the later jobs of its
+                    // class after them.
+                    pass.done[job] = true;
+                    pass.blocker[q][class(ctx, job)] = Some(job);
                 }
             }
             Err(reason) => {
                 ctx.ssn.set_reason(job, reason);
                 pass.done[job] = true;
-                if tier == Tier::Minimum && strict(ctx, q) {
+                if strict(ctx, q) {
                     pass.blocker[q][class(ctx, job)] = Some(job);
                 }
             }
@@ -91,8 +100,7 @@ impl Pass<'_> {
             let applicable = !self.done[job]
                 && ctx.ssn.pending_pods(job).next().is_some()
                 && match (tier, strict(ctx, q)) {
-                    (Tier::Minimum, true) => true,
-                    (Tier::Elastic, true) => false,
+                    (_, true) => true,
                     (Tier::Minimum, false) => !ready && ctx.ssn.min_reachable(job),
                     (Tier::Elastic, false) => ready,
                 };
@@ -113,10 +121,21 @@ impl Pass<'_> {
     }
 }
 
-/// A strictly ordered job's whole turn: its minimum, then every elastic pod, before any later
-/// job of its queue. An elastic pod that cannot be placed ends the turn as a failure, which
-/// blocks the later jobs (Determined's priority scheduler: while higher-priority work waits,
-/// nothing of lower priority starts).
+/// A strictly ordered job's turn in a minimum pass: its minimum, if not running yet;
+/// `Ok(true)` when elastic pods remain, which then wait for the elastic pass like every
+/// other queue's (every queue's minimums before any elastic pod), and so do the later jobs
+/// of its class.
+fn place_strict_minimum(ctx: &mut Ctx, job: JobId, bound: ShareBound) -> Result<bool, String> {
+    if !ctx.fw.job_ready(ctx.ssn, job) {
+        place_minimum(ctx, job, bound)?;
+    }
+    Ok(ctx.ssn.pending_pods(job).next().is_some())
+}
+
+/// A strictly ordered job's whole turn in an elastic pass: its minimum if needed, then every
+/// elastic pod, before any later job of its queue. An elastic pod that cannot be placed ends
+/// the turn as a failure, which blocks the later jobs (Determined's priority scheduler: while
+/// higher-priority work waits, nothing of lower priority starts).
 fn place_whole_turn(ctx: &mut Ctx, job: JobId, bound: ShareBound) -> Result<bool, String> {
     if !ctx.fw.job_ready(ctx.ssn, job) {
         place_minimum(ctx, job, bound)?;

@@ -114,6 +114,25 @@ fn attempt(ctx: &mut Ctx, state: &mut Reclaim, job: JobId, pods: &[PodId]) {
     // The job's own queue must stay within its fair share; its ancestors are checked once
     // the victims are chosen (their allocation then drops by what is reclaimed below them).
     let (alloc, share) = (&ctx.ssn.queue_alloc[q], &ctx.ssn.fair_share[q]);
+    // A queue already over its fair share in any resource sits out allocation's fair-share
+    // passes, so what it reclaimed would go to whichever queue uses idle capacity first, the
+    // victim's maybe, and be reclaimed again next cycle (Volcano's reclaim skips such queues
+    // too).
+    if ctx.fw.overused(ctx.ssn, q) {
+        let over = (0..alloc.len()).find(|&r| r != snap.pods_resource && alloc[r] > share[r]);
+        let why = match over {
+            Some(r) => format!(
+                "reclaim: queue {} is over its fair share ({} {} > {})",
+                snap.queues[q].name,
+                snap.resources[r],
+                snap.amount(r, alloc[r]),
+                snap.amount(r, share[r])
+            ),
+            None => format!("reclaim: queue {} is over its fair share", snap.queues[q].name),
+        };
+        append_reason(ctx, job, &why);
+        return;
+    }
     if let Some(r) = (0..need.len()).find(|&r| need[r] > 0 && alloc[r] + need[r] > share[r]) {
         let why = format!(
             "reclaim: queue {} would exceed its fair share ({} {} > {})",
