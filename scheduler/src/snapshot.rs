@@ -9,6 +9,9 @@ use drover_api::{NodeSelectorRequirement, ResourceList, Taint, Toleration, CPU, 
 
 use crate::res::{Res, UNLIMITED};
 
+mod jobs;
+pub use jobs::JobConverter;
+
 /// Index of a node in `Snapshot::nodes`.
 pub type NodeId = usize;
 /// Index of a queue in `Snapshot::queues`; 0 is the implicit root.
@@ -434,76 +437,24 @@ pub fn build(nodes: &[NodeInput], queues: &[QueueInput], jobs: &[JobInput]) -> R
     }
 
     let snap_queues = build_queues(queues, n, &vec_of, &index, pods_resource)?;
-    let queue_index: HashMap<&str, QueueId> =
-        snap_queues.iter().enumerate().skip(1).map(|(i, q)| (q.name.as_str(), i)).collect();
-
-    let mut snap_jobs = Vec::with_capacity(jobs.len());
-    let mut snap_pods = Vec::new();
-    let mut constraint_cache: HashMap<Constraints, Arc<Constraints>> = HashMap::new();
-    for (job_id, job) in jobs.iter().enumerate() {
-        let object = || format!("job {}/{}", job.namespace, job.name);
-        let queue = *queue_index.get(job.queue.as_str()).ok_or_else(|| SnapshotError::Missing {
-            object: object(),
-            field: "queue",
-            name: job.queue.clone(),
-        })?;
-        let mut tasks = Vec::with_capacity(job.tasks.len());
-        for (task_id, t) in job.tasks.iter().enumerate() {
-            let mut requests = vec_of(&t.requests, 0);
-            requests[pods_resource] = 1;
-            let gpu = index.get(GPU).is_some_and(|&g| requests[g] > 0);
-            let constraints = constraint_cache
-                .entry(t.constraints.clone())
-                .or_insert_with(|| Arc::new(t.constraints.clone()))
-                .clone();
-            let mut pods = Vec::with_capacity(t.pods.len());
-            for (i, phase) in t.pods.iter().enumerate() {
-                let lookup = |name: &String| {
-                    node_index.get(name.as_str()).copied().ok_or_else(|| SnapshotError::Missing {
-                        object: object(),
-                        field: "running",
-                        name: name.clone(),
-                    })
-                };
-                let phase = match phase {
-                    PodPhaseInput::Pending => PodPhase::Pending,
-                    PodPhaseInput::Bound(node) => PodPhase::Bound(lookup(node)?),
-                    PodPhaseInput::Releasing(node) => PodPhase::Releasing(lookup(node)?),
-                };
-                pods.push(snap_pods.len());
-                snap_pods.push(Pod { job: job_id, task: task_id, index: i as u32, phase });
-            }
-            tasks.push(Task { name: t.name.clone(), min_available: t.min_available, requests, gpu, constraints, pods });
-        }
-        snap_jobs.push(Job {
-            name: job.name.clone(),
-            namespace: job.namespace.clone(),
-            queue,
-            priority_class: job.priority_class.clone(),
-            priority: job.priority,
-            preemptible: job.preemptible,
-            min_member: job.min_member,
-            created_at: job.created_at,
-            phase: job.phase,
-            tasks,
-            run_time: job.run_time,
-            ends_at: job.ends_at,
-        });
-    }
-
-    Ok(Snapshot {
+    let mut snap = Snapshot {
         gpu: index.get(GPU).copied(),
         cpu: index[CPU],
         pods_resource,
-        resources: names,
+        resources: names.clone(),
         pools,
         nodes: snap_nodes,
         queues: snap_queues,
-        jobs: snap_jobs,
-        pods: snap_pods,
+        jobs: Vec::with_capacity(jobs.len()),
+        pods: Vec::new(),
         capacity,
         now: 0,
-    })
+    };
+    let mut converter = JobConverter::new(&snap);
+    for job in jobs {
+        converter.push(&mut snap, job)?;
+    }
+    Ok(snap)
 }
 
 fn build_queues(

@@ -15,7 +15,8 @@ use drover_scheduler::config::SchedulerConfig;
 use drover_scheduler::cycle::run_cycle;
 use drover_scheduler::session::PodState;
 use drover_scheduler::snapshot::{
-    self, Constraints, JobInput, JobPhase, NodeInput, PodPhaseInput, QueueInput, SnapshotError, TaskInput,
+    self, Constraints, JobConverter, JobInput, JobPhase, NodeInput, PodPhase, PodPhaseInput, QueueInput, Snapshot,
+    SnapshotError, TaskInput,
 };
 
 use super::policy::Policy;
@@ -90,10 +91,13 @@ pub struct QueueShare {
     pub error: f64,
 }
 
-/// A submitted job that has not finished.
+/// A submitted job that has not finished; the snapshot holds the job itself, at the same
+/// index.
 struct Live {
     job: usize,
-    input: JobInput,
+    queue: String,
+    pods: u32,
+    run_time: Option<i64>,
     duration: i64,
     gpus_per_pod: u32,
     bound: u32,
@@ -141,20 +145,20 @@ impl Ends {
     }
 }
 
-/// What every cycle of a replay is given.
+/// The cluster as the scheduler sees it, kept from cycle to cycle: the live jobs are added
+/// as they are submitted and dropped as they finish, and each cycle's outcome is written
+/// into it, instead of building it anew for every cycle.
 struct World {
-    nodes: Vec<NodeInput>,
-    queues: Vec<QueueInput>,
+    snap: Snapshot,
+    converter: JobConverter,
     config: SchedulerConfig,
 }
 
 /// Replays `trace` under `policy` on `cluster`.
 pub fn replay(trace: &[TraceJob], cluster: &Cluster, policy: Policy) -> Result<Replay, SnapshotError> {
-    let world = World {
-        nodes: node_inputs(cluster),
-        queues: queue_inputs(cluster, policy),
-        config: policy.config(&cluster.config),
-    };
+    let snap = snapshot::build(&node_inputs(cluster), &queue_inputs(cluster, policy), &[])?;
+    let converter = JobConverter::new(&snap);
+    let mut world = World { snap, converter, config: policy.config(&cluster.config) };
     let total_gpus = cluster.nodes * cluster.gpus_per_node;
     let fits_empty = |j: &TraceJob| {
         j.gpus_per_pod > 0 && j.gpus_per_pod <= cluster.gpus_per_node && j.pods * j.gpus_per_pod <= total_gpus
@@ -189,13 +193,21 @@ pub fn replay(trace: &[TraceJob], cluster: &Cluster, policy: Policy) -> Result<R
         account(&mut out, &live, &fair, t - now, waiting_fits);
         now = t;
         let mut changed = false;
+        let mut finished = false;
         while let Some((j, end)) = ends.pop_due(now) {
             records[j].finish = Some(end);
-            live.retain(|l| l.job != j);
+            finished = true;
+        }
+        if finished {
+            let keep: Vec<bool> = live.iter().map(|l| records[l.job].finish.is_none()).collect();
+            world.snap.retain_jobs(|j| keep[j]);
+            live.retain(|l| records[l.job].finish.is_none());
             changed = true;
         }
         while let Some(&i) = order.get(next_submit).filter(|&&i| trace[i].submit <= now) {
-            live.push(submit(&trace[i], i, cluster, policy));
+            let (meta, input) = submit(&trace[i], i, cluster, policy);
+            world.converter.push(&mut world.snap, &input)?;
+            live.push(meta);
             next_submit += 1;
             changed = true;
         }
@@ -206,7 +218,7 @@ pub fn replay(trace: &[TraceJob], cluster: &Cluster, policy: Policy) -> Result<R
         if next_cycle == Some(now) {
             next_cycle = None;
             out.cycles += 1;
-            if cycle(&mut live, &world, now, &mut records, &mut ends, &mut fair)? {
+            if cycle(&mut live, &mut world, now, &mut records, &mut ends, &mut fair) {
                 next_cycle = Some(now + cluster.period);
             }
         }
@@ -240,7 +252,7 @@ fn account(out: &mut Replay, live: &[Live], fair: &BTreeMap<String, i64>, dt: i6
     out.contended += dt;
     let mut by_queue: BTreeMap<&str, i64> = fair.keys().map(|q| (q.as_str(), 0)).collect();
     for l in live {
-        *by_queue.entry(l.input.queue.as_str()).or_default() += i64::from(l.bound * l.gpus_per_pod);
+        *by_queue.entry(l.queue.as_str()).or_default() += i64::from(l.bound * l.gpus_per_pod);
     }
     for (q, alloc) in by_queue {
         let f = fair.get(q).copied().unwrap_or(0);
@@ -251,40 +263,45 @@ fn account(out: &mut Replay, live: &[Live], fair: &BTreeMap<String, i64>, dt: i6
     }
 }
 
-/// Runs one cycle on the live jobs, applies its outcome and records the leaf queues' GPU fair
-/// shares in `fair`; true when evictions or pipelined pods need another cycle to settle.
+/// Runs one cycle on the live jobs, writes its outcome into the world's snapshot (evicted
+/// and pipelined pods pending again, as if evictions ended at once) and records the leaf
+/// queues' GPU fair shares in `fair`; true when evictions or pipelined pods need another
+/// cycle to settle.
 fn cycle(
     live: &mut [Live],
-    world: &World,
+    world: &mut World,
     now: i64,
     records: &mut [JobRecord],
     ends: &mut Ends,
     fair: &mut BTreeMap<String, i64>,
-) -> Result<bool, SnapshotError> {
-    let jobs: Vec<JobInput> = live.iter().map(|l| l.input.clone()).collect();
-    let snap = snapshot::build(&world.nodes, &world.queues, &jobs)?.at(now);
-    let outcome = run_cycle(&snap, &world.config);
+) -> bool {
+    world.snap.now = now;
+    let outcome = run_cycle(&world.snap, &world.config);
+    let snap = &mut world.snap;
     if let Some(g) = snap.gpu {
         for (q, queue) in snap.queues.iter().enumerate().filter(|(_, q)| q.children.is_empty() && !q.name.is_empty()) {
             fair.insert(queue.name.clone(), outcome.fair_share[q][g]);
         }
     }
     let mut evicted = vec![0u32; live.len()];
-    for (p, state) in outcome.pod_state.iter().enumerate() {
-        let pod = &snap.pods[p];
-        let slot = &mut live[pod.job].input.tasks[pod.task].pods[pod.index as usize];
-        *slot = match *state {
-            PodState::Bound(n) | PodState::Allocated(n) => PodPhaseInput::Bound(snap.nodes[n].name.clone()),
+    let mut bound = vec![0u32; live.len()];
+    for (pod, state) in snap.pods.iter_mut().zip(&outcome.pod_state) {
+        pod.phase = match *state {
+            PodState::Bound(n) | PodState::Allocated(n) => {
+                bound[pod.job] += 1;
+                PodPhase::Bound(n)
+            }
             PodState::Releasing(_) => {
                 evicted[pod.job] += 1;
-                PodPhaseInput::Pending
+                PodPhase::Pending
             }
-            PodState::Pending | PodState::Pipelined(_) => PodPhaseInput::Pending,
+            PodState::Pending | PodState::Pipelined(_) => PodPhase::Pending,
         };
     }
     for (j, l) in live.iter_mut().enumerate() {
-        l.input.phase = outcome.job_phase[j];
-        l.bound = l.input.tasks[0].pods.iter().filter(|p| matches!(p, PodPhaseInput::Bound(_))).count() as u32;
+        let job = &mut snap.jobs[j];
+        job.phase = outcome.job_phase[j];
+        l.bound = bound[j];
         if evicted[j] > 0 {
             let record = &mut records[l.job];
             record.evicted_pods += evicted[j];
@@ -293,18 +310,18 @@ fn cycle(
                 ends.cancel(l.job);
             }
         }
-        if l.started.is_none() && l.bound as usize == l.input.tasks[0].pods.len() {
+        if l.started.is_none() && l.bound == l.pods {
             l.started = Some(now);
             ends.start(l.job, now + l.duration);
         }
-        l.input.ends_at = l.started.zip(l.input.run_time).map(|(start, d)| start + d);
+        job.ends_at = l.started.zip(l.run_time).map(|(start, d)| start + d);
     }
-    Ok(!outcome.decisions.evictions.is_empty() || !outcome.decisions.pipelined.is_empty())
+    !outcome.decisions.evictions.is_empty() || !outcome.decisions.pipelined.is_empty()
 }
 
-/// A submitted job as the scheduler sees it: one task of `pods` identical pods, in the queue
-/// its user (or, without one, its id) hashes to.
-fn submit(job: &TraceJob, index: usize, cluster: &Cluster, policy: Policy) -> Live {
+/// A submitted job as the replay tracks it and as the scheduler sees it: one task of `pods`
+/// identical pods, in the queue its user (or, without one, its id) hashes to.
+fn submit(job: &TraceJob, index: usize, cluster: &Cluster, policy: Policy) -> (Live, JobInput) {
     let cpus = i64::from(job.cpus_per_pod.unwrap_or(DEFAULT_POD_CPUS));
     let mut requests = BTreeMap::from([(CPU.to_string(), cpus * 1000)]);
     if job.gpus_per_pod > 0 {
@@ -331,7 +348,17 @@ fn submit(job: &TraceJob, index: usize, cluster: &Cluster, policy: Policy) -> Li
         run_time: policy.declares_run_times().then_some(job.duration),
         ends_at: None,
     };
-    Live { job: index, input, duration: job.duration, gpus_per_pod: job.gpus_per_pod, bound: 0, started: None }
+    let live = Live {
+        job: index,
+        queue: input.queue.clone(),
+        pods: job.pods,
+        run_time: input.run_time,
+        duration: job.duration,
+        gpus_per_pod: job.gpus_per_pod,
+        bound: 0,
+        started: None,
+    };
+    (live, input)
 }
 
 /// The queue of a user or job id: FNV-1a of the key, modulo the number of queues.

@@ -1,0 +1,133 @@
+//! Jobs in a snapshot: converting name-based job inputs against a snapshot's nodes, queues
+//! and resources, and dropping jobs. [`super::build`] converts every job this way; the
+//! simulator's trace mode keeps one snapshot across cycles and only adds the jobs submitted
+//! and drops the jobs finished, instead of building everything again for each cycle.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use drover_api::GPU;
+
+use super::{
+    Constraints, Job, JobId, JobInput, NodeId, Pod, PodPhase, PodPhaseInput, QueueId, Snapshot, SnapshotError, Task,
+};
+
+/// Looks up the names a job input refers to in one snapshot, and shares equal node
+/// constraints between tasks (the placer evaluates each distinct set once).
+pub struct JobConverter {
+    resources: HashMap<String, usize>,
+    queues: HashMap<String, QueueId>,
+    nodes: HashMap<String, NodeId>,
+    constraints: HashMap<Constraints, Arc<Constraints>>,
+}
+
+impl JobConverter {
+    /// A converter for jobs of `snap` (its resources, leaf and inner queues, and nodes).
+    pub fn new(snap: &Snapshot) -> JobConverter {
+        JobConverter {
+            resources: snap.resources.iter().enumerate().map(|(i, r)| (r.clone(), i)).collect(),
+            queues: snap.queues.iter().enumerate().skip(1).map(|(i, q)| (q.name.clone(), i)).collect(),
+            nodes: snap.nodes.iter().enumerate().map(|(i, n)| (n.name.clone(), i)).collect(),
+            constraints: HashMap::new(),
+        }
+    }
+
+    /// Adds a job and its pods to the end of `snap`; on error `snap` is unchanged.
+    pub fn push(&mut self, snap: &mut Snapshot, job: &JobInput) -> Result<JobId, SnapshotError> {
+        let job_id = snap.jobs.len();
+        let object = || format!("job {}/{}", job.namespace, job.name);
+        let queue = *self.queues.get(&job.queue).ok_or_else(|| SnapshotError::Missing {
+            object: object(),
+            field: "queue",
+            name: job.queue.clone(),
+        })?;
+        let mut tasks = Vec::with_capacity(job.tasks.len());
+        let mut pods = Vec::new();
+        for (task_id, t) in job.tasks.iter().enumerate() {
+            let mut requests = crate::res::Res::zero(snap.resources.len());
+            for (name, amount) in &t.requests.0 {
+                let r = *self.resources.get(name).ok_or_else(|| SnapshotError::Missing {
+                    object: object(),
+                    field: "requests",
+                    name: name.clone(),
+                })?;
+                requests[r] = *amount;
+            }
+            requests[snap.pods_resource] = 1;
+            let gpu = self.resources.get(GPU).is_some_and(|&g| requests[g] > 0);
+            let constraints = self
+                .constraints
+                .entry(t.constraints.clone())
+                .or_insert_with(|| Arc::new(t.constraints.clone()))
+                .clone();
+            let mut ids = Vec::with_capacity(t.pods.len());
+            for (i, phase) in t.pods.iter().enumerate() {
+                let lookup = |name: &String| {
+                    self.nodes.get(name).copied().ok_or_else(|| SnapshotError::Missing {
+                        object: object(),
+                        field: "running",
+                        name: name.clone(),
+                    })
+                };
+                let phase = match phase {
+                    PodPhaseInput::Pending => PodPhase::Pending,
+                    PodPhaseInput::Bound(node) => PodPhase::Bound(lookup(node)?),
+                    PodPhaseInput::Releasing(node) => PodPhase::Releasing(lookup(node)?),
+                };
+                ids.push(snap.pods.len() + pods.len());
+                pods.push(Pod { job: job_id, task: task_id, index: i as u32, phase });
+            }
+            tasks.push(Task {
+                name: t.name.clone(),
+                min_available: t.min_available,
+                requests,
+                gpu,
+                constraints,
+                pods: ids,
+            });
+        }
+        snap.jobs.push(Job {
+            name: job.name.clone(),
+            namespace: job.namespace.clone(),
+            queue,
+            priority_class: job.priority_class.clone(),
+            priority: job.priority,
+            preemptible: job.preemptible,
+            min_member: job.min_member,
+            created_at: job.created_at,
+            phase: job.phase,
+            tasks,
+            run_time: job.run_time,
+            ends_at: job.ends_at,
+        });
+        snap.pods.extend(pods);
+        Ok(job_id)
+    }
+}
+
+impl Snapshot {
+    /// Keeps only the jobs `keep` accepts (and their pods), in their order; job and pod ids
+    /// are renumbered as if the kept jobs had been built alone.
+    pub fn retain_jobs(&mut self, mut keep: impl FnMut(JobId) -> bool) {
+        let kept: Vec<bool> = (0..self.jobs.len()).map(&mut keep).collect();
+        let mut pods = Vec::with_capacity(self.pods.len());
+        let mut jobs = Vec::with_capacity(self.jobs.len());
+        for (old, mut job) in std::mem::take(&mut self.jobs).into_iter().enumerate() {
+            if !kept[old] {
+                continue;
+            }
+            let id = jobs.len();
+            for task in &mut job.tasks {
+                for p in &mut task.pods {
+                    let mut pod = self.pods[*p].clone();
+                    pod.job = id;
+                    *p = pods.len();
+                    pods.push(pod);
+                }
+            }
+            jobs.push(job);
+        }
+        self.jobs = jobs;
+        self.pods = pods;
+    }
+}
