@@ -51,6 +51,9 @@ const LINEAR_SCAN_MAX: usize = 64;
 pub struct Placer {
     cache: HashMap<usize, Rc<Feasibility>>,
     explained: HashMap<(usize, Res, bool), (u64, String)>,
+    /// Per constraints and request: the session version at which no node had idle room
+    /// (nothing idle changes without a new version, and pods that fail alike fail in a row).
+    missed: HashMap<(usize, Res), u64>,
 }
 
 impl Placer {
@@ -92,39 +95,54 @@ impl Placer {
 
     /// The best node for a pod, or `None` when none fits.
     pub fn find(&mut self, ssn: &Session, fw: &Framework, pod: PodId, avail: Avail) -> Option<NodeId> {
+        let p = &ssn.snap.pods[pod];
+        let task = &ssn.snap.jobs[p.job].tasks[p.task];
+        match avail {
+            Avail::Future(nodes) => {
+                let feas = self.feasibility(ssn, fw, pod);
+                let key_res = key_resource(ssn, task.gpu);
+                let best = best_of(
+                    nodes.iter().copied().filter(|&n| feas.ok(n) && ssn.fits_future(n, &task.requests)),
+                    |n| ssn.future_of(n, key_res),
+                    |n| fw.placement(&ssn.snap.pools[ssn.snap.nodes[n].pool], task.gpu),
+                );
+                best.or_else(|| self.find(ssn, fw, pod, Avail::Idle(None)))
+            }
+            Avail::Idle(None) => {
+                let key = (Arc::as_ptr(&task.constraints) as usize, task.requests.clone());
+                if self.missed.get(&key) == Some(&ssn.version) {
+                    return None;
+                }
+                let found = self.find_idle(ssn, fw, pod, None);
+                if found.is_none() {
+                    self.missed.insert(key, ssn.version);
+                }
+                found
+            }
+            Avail::Idle(hold) => self.find_idle(ssn, fw, pod, hold),
+        }
+    }
+
+    /// The best node with idle room for a pod, less `hold` per node.
+    fn find_idle(&mut self, ssn: &Session, fw: &Framework, pod: PodId, hold: Option<&[Res]>) -> Option<NodeId> {
         let feas = self.feasibility(ssn, fw, pod);
         let p = &ssn.snap.pods[pod];
         let task = &ssn.snap.jobs[p.job].tasks[p.task];
         let req = &task.requests;
-        let key_res = if task.gpu { ssn.snap.gpu.unwrap_or(ssn.snap.cpu) } else { ssn.snap.cpu };
-        let strategy = |n: NodeId| fw.placement(&ssn.snap.pools[ssn.snap.nodes[n].pool], task.gpu);
-        match avail {
-            Avail::Future(nodes) => {
-                let best = best_of(
-                    nodes.iter().copied().filter(|&n| feas.ok(n) && ssn.fits_future(n, req)),
-                    |n| ssn.future_of(n, key_res),
-                    strategy,
-                );
-                best.or_else(|| self.find(ssn, fw, pod, Avail::Idle(None)))
-            }
-            Avail::Idle(hold) => {
-                let held = |n: NodeId| hold.map(|h| &h[n]);
-                if feas.nodes.len() <= LINEAR_SCAN_MAX || hold.is_some() {
-                    return best_of(
-                        feas.nodes.iter().copied().filter(|&n| ssn.fits_idle(n, req, held(n))),
-                        |n| ssn.idle_of(n, key_res) - held(n).map_or(0, |h| h[key_res]),
-                        strategy,
-                    );
-                }
-                let class = if task.gpu { Class::Gpu } else { Class::Cpu };
-                feas.pools.iter().find_map(|&pool| {
-                    let s = fw.placement(&ssn.snap.pools[pool], task.gpu);
-                    ssn.index
-                        .candidates(pool, class, req[key_res], s)
-                        .find(|&n| feas.ok(n) && ssn.fits_idle(n, req, None))
-                })
-            }
+        let key_res = key_resource(ssn, task.gpu);
+        let held = |n: NodeId| hold.map(|h| &h[n]);
+        if feas.nodes.len() <= LINEAR_SCAN_MAX || hold.is_some() {
+            return best_of(
+                feas.nodes.iter().copied().filter(|&n| ssn.fits_idle(n, req, held(n))),
+                |n| ssn.idle_of(n, key_res) - held(n).map_or(0, |h| h[key_res]),
+                |n| fw.placement(&ssn.snap.pools[ssn.snap.nodes[n].pool], task.gpu),
+            );
         }
+        let class = if task.gpu { Class::Gpu } else { Class::Cpu };
+        feas.pools.iter().find_map(|&pool| {
+            let s = fw.placement(&ssn.snap.pools[pool], task.gpu);
+            ssn.index.candidates(pool, class, req[key_res], s).find(|&n| feas.ok(n) && ssn.fits_idle(n, req, None))
+        })
     }
 
     /// Why no node fits the pod: `0/N nodes are available: 3 Insufficient nvidia.com/gpu, ...`.
@@ -177,6 +195,15 @@ impl Placer {
         let text = format!("0/{} nodes are available: {}", ssn.snap.nodes.len(), list.join(", "));
         self.explained.insert(key, (ssn.version, text.clone()));
         text
+    }
+}
+
+/// The resource placement strategies rank nodes by: GPUs for GPU pods, else CPU.
+fn key_resource(ssn: &Session, gpu: bool) -> usize {
+    if gpu {
+        ssn.snap.gpu.unwrap_or(ssn.snap.cpu)
+    } else {
+        ssn.snap.cpu
     }
 }
 
