@@ -22,6 +22,8 @@ pub enum Avail<'a> {
     /// Capacity of these nodes once their releasing pods terminate (preempt and reclaim
     /// pipelining), else idle capacity anywhere.
     Future(&'a [NodeId]),
+    /// Capacity of these nodes once their releasing pods terminate, and nothing else.
+    Releasing(&'a [NodeId]),
 }
 
 /// Nodes a task may ever use.
@@ -99,14 +101,16 @@ impl Placer {
         let task = &ssn.snap.jobs[p.job].tasks[p.task];
         match avail {
             Avail::Future(nodes) => {
+                self.find(ssn, fw, pod, Avail::Releasing(nodes)).or_else(|| self.find(ssn, fw, pod, Avail::Idle(None)))
+            }
+            Avail::Releasing(nodes) => {
                 let feas = self.feasibility(ssn, fw, pod);
                 let key_res = key_resource(ssn, task.gpu);
-                let best = best_of(
+                best_of(
                     nodes.iter().copied().filter(|&n| feas.ok(n) && ssn.fits_future(n, &task.requests)),
                     |n| ssn.future_of(n, key_res),
                     |n| fw.placement(&ssn.snap.pools[ssn.snap.nodes[n].pool], task.gpu),
-                );
-                best.or_else(|| self.find(ssn, fw, pod, Avail::Idle(None)))
+                )
             }
             Avail::Idle(None) => {
                 let key = (Arc::as_ptr(&task.constraints) as usize, task.requests.clone());

@@ -3,7 +3,9 @@
 //!
 //! Four passes, each over all queues: gang minimums within fair share, then elastic pods
 //! within fair share, then gang minimums and elastic pods on idle capacity beyond fair share
-//! (capacity no queue within its fair share could use); queues that plugins find overused
+//! (capacity no queue within its fair share could use). Between the fair-share passes and
+//! the idle ones, work still waiting within its fair share claims the capacity evictions are
+//! freeing (see [`super::claim`]). Queues that plugins find overused
 //! sit out the fair-share passes. A gang's minimum is placed as one
 //! statement or not at all. A `StrictFIFO` queue serves its jobs strictly in order: each
 //! job's minimum and elastic pods before the next job, and a job with a pod that cannot be
@@ -34,14 +36,11 @@ pub fn run(ctx: &mut Ctx) {
             && ctx.ssn.job_pipelined[j] == 0
             && ctx.ssn.pending_pods(j).next().is_some()
     });
-    for (tier, bound) in [
-        (Tier::Minimum, ShareBound::FairShare),
-        (Tier::Elastic, ShareBound::FairShare),
-        (Tier::Minimum, ShareBound::Idle),
-        (Tier::Elastic, ShareBound::Idle),
-    ] {
-        run_pass(ctx, &queues, tier, bound);
-    }
+    run_pass(ctx, &queues, Tier::Minimum, ShareBound::FairShare);
+    run_pass(ctx, &queues, Tier::Elastic, ShareBound::FairShare);
+    super::claim::run(ctx);
+    run_pass(ctx, &queues, Tier::Minimum, ShareBound::Idle);
+    run_pass(ctx, &queues, Tier::Elastic, ShareBound::Idle);
 }
 
 struct Pass<'q> {

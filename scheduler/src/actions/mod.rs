@@ -4,6 +4,7 @@
 
 pub mod allocate;
 pub mod backfill;
+pub mod claim;
 pub mod consolidate;
 pub mod enqueue;
 pub mod preempt;
@@ -140,7 +141,7 @@ fn place_or_explain(ctx: &mut Ctx, pods: &[PodId], avail: Avail, explain: bool) 
         let why = explain.then(|| {
             let hold = match avail {
                 Avail::Idle(h) => h,
-                Avail::Future(_) => None,
+                Avail::Future(_) | Avail::Releasing(_) => None,
             };
             let nodes = ctx.placer.explain(ctx.ssn, ctx.fw, first_miss.unwrap_or(pod), hold);
             if ordered.len() > 1 {
@@ -160,7 +161,7 @@ fn place_one(ctx: &mut Ctx, st: &mut Statement, pod: PodId, avail: Avail) -> boo
     let Some(node) = ctx.placer.find(ctx.ssn, ctx.fw, pod, avail) else { return false };
     match avail {
         Avail::Idle(_) => ctx.ssn.allocate(st, pod, node),
-        Avail::Future(_) => ctx.ssn.pipeline(st, pod, node),
+        Avail::Future(_) | Avail::Releasing(_) => ctx.ssn.pipeline(st, pod, node),
     }
     true
 }

@@ -48,7 +48,7 @@ fn elastic_waiting(ctx: &Ctx, job: JobId) -> bool {
 
 /// Per leaf queue, its first admitted job with a pending pod in job order, per class (GPU,
 /// CPU-only).
-fn first_waiting(ctx: &Ctx) -> Vec<[Option<JobId>; 2]> {
+pub(super) fn first_waiting(ctx: &Ctx) -> Vec<[Option<JobId>; 2]> {
     let waiting =
         jobs_by_queue(ctx, |j| ctx.ssn.job_phase[j] != JobPhase::Pending && ctx.ssn.pending_pods(j).next().is_some());
     waiting

@@ -1,0 +1,114 @@
+//! Capacity that evictions are freeing goes to the work it was freed for (the claim step of
+//! allocate, `scheduler/src/actions/claim.rs`). Evicted pods may take several cycles to
+//! terminate (Kubernetes' grace period); scenario files cannot express a pod still
+//! terminating at the start of a cycle, so these cases are built here.
+//!
+//! The cluster: one node n1 with 16 CPUs. `train` (deserved 8 CPUs) runs a 4-CPU pod; the
+//! pod of `idle`'s job `v` (8 CPUs, no quota, overQuotaWeight 0) is terminating there,
+//! reclaimed for `train`'s 12-CPU job `a`, which fits once it is gone (16 - 4 = 12) but not
+//! now (4 CPUs idle). `idle` also has a pending 4-CPU pod `s`, which only the passes beyond
+//! fair share may place.
+
+use std::collections::BTreeMap;
+
+use drover_api::{ResourceList, CPU, PODS};
+use drover_scheduler::config::SchedulerConfig;
+use drover_scheduler::cycle::{run_cycle, CycleOutcome};
+use drover_scheduler::session::PodState;
+use drover_scheduler::snapshot::{
+    self, Constraints, JobInput, JobPhase, NodeInput, PodPhaseInput, QueueInput, QueueingStrategy, Snapshot, TaskInput,
+};
+
+fn cpus(n: i64) -> ResourceList {
+    ResourceList(BTreeMap::from([(CPU.to_string(), n * 1000)]))
+}
+
+fn job(name: &str, queue: &str, cpu: i64, pod: PodPhaseInput) -> JobInput {
+    let running = matches!(pod, PodPhaseInput::Bound(_));
+    JobInput {
+        name: name.into(),
+        namespace: "ns".into(),
+        queue: queue.into(),
+        priority_class: "train".into(),
+        priority: 50,
+        preemptible: true,
+        min_member: 1,
+        created_at: 0,
+        phase: if running { JobPhase::Running } else { JobPhase::Inqueue },
+        tasks: vec![TaskInput {
+            name: "w".into(),
+            min_available: 1,
+            requests: cpus(cpu),
+            constraints: Constraints::default(),
+            pods: vec![pod],
+        }],
+        run_time: None,
+        ends_at: None,
+    }
+}
+
+fn queue(name: &str, deserved: ResourceList, weight: u32) -> QueueInput {
+    QueueInput {
+        name: name.into(),
+        parent: None,
+        deserved,
+        limit: None,
+        over_quota_weight: weight,
+        reclaimable: true,
+        strategy: QueueingStrategy::BestEffortFifo,
+    }
+}
+
+/// The cluster described above; `a_cpus` is what `a` asks for.
+fn cluster(a_cpus: i64) -> Snapshot {
+    let node = NodeInput {
+        name: "n1".into(),
+        allocatable: ResourceList(BTreeMap::from([(CPU.to_string(), 16_000), (PODS.to_string(), 110)])),
+        labels: BTreeMap::new(),
+        taints: Vec::new(),
+        unschedulable: false,
+    };
+    let queues = [queue("train", cpus(8), 1), queue("idle", ResourceList::default(), 0)];
+    let jobs = [
+        job("r", "train", 4, PodPhaseInput::Bound("n1".into())),
+        job("v", "idle", 8, PodPhaseInput::Releasing("n1".into())),
+        job("a", "train", a_cpus, PodPhaseInput::Pending),
+        job("s", "idle", 4, PodPhaseInput::Pending),
+    ];
+    snapshot::build(&[node], &queues, &jobs).expect("the cluster is consistent")
+}
+
+/// The state of the one pod of the job named `name` after the cycle.
+fn pod_of(snap: &Snapshot, out: &CycleOutcome, name: &str) -> PodState {
+    let j = snap.jobs.iter().position(|j| j.name == name).expect("the job exists");
+    out.pod_state[snap.jobs[j].tasks[0].pods[0]]
+}
+
+#[test]
+fn a_waiting_job_keeps_its_claim_on_capacity_being_freed() {
+    let snap = cluster(12);
+    let out = run_cycle(&snap, &SchedulerConfig::default());
+    assert_eq!(pod_of(&snap, &out, "a"), PodState::Pipelined(0), "a claims what v's termination frees");
+    assert_eq!(pod_of(&snap, &out, "s"), PodState::Pending, "s may not take the idle rest of n1 that a needs");
+    assert!(out.decisions.evictions.is_empty(), "nothing more is evicted: {:?}", out.decisions.evictions);
+}
+
+#[test]
+fn a_claim_evicts_nothing_and_leaves_what_it_does_not_need() {
+    // a fits the capacity being freed without the idle rest: s may still use that.
+    let snap = cluster(8);
+    let out = run_cycle(&snap, &SchedulerConfig::default());
+    assert_eq!(pod_of(&snap, &out, "a"), PodState::Pipelined(0));
+    assert_eq!(pod_of(&snap, &out, "s"), PodState::Allocated(0), "the idle 4 CPUs a does not need go to s");
+    assert!(out.decisions.evictions.is_empty());
+}
+
+#[test]
+fn nothing_is_claimed_beyond_fair_share() {
+    // 13 CPUs would take train over its fair share (16 CPUs, its demand being 4 + 13 = 17
+    // of the node's 16): a claims nothing, and s uses the idle capacity.
+    let snap = cluster(13);
+    let out = run_cycle(&snap, &SchedulerConfig::default());
+    assert_eq!(pod_of(&snap, &out, "a"), PodState::Pending);
+    assert_eq!(pod_of(&snap, &out, "s"), PodState::Allocated(0));
+}
