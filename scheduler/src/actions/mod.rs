@@ -47,21 +47,72 @@ pub fn starving(ctx: &Ctx, job: JobId) -> bool {
 /// starving job, except that in a `StrictFIFO` queue only the first waiting job of each class
 /// (GPU, CPU-only) may, as nothing passes it there.
 pub fn evicting_jobs(ctx: &Ctx) -> Vec<Vec<JobId>> {
+    let firsts = first_waiting(ctx);
+    jobs_by_queue(ctx, |j| starving(ctx, j) && in_turn(ctx, &firsts, j))
+}
+
+/// A running job (at least its minimum) with pending elastic pods and none pipelined.
+pub fn elastic_waiting(ctx: &Ctx, job: JobId) -> bool {
+    ctx.ssn.job_pipelined[job] == 0 && ctx.fw.job_ready(ctx.ssn, job) && ctx.ssn.pending_pods(job).next().is_some()
+}
+
+/// The jobs of each leaf queue whose elastic pods may evict, in job order, by the same
+/// `StrictFIFO` rule as [`evicting_jobs`]: a later job's elastic pods could not use what is
+/// freed there (nothing passes the waiting job), and the victim would take it back.
+pub fn elastic_evicting_jobs(ctx: &Ctx) -> Vec<Vec<JobId>> {
+    let firsts = first_waiting(ctx);
+    jobs_by_queue(ctx, |j| elastic_waiting(ctx, j) && in_turn(ctx, &firsts, j))
+}
+
+/// Per leaf queue, its first admitted job with a pending pod in job order, per class (GPU,
+/// CPU-only): in a `StrictFIFO` queue only these jobs' turn has come.
+fn first_waiting(ctx: &Ctx) -> Vec<[Option<JobId>; 2]> {
     let waiting =
         jobs_by_queue(ctx, |j| ctx.ssn.job_phase[j] != JobPhase::Pending && ctx.ssn.pending_pods(j).next().is_some());
     waiting
-        .into_iter()
-        .enumerate()
-        .map(|(q, jobs)| {
-            let mut seen = [false; 2];
-            jobs.into_iter()
-                .filter(|&j| {
-                    let first = !std::mem::replace(&mut seen[class(ctx, j)], true);
-                    (first || !strict(ctx, q)) && starving(ctx, j)
-                })
-                .collect()
+        .iter()
+        .map(|jobs| {
+            let mut firsts = [None; 2];
+            for &j in jobs {
+                firsts[class(ctx, j)].get_or_insert(j);
+            }
+            firsts
         })
         .collect()
+}
+
+/// Whether a job's turn has come in its queue: always, except in a `StrictFIFO` queue
+/// (see [`first_waiting`]).
+fn in_turn(ctx: &Ctx, firsts: &[[Option<JobId>; 2]], job: JobId) -> bool {
+    let q = ctx.ssn.snap.jobs[job].queue;
+    !strict(ctx, q) || firsts[q][class(ctx, job)] == Some(job)
+}
+
+/// Serves the jobs listed per leaf queue, most deprived `eligible` queue first, each job
+/// once. Jobs that no longer `want` to be served are skipped for good: the callers only
+/// pipeline and evict, so a job that stopped wanting room (pipelined, or lost its minimum)
+/// does not want it again within the action.
+pub fn serve_in_queue_order(
+    ctx: &mut Ctx,
+    by_queue: &[Vec<JobId>],
+    wants: &dyn Fn(&Ctx, JobId) -> bool,
+    eligible: &dyn Fn(&Ctx, QueueId) -> bool,
+    serve: &mut dyn FnMut(&mut Ctx, JobId),
+) {
+    let mut cursor = vec![0usize; by_queue.len()];
+    loop {
+        let mut head = |c: &Ctx, q: usize| {
+            while by_queue[q].get(cursor[q]).is_some_and(|&j| !wants(c, j)) {
+                cursor[q] += 1;
+            }
+            by_queue[q].get(cursor[q]).copied()
+        };
+        let heads: Vec<Option<JobId>> = (0..by_queue.len()).map(|q| head(ctx, q)).collect();
+        let Some(q) = select_queue(ctx, &|q| heads[q].is_some() && eligible(ctx, q)) else { break };
+        let job = heads[q].expect("selected queue has a job to serve");
+        cursor[q] += 1;
+        serve(ctx, job);
+    }
 }
 
 /// Whether the queue starts its jobs strictly in order.

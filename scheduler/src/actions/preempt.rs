@@ -33,12 +33,13 @@ pub fn run(ctx: &mut Ctx) {
             }
             let queues = [q];
             pool.prepare(ctx.ssn, ctx.fw, &queues);
-            if !pool.units_of(&queues, job).any(|v| ctx.fw.may_evict(ctx.ssn, EvictMode::Preempt, job, v)) {
+            let order = pool.order(&queues, job);
+            if !order.units().any(|v| ctx.fw.may_evict(ctx.ssn, EvictMode::Preempt, job, v)) {
                 failed = Some((need, priority));
                 continue;
             }
             let failure = |c: &mut Ctx, victims: &[&Victim]| shortfall(c, &gang, victims, "preempt");
-            match make_room(ctx, job, &gang, pool.order(&queues, job), EvictMode::Preempt, &fits, &failure) {
+            match make_room(ctx, job, &gang, order, EvictMode::Preempt, &fits, &failure) {
                 Some(since) => pool.forget_evicted(ctx.ssn, since),
                 None => failed = Some((need, priority)),
             }

@@ -10,11 +10,11 @@
 
 use crate::framework::{EvictMode, ShareBound, Victim};
 use crate::res::Res;
-use crate::snapshot::{JobId, JobPhase, PodId, QueueId, ROOT};
+use crate::snapshot::{JobId, PodId, QueueId, ROOT};
 
 use super::{
-    append_reason, class, evicting_jobs, fits_without_eviction, jobs_by_queue, make_room, select_queue, shortfall,
-    starving, strict, Ctx, VictimPool,
+    append_reason, elastic_evicting_jobs, elastic_waiting, evicting_jobs, fits_without_eviction, jobs_by_queue,
+    make_room, serve_in_queue_order, shortfall, starving, Ctx, VictimPool,
 };
 
 /// Runs the action: first for gang minimums, then for elastic pods.
@@ -29,38 +29,9 @@ pub fn run(ctx: &mut Ctx) {
     serve(ctx, &mut state, &minimums, &starving, &|c, j| c.ssn.gang_pods(j));
     // Then pending pods above the minimum, one pod per job per attempt (Run:ai: reclaim
     // "balances fairness" too), by the same rule.
-    // In a StrictFIFO queue only the first waiting job of its class may evict, as for gang
-    // minimums: a later job's elastic pods could not use what is freed (nothing passes the
-    // waiting job there), and the victim would take it back next cycle.
     state.failed.fill(None);
-    let firsts = first_waiting(ctx);
-    let elastic = jobs_by_queue(ctx, |j| {
-        let q = snap.jobs[j].queue;
-        elastic_waiting(ctx, j) && (!strict(ctx, q) || firsts[q][class(ctx, j)] == Some(j))
-    });
+    let elastic = elastic_evicting_jobs(ctx);
     serve(ctx, &mut state, &elastic, &elastic_waiting, &|c, j| c.ssn.pending_pods(j).take(1).collect());
-}
-
-/// A running job (at least its minimum) with pending elastic pods and none pipelined.
-fn elastic_waiting(ctx: &Ctx, job: JobId) -> bool {
-    ctx.ssn.job_pipelined[job] == 0 && ctx.fw.job_ready(ctx.ssn, job) && ctx.ssn.pending_pods(job).next().is_some()
-}
-
-/// Per leaf queue, its first admitted job with a pending pod in job order, per class (GPU,
-/// CPU-only).
-pub(super) fn first_waiting(ctx: &Ctx) -> Vec<[Option<JobId>; 2]> {
-    let waiting =
-        jobs_by_queue(ctx, |j| ctx.ssn.job_phase[j] != JobPhase::Pending && ctx.ssn.pending_pods(j).next().is_some());
-    waiting
-        .iter()
-        .map(|jobs| {
-            let mut firsts = [None; 2];
-            for &j in jobs {
-                firsts[class(ctx, j)].get_or_insert(j);
-            }
-            firsts
-        })
-        .collect()
 }
 
 /// What the attempts of one run share.
@@ -80,26 +51,12 @@ fn serve(
     wants: &dyn Fn(&Ctx, JobId) -> bool,
     pods: &dyn Fn(&Ctx, JobId) -> Vec<PodId>,
 ) {
-    let mut cursor = vec![0usize; by_queue.len()];
-    loop {
-        // Skip, for good, the listed jobs that no longer want room: reclaim only pipelines
-        // and evicts, so a job that stopped wanting room (pipelined, or lost its minimum)
-        // does not want it again within the action.
-        let mut head = |c: &Ctx, q: usize| {
-            while by_queue[q].get(cursor[q]).is_some_and(|&j| !wants(c, j)) {
-                cursor[q] += 1;
-            }
-            by_queue[q].get(cursor[q]).copied()
-        };
-        let heads: Vec<Option<JobId>> = (0..by_queue.len()).map(|q| head(ctx, q)).collect();
-        let Some(q) = select_queue(ctx, &|q| heads[q].is_some()) else { break };
-        let job = heads[q].expect("selected queue has a job to serve");
-        cursor[q] += 1;
-        let wanted = pods(ctx, job);
+    serve_in_queue_order(ctx, by_queue, wants, &|_, _| true, &mut |c, job| {
+        let wanted = pods(c, job);
         if !wanted.is_empty() {
-            attempt(ctx, state, job, &wanted);
+            attempt(c, state, job, &wanted);
         }
-    }
+    });
 }
 
 /// One reclaim attempt for `pods` of `job`.
@@ -161,14 +118,15 @@ fn attempt(ctx: &mut Ctx, state: &mut Reclaim, job: JobId, pods: &[PodId]) {
         .filter(|&v| v != q && v != ROOT && pool.has_running(v) && ctx.fw.may_reclaim_from(ctx.ssn, job, v))
         .collect();
     pool.prepare(ctx.ssn, ctx.fw, &queues);
-    if !pool.units_of(&queues, job).any(|v| ctx.fw.may_evict(ctx.ssn, EvictMode::Reclaim, job, v)) {
+    let order = pool.order(&queues, job);
+    if !order.units().any(|v| ctx.fw.may_evict(ctx.ssn, EvictMode::Reclaim, job, v)) {
         let why = no_victims(ctx, job, &need, own_over);
         append_reason(ctx, job, &why);
         state.failed[q] = Some(need);
         return;
     }
     let failure = |c: &mut Ctx, victims: &[&Victim]| shortfall(c, pods, victims, "reclaim");
-    let outcome = make_room(ctx, job, pods, state.pool.order(&queues, job), EvictMode::Reclaim, &fits, &failure);
+    let outcome = make_room(ctx, job, pods, order, EvictMode::Reclaim, &fits, &failure);
     match outcome {
         Some(since) => state.pool.forget_evicted(ctx.ssn, since),
         None => state.failed[q] = Some(need),

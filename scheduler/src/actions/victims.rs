@@ -95,15 +95,6 @@ impl VictimPool {
         &self.units[job].as_ref().expect("units are formed before use")[i]
     }
 
-    /// The units of these (prepared) queues, except those of `skip`, in no particular order.
-    pub fn units_of<'p>(&'p self, queues: &'p [QueueId], skip: JobId) -> impl Iterator<Item = &'p Victim> + 'p {
-        queues
-            .iter()
-            .flat_map(move |&q| self.sorted[q].as_deref().unwrap_or(&[]))
-            .filter(move |&&(j, _)| j != skip)
-            .map(move |&(j, i)| self.unit(j, i))
-    }
-
     /// The units of these (prepared) queues, except those of `skip`, in eviction order.
     pub fn order<'p>(&'p self, queues: &[QueueId], skip: JobId) -> VictimOrder<'p> {
         let heads = queues.iter().map(|&queue| Head { queue, at: 0, key: None }).collect();
@@ -160,7 +151,8 @@ impl<'p> VictimOrder<'p> {
         Some(pool.unit(j, i))
     }
 
-    /// Every unit of the order's queues (taken or not), in no particular order.
+    /// Every unit of the order's queues (taken or not, except those of the skipped job), in
+    /// no particular order.
     pub fn units(&self) -> impl Iterator<Item = &'p Victim> + '_ {
         let pool = self.pool;
         self.heads
