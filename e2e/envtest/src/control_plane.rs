@@ -77,7 +77,7 @@ impl ControlPlane {
         let admin_token = random_token()?;
         std::fs::write(dir.join("tokens.csv"), format!("{admin_token},admin,admin,system:masters\n"))?;
 
-        let (etcd_port, peer_port, api_port) = (free_port()?, free_port()?, free_port()?);
+        let [etcd_port, peer_port, api_port] = free_ports()?;
         let etcd_url = format!("http://127.0.0.1:{etcd_port}");
         let peer_url = format!("http://127.0.0.1:{peer_port}");
         let etcd = spawn(
@@ -357,9 +357,16 @@ fn spawn(program: &Path, args: &[String], log: &Path) -> anyhow::Result<Child> {
     command.spawn().with_context(|| format!("starting {}", program.display()))
 }
 
-/// A port that was free a moment ago on 127.0.0.1.
-pub fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+/// `N` distinct ports that were free a moment ago on 127.0.0.1. Their listeners are held
+/// until all are chosen: one closed right away could be handed out again at once, and etcd
+/// then finds its client and peer ports the same ("address already in use").
+pub fn free_ports<const N: usize>() -> anyhow::Result<[u16; N]> {
+    let listeners = (0..N).map(|_| std::net::TcpListener::bind("127.0.0.1:0")).collect::<Result<Vec<_>, _>>()?;
+    let mut ports = [0; N];
+    for (port, listener) in ports.iter_mut().zip(&listeners) {
+        *port = listener.local_addr()?.port();
+    }
+    Ok(ports)
 }
 
 /// 32 hex characters from the system's random source.
