@@ -215,6 +215,13 @@ pub struct Snapshot {
     pub pods: Vec<Pod>,
     /// Sum of allocatable resources of schedulable nodes.
     pub capacity: Res,
+    /// The resources queue quotas are about: those some queue declares a deserved quota for,
+    /// or every one when no queue declares any; never `pods`. Queue state, the queue order's
+    /// deserved-quota question and reclaim compare allocations with deserved quotas in these
+    /// only (a queue that declares none of them deserves 0 there), all by the same measure,
+    /// so that GPU-only quotas say nothing about CPU, and what one rule calls over quota no
+    /// other calls within it.
+    pub quota_resources: Vec<bool>,
     /// The time of the cycle, in seconds on the clock of `created_at` and `ends_at`.
     pub now: i64,
 }
@@ -437,6 +444,9 @@ pub fn build(nodes: &[NodeInput], queues: &[QueueInput], jobs: &[JobInput]) -> R
     }
 
     let snap_queues = build_queues(queues, n, &vec_of, &index, pods_resource)?;
+    let declared = |r: usize| snap_queues.iter().any(|q| q.deserved_declared[r]);
+    let none_declared = !(0..n).any(declared);
+    let quota_resources = (0..n).map(|r| r != pods_resource && (none_declared || declared(r))).collect();
     let mut snap = Snapshot {
         gpu: index.get(GPU).copied(),
         cpu: index[CPU],
@@ -448,6 +458,7 @@ pub fn build(nodes: &[NodeInput], queues: &[QueueInput], jobs: &[JobInput]) -> R
         jobs: Vec::with_capacity(jobs.len()),
         pods: Vec::new(),
         capacity,
+        quota_resources,
         now: 0,
     };
     let mut converter = JobConverter::new(&snap);

@@ -59,8 +59,8 @@ fn queue(name: &str, deserved: ResourceList, weight: u32) -> QueueInput {
     }
 }
 
-/// The cluster described above; `a_cpus` is what `a` asks for.
-fn cluster(a_cpus: i64) -> Snapshot {
+/// The nodes, queues and jobs of the cluster described above; `a_cpus` is what `a` asks for.
+fn cluster_inputs(a_cpus: i64) -> (Vec<NodeInput>, Vec<QueueInput>, Vec<JobInput>) {
     let node = NodeInput {
         name: "n1".into(),
         allocatable: ResourceList(BTreeMap::from([(CPU.to_string(), 16_000), (PODS.to_string(), 110)])),
@@ -68,14 +68,20 @@ fn cluster(a_cpus: i64) -> Snapshot {
         taints: Vec::new(),
         unschedulable: false,
     };
-    let queues = [queue("train", cpus(8), 1), queue("idle", ResourceList::default(), 0)];
-    let jobs = [
+    let queues = vec![queue("train", cpus(8), 1), queue("idle", ResourceList::default(), 0)];
+    let jobs = vec![
         job("r", "train", 4, PodPhaseInput::Bound("n1".into())),
         job("v", "idle", 8, PodPhaseInput::Releasing("n1".into())),
         job("a", "train", a_cpus, PodPhaseInput::Pending),
         job("s", "idle", 4, PodPhaseInput::Pending),
     ];
-    snapshot::build(&[node], &queues, &jobs).expect("the cluster is consistent")
+    (vec![node], queues, jobs)
+}
+
+/// The cluster described above; `a_cpus` is what `a` asks for.
+fn cluster(a_cpus: i64) -> Snapshot {
+    let (nodes, queues, jobs) = cluster_inputs(a_cpus);
+    snapshot::build(&nodes, &queues, &jobs).expect("the cluster is consistent")
 }
 
 /// The state of the one pod of the job named `name` after the cycle.
@@ -111,4 +117,32 @@ fn nothing_is_claimed_beyond_fair_share() {
     let out = run_cycle(&snap, &SchedulerConfig::default());
     assert_eq!(pod_of(&snap, &out, "a"), PodState::Pending);
     assert_eq!(pod_of(&snap, &out, "s"), PodState::Allocated(0));
+}
+
+#[test]
+fn a_gang_claims_idle_capacity_beside_the_capacity_being_freed() {
+    // A second node n2 with 4 idle CPUs; `a` is now a gang of a 12-CPU pod, which fits only
+    // where v is terminating, and a 4-CPU pod, which fits only n2's idle CPUs. The claim
+    // takes both, so `s` cannot take n2 in the passes beyond fair share and leave the gang
+    // short (it would need more victims next cycle).
+    let mut snap_input = cluster_inputs(12);
+    let mut n2 = NodeInput { name: "n2".into(), ..snap_input.0[0].clone() };
+    n2.allocatable.0.insert(CPU.to_string(), 4_000);
+    snap_input.0.push(n2);
+    let a = snap_input.2.iter_mut().find(|j| j.name == "a").expect("a exists");
+    a.min_member = 2;
+    a.tasks.push(TaskInput {
+        name: "x".into(),
+        pods: vec![PodPhaseInput::Pending],
+        requests: cpus(4),
+        ..a.tasks[0].clone()
+    });
+    let snap = snapshot::build(&snap_input.0, &snap_input.1, &snap_input.2).expect("the cluster is consistent");
+    let out = run_cycle(&snap, &SchedulerConfig::default());
+    assert_eq!(pod_of(&snap, &out, "a"), PodState::Pipelined(0), "a claims what v frees: {:?}", out.reasons);
+    let a = snap.jobs.iter().position(|j| j.name == "a").expect("a exists");
+    let small = out.pod_state[snap.jobs[a].tasks[1].pods[0]];
+    assert!(matches!(small, PodState::Pipelined(1) | PodState::Allocated(1)), "a's small pod holds n2: {small:?}");
+    assert_eq!(pod_of(&snap, &out, "s"), PodState::Pending, "s may not take n2, which the gang needs");
+    assert!(out.decisions.evictions.is_empty(), "nothing more is evicted: {:?}", out.decisions.evictions);
 }

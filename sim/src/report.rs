@@ -162,7 +162,7 @@ pub fn report(name: &str, result: &SimResult) -> Report {
         .map(|(q, queue)| {
             let alloc = &result.last.queue_alloc[q];
             let fair = &result.last.fair_share[q];
-            let (state, by) = classify(queue, snap.pods_resource, alloc, fair);
+            let (state, by) = classify(snap, queue, alloc, fair);
             let mut deserved = snap.to_list(&queue.deserved);
             deserved
                 .0

@@ -228,7 +228,7 @@ fn queue_state(snap: &Snapshot, outcome: &CycleOutcome, q: QueueId) -> &'static 
     let zero = Res::zero(snap.resources.len());
     let alloc = outcome.queue_alloc.get(q).unwrap_or(&zero);
     let share = outcome.fair_share.get(q).unwrap_or(&zero);
-    classify(queue, snap.pods_resource, alloc, share).0.as_str()
+    classify(snap, queue, alloc, share).0.as_str()
 }
 
 /// The merge-patch value turning `current` into `want`: changed entries, and `null` for

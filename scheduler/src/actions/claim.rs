@@ -9,8 +9,9 @@
 //!
 //! So after the fair-share passes, jobs that still wait within their fair share claim the
 //! capacity being freed again, in queue order. Gang minimums come first, then one elastic
-//! pod per job. A claim goes only onto nodes with releasing pods, and only where the job
-//! fits without evicting anything. Jobs that may not evict claim nothing: in a `StrictFIFO`
+//! pod per job. A claim takes capacity being freed first and idle capacity for the rest of
+//! a gang (as the reclaim that freed it pipelined the gang), and only where the job fits
+//! without evicting anything. Jobs that may not evict claim nothing: in a `StrictFIFO`
 //! queue only the first waiting job of each class claims (as in preempt and reclaim), and
 //! queues over their fair share claim nothing.
 
@@ -37,8 +38,8 @@ pub fn run(ctx: &mut Ctx) {
 }
 
 /// Serves the jobs listed per queue that still `want` room, most deprived queue first, each
-/// once: `pods` of a job are pipelined onto `releasing` nodes when they fit there within the
-/// job's fair share.
+/// once: `pods` of a job are pipelined onto `releasing` nodes, the rest onto idle capacity,
+/// when they fit within the job's fair share.
 fn claim(
     ctx: &mut Ctx,
     by_queue: &[Vec<JobId>],
@@ -56,7 +57,7 @@ fn claim(
         if ctx.fw.allocatable(ctx.ssn, job, &need, ShareBound::FairShare).is_err() {
             return;
         }
-        if let Some(st) = try_place_all(ctx, &wanted, Avail::Releasing(releasing)) {
+        if let Some(st) = try_place_all(ctx, &wanted, Avail::Future(releasing)) {
             ctx.ssn.commit(st);
             ctx.ssn.set_reason(job, "waiting for evicted pods to terminate on the nodes it will use".into());
         }

@@ -104,14 +104,11 @@ fn attempt(ctx: &mut Ctx, state: &mut Reclaim, job: JobId, pods: &[PodId]) {
     if fits_without_eviction(ctx, pods, &fits) {
         return;
     }
-    // Whether the job's queue would go over its deserved quota with the request (in a
-    // resource its quota governs), for the reason: then it may only take from queues above
-    // their fair share.
+    // Whether the job's queue would go over its deserved quota with the request (in a quota
+    // resource), for the reason: then it may only take from queues above their fair share.
     let own_over = {
-        let (queue, alloc) = (&snap.queues[q], &ctx.ssn.queue_alloc[q]);
-        (0..need.len()).any(|r| {
-            r != snap.pods_resource && need[r] > 0 && queue.quota_covers(r) && alloc[r] + need[r] > queue.deserved[r]
-        })
+        let (deserved, alloc) = (&snap.queues[q].deserved, &ctx.ssn.queue_alloc[q]);
+        (0..need.len()).any(|r| snap.quota_resources[r] && alloc[r] + need[r] > deserved[r])
     };
     let pool = &mut state.pool;
     let queues: Vec<QueueId> = (0..snap.queues.len())
@@ -137,29 +134,37 @@ fn attempt(ctx: &mut Ctx, state: &mut Reclaim, job: JobId, pods: &[PodId]) {
 /// over its deserved quota with the request.
 fn no_victims(ctx: &Ctx, job: JobId, need: &Res, own_over: bool) -> String {
     let snap = ctx.ssn.snap;
-    let wanted: Vec<&str> = (0..need.len())
-        .filter(|&r| r != snap.pods_resource && need[r] > 0)
-        .map(|r| snap.resources[r].as_str())
-        .collect();
+    let names = |quota_only: bool| {
+        let list: Vec<&str> = (0..need.len())
+            .filter(|&r| r != snap.pods_resource && need[r] > 0 && (!quota_only || snap.quota_resources[r]))
+            .map(|r| snap.resources[r].as_str())
+            .collect();
+        list.join(", ")
+    };
+    let wanted = names(false);
     let q = snap.jobs[job].queue;
     let any_above = (1..snap.queues.len()).any(|v| {
         v != q && snap.queues[v].children.is_empty() && {
             let (alloc, deserved) = (&ctx.ssn.queue_alloc[v], &snap.queues[v].deserved);
-            (0..need.len()).any(|r| r != snap.pods_resource && need[r] > 0 && alloc[r] > deserved[r])
+            (0..need.len()).any(|r| snap.quota_resources[r] && need[r] > 0 && alloc[r] > deserved[r])
         }
     });
-    if !any_above {
-        format!("reclaim: no other queue is above its deserved quota in {}", wanted.join(", "))
+    let quota_wanted = names(true);
+    if quota_wanted.is_empty() {
+        let quota: Vec<&str> =
+            (0..need.len()).filter(|&r| snap.quota_resources[r]).map(|r| snap.resources[r].as_str()).collect();
+        format!("reclaim: queue quotas cover only {}, which the request ({wanted}) does not use", quota.join(", "))
+    } else if !any_above {
+        format!("reclaim: no other queue is above its deserved quota in {quota_wanted}")
     } else if own_over {
         format!(
             "reclaim: queue {} would go over its deserved quota and no other queue is above its fair share in {}",
-            snap.queues[q].name,
-            wanted.join(", ")
+            snap.queues[q].name, wanted
         )
     } else if ctx.fw.job_ready(ctx.ssn, job) {
         format!(
             "reclaim: elastic pods take only from queues above their fair share, and no other queue is above it in {}",
-            wanted.join(", ")
+            wanted
         )
     } else {
         "reclaim: the work above other queues' deserved quota is non-preemptible or in non-reclaimable queues".into()

@@ -88,16 +88,16 @@ impl QueueState {
 
 /// A queue's state from its allocation, deserved quota and fair share.
 pub fn queue_state(ssn: &Session, q: QueueId) -> QueueState {
-    classify(&ssn.snap.queues[q], ssn.snap.pods_resource, &ssn.queue_alloc[q], &ssn.fair_share[q]).0
+    classify(ssn.snap, &ssn.snap.queues[q], &ssn.queue_alloc[q], &ssn.fair_share[q]).0
 }
 
 /// A queue's state and the resource that decided it: the first resource over its fair
-/// share, else the first over the deserved quota the queue's quota governs (`None` while
-/// in quota). The pod count never decides.
-pub fn classify(queue: &Queue, pods: usize, alloc: &Res, fair: &Res) -> (QueueState, Option<usize>) {
-    if let Some(r) = (0..alloc.len()).find(|&r| r != pods && alloc[r] > fair[r]) {
+/// share, else the first quota resource ([`Snapshot::quota_resources`]) over its deserved
+/// quota (`None` while in quota). The pod count never decides.
+pub fn classify(snap: &Snapshot, queue: &Queue, alloc: &Res, fair: &Res) -> (QueueState, Option<usize>) {
+    if let Some(r) = (0..alloc.len()).find(|&r| r != snap.pods_resource && alloc[r] > fair[r]) {
         (QueueState::OverFairShare, Some(r))
-    } else if let Some(r) = (0..alloc.len()).find(|&r| queue.quota_covers(r) && alloc[r] > queue.deserved[r]) {
+    } else if let Some(r) = (0..alloc.len()).find(|&r| snap.quota_resources[r] && alloc[r] > queue.deserved[r]) {
         (QueueState::OverQuota, Some(r))
     } else {
         (QueueState::InQuota, None)
@@ -239,19 +239,13 @@ impl FairShare {
     }
 
     /// KAI's first question in its queue order: whether the queue stays within its deserved
-    /// quota (in the resources its quota governs) with its next job's request. Such a queue
+    /// quota (in every quota resource) with its next job's request. Such a queue
     /// is served before one that would go over quota, so that the capacity a reclaim frees
     /// for a queue below its deserved quota is not handed back to the victim's queue, which
     /// would go over its own quota again to take it (no reclaim ping-pong).
     fn within_deserved_with_next_job(&self, ssn: &Session, q: QueueId) -> bool {
         let Some(job) = self.next_job(ssn, q) else { return false };
-        let queue = &ssn.snap.queues[q];
-        let alloc = &ssn.queue_alloc[q];
-        let pods = ssn.snap.pods_resource;
-        self.with_need(ssn, job, |need| {
-            let need = &need.request;
-            (0..need.len()).all(|r| r == pods || !queue.quota_covers(r) || alloc[r] + need[r] <= queue.deserved[r])
-        })
+        self.with_need(ssn, job, |need| within_deserved_with(ssn, q, &need.request))
     }
 
     /// What the job could free in its own queue: elastic pods of any job, and the running
@@ -283,40 +277,58 @@ fn exceeding(req: &Res, have: &Res, cap: &Res) -> Option<(usize, i64, i64)> {
         .map(|r| (r, have[r] + req[r], cap[r]))
 }
 
+/// Whether queue `q` stays within its deserved quota in every quota resource
+/// ([`Snapshot::quota_resources`]) with `req` added: KAI's question both in the queue order
+/// and, for the reclaimer, in reclaim. One measure for both keeps a queue that reclaimed
+/// on the strength of its deserved quota first in line for what it freed.
+fn within_deserved_with(ssn: &Session, q: QueueId, req: &Res) -> bool {
+    let (deserved, alloc) = (&ssn.snap.queues[q].deserved, &ssn.queue_alloc[q]);
+    (0..req.len()).all(|r| !ssn.snap.quota_resources[r] || alloc[r] + req[r] <= deserved[r])
+}
+
 /// KAI's reclaim rule, judged on the sibling queues where the reclaimer's and the victim's
 /// paths part and on the state left by the units already taken: the victim side must be
-/// above its deserved quota in a resource the reclaimer needs (a queue at or below its
-/// deserved quota is never a victim), and either above its fair share there — meaning above
-/// the larger of fair share and deserved, as fair shares shrink when quotas are
-/// over-subscribed — or the reclaimer side must stay within its own deserved quota with the
-/// request. A resource the victim side does not name has deserved 0; the reclaimer side is
-/// held only to the resources its quota governs; `pods` never counts.
+/// above its deserved quota in a quota resource the reclaimer needs (a queue at or below its
+/// deserved quota is never a victim), and either above its fair share in a resource the
+/// reclaimer needs — meaning above the larger of fair share and deserved, as fair shares
+/// shrink when quotas are over-subscribed — or the reclaimer side must stay within its own
+/// deserved quota with the request. Deserved quotas are compared in the quota resources
+/// only, where a queue that declares none deserves 0; `pods` never counts.
 fn reclaimable_from(ssn: &Session, mine: QueueId, theirs: QueueId, need: &Res) -> bool {
     let snap = ssn.snap;
     let wanted = |r: usize| r != snap.pods_resource && need[r] > 0;
     let alloc = &ssn.queue_alloc[theirs];
     let deserved = &snap.queues[theirs].deserved;
-    let above_deserved = (0..need.len()).any(|r| wanted(r) && alloc[r] > deserved[r]);
+    let above_deserved = (0..need.len()).any(|r| wanted(r) && snap.quota_resources[r] && alloc[r] > deserved[r]);
     if !above_deserved {
         return false;
     }
     let fair = &ssn.fair_share[theirs];
     let above_fair = (0..need.len()).any(|r| wanted(r) && alloc[r] > fair[r].max(deserved[r]));
-    let own = &snap.queues[mine];
-    let within_own = (0..need.len())
-        .all(|r| !wanted(r) || !own.quota_covers(r) || ssn.queue_alloc[mine][r] + need[r] <= own.deserved[r]);
-    above_fair || within_own
+    above_fair || within_deserved_with(ssn, mine, need)
 }
 
-/// Whether the victim side `theirs`, before losing the unit `v`, is above its fair share in
-/// a resource the unit uses: then the unit cannot be placed again within that fair share.
-/// Reclaim for an elastic pod takes only such units. Allocation serves every queue's gang
-/// minimums within fair share before any elastic pod, so a gang reclaimed from a queue
-/// within its fair share for another queue's elastic pod would start again first in the
-/// next cycle and be reclaimed again (ping-pong).
+/// Whether the victim side `theirs`, after losing the unit `v`, could not take back even
+/// the first piece of it within its fair share, in some resource the unit uses. Allocation
+/// serves gang minimums, then elastic pods, within fair share before any work beyond it, so
+/// a unit whose first piece fits the victim's fair share again would start again ahead of
+/// the reclaimer in the next cycle, and be reclaimed again (ping-pong). An elastic unit
+/// comes back as itself (so its queue must be above its fair share before losing it); a
+/// whole job comes back first as its gang minimum, counted here at its smallest.
 fn over_fair_share_with(ssn: &Session, theirs: QueueId, v: &Victim) -> bool {
     let (alloc, fair) = (&ssn.queue_alloc[theirs], &ssn.fair_share[theirs]);
-    (0..alloc.len()).any(|r| r != ssn.snap.pods_resource && v.freed[r] > 0 && alloc[r] > fair[r])
+    let back = |r: usize| if v.elastic { v.freed[r] } else { smallest_gang(ssn, v.job, r) };
+    (0..alloc.len()).any(|r| r != ssn.snap.pods_resource && v.freed[r] > 0 && alloc[r] - v.freed[r] + back(r) > fair[r])
+}
+
+/// The least of resource `r` that any gang minimum of `job` can ask for: every task's own
+/// minimum, and the rest of `minMember` as the job's smallest pods.
+fn smallest_gang(ssn: &Session, job: JobId, r: usize) -> i64 {
+    let j = &ssn.snap.jobs[job];
+    let by_tasks: i64 = j.tasks.iter().map(|t| i64::from(t.min_available) * t.requests[r]).sum();
+    let counted: u32 = j.tasks.iter().map(|t| t.min_available).sum();
+    let smallest = j.tasks.iter().map(|t| t.requests[r]).min().unwrap_or(0);
+    by_tasks + i64::from(j.min_member.saturating_sub(counted)) * smallest
 }
 
 impl Plugin for FairShare {
@@ -472,8 +484,11 @@ impl Plugin for FairShare {
         let (pq, vq) = (snap.jobs[preemptor].queue, snap.jobs[v.job].queue);
         let Some((mine, theirs)) = snap.split(pq, vq) else { return false };
         let allowed = self.with_need(ssn, preemptor, |need| {
-            reclaimable_from(ssn, mine, theirs, &need.request)
-                && (!need.elastic || over_fair_share_with(ssn, theirs, v))
+            // A gang minimum that keeps its queue within its deserved quota is served first
+            // next cycle (the queue order's first question); anything else takes only what
+            // the victim cannot take back within its fair share.
+            let on_own_quota = !need.elastic && within_deserved_with(ssn, mine, &need.request);
+            reclaimable_from(ssn, mine, theirs, &need.request) && (on_own_quota || over_fair_share_with(ssn, theirs, v))
         });
         if !allowed {
             return false;
