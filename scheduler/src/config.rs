@@ -117,6 +117,30 @@ pub enum PluginConfig {
     /// Runtime-aware backfill: gangs that cannot start reserve the nodes where they will
     /// start soonest.
     Reservation(#[serde(default)] ReservationArgs),
+    /// Job order by declared service (run time x GPUs), shortest first, with aging.
+    Shortestfirst(#[serde(default)] ShortestFirstArgs),
+}
+
+/// Arguments of the `shortestfirst` plugin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ShortestFirstArgs {
+    /// Seconds after its creation from which a job goes before every job that has waited
+    /// less, oldest first, whatever its service.
+    #[serde(default = "ShortestFirstArgs::default_aging_seconds")]
+    pub aging_seconds: u32,
+}
+
+impl ShortestFirstArgs {
+    fn default_aging_seconds() -> u32 {
+        345_600
+    }
+}
+
+impl Default for ShortestFirstArgs {
+    fn default() -> Self {
+        ShortestFirstArgs { aging_seconds: ShortestFirstArgs::default_aging_seconds() }
+    }
 }
 
 /// Arguments of the `reservation` plugin.
@@ -257,6 +281,7 @@ impl PluginConfig {
             PluginConfig::Predicates => "predicates",
             PluginConfig::Nodeorder(_) => "nodeorder",
             PluginConfig::Reservation(_) => "reservation",
+            PluginConfig::Shortestfirst(_) => "shortestfirst",
         }
     }
 }

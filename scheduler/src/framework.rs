@@ -165,6 +165,7 @@ impl Framework {
                     PluginConfig::Predicates => Box::new(plugins::predicates::Predicates),
                     PluginConfig::Nodeorder(args) => Box::new(plugins::nodeorder::NodeOrder::new(args.clone())),
                     PluginConfig::Reservation(args) => Box::new(plugins::reservation::Reservation::new(*args)),
+                    PluginConfig::Shortestfirst(args) => Box::new(plugins::shortestfirst::ShortestFirst::new(*args)),
                 }
             })
             .collect();

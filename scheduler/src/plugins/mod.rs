@@ -8,3 +8,4 @@ pub mod nodeorder;
 pub mod predicates;
 pub mod priority;
 pub mod reservation;
+pub mod shortestfirst;
