@@ -134,14 +134,12 @@ fn attempt(ctx: &mut Ctx, state: &mut Reclaim, job: JobId, pods: &[PodId]) {
 /// over its deserved quota with the request.
 fn no_victims(ctx: &Ctx, job: JobId, need: &Res, own_over: bool) -> String {
     let snap = ctx.ssn.snap;
-    let names = |quota_only: bool| {
-        let list: Vec<&str> = (0..need.len())
-            .filter(|&r| r != snap.pods_resource && need[r] > 0 && (!quota_only || snap.quota_resources[r]))
-            .map(|r| snap.resources[r].as_str())
-            .collect();
+    let names = |keep: &dyn Fn(usize) -> bool| {
+        let list: Vec<&str> = (0..need.len()).filter(|&r| keep(r)).map(|r| snap.resources[r].as_str()).collect();
         list.join(", ")
     };
-    let wanted = names(false);
+    let asked = |r: usize| r != snap.pods_resource && need[r] > 0;
+    let wanted = names(&asked);
     let q = snap.jobs[job].queue;
     let any_above = (1..snap.queues.len()).any(|v| {
         v != q && snap.queues[v].children.is_empty() && {
@@ -149,11 +147,10 @@ fn no_victims(ctx: &Ctx, job: JobId, need: &Res, own_over: bool) -> String {
             (0..need.len()).any(|r| snap.quota_resources[r] && need[r] > 0 && alloc[r] > deserved[r])
         }
     });
-    let quota_wanted = names(true);
+    let quota_wanted = names(&|r| asked(r) && snap.quota_resources[r]);
     if quota_wanted.is_empty() {
-        let quota: Vec<&str> =
-            (0..need.len()).filter(|&r| snap.quota_resources[r]).map(|r| snap.resources[r].as_str()).collect();
-        format!("reclaim: queue quotas cover only {}, which the request ({wanted}) does not use", quota.join(", "))
+        let quota = names(&|r| snap.quota_resources[r]);
+        format!("reclaim: queue quotas cover only {quota}, which the request ({wanted}) does not use")
     } else if !any_above {
         format!("reclaim: no other queue is above its deserved quota in {quota_wanted}")
     } else if own_over {

@@ -315,7 +315,7 @@ fn reclaimable_from(ssn: &Session, mine: QueueId, theirs: QueueId, need: &Res) -
 /// the reclaimer in the next cycle, and be reclaimed again (ping-pong). An elastic unit
 /// comes back as itself (so its queue must be above its fair share before losing it); a
 /// whole job comes back first as its gang minimum, counted here at its smallest.
-fn over_fair_share_with(ssn: &Session, theirs: QueueId, v: &Victim) -> bool {
+fn cannot_take_back(ssn: &Session, theirs: QueueId, v: &Victim) -> bool {
     let (alloc, fair) = (&ssn.queue_alloc[theirs], &ssn.fair_share[theirs]);
     let back = |r: usize| if v.elastic { v.freed[r] } else { smallest_gang(ssn, v.job, r) };
     (0..alloc.len()).any(|r| r != ssn.snap.pods_resource && v.freed[r] > 0 && alloc[r] - v.freed[r] + back(r) > fair[r])
@@ -488,7 +488,7 @@ impl Plugin for FairShare {
             // next cycle (the queue order's first question); anything else takes only what
             // the victim cannot take back within its fair share.
             let on_own_quota = !need.elastic && within_deserved_with(ssn, mine, &need.request);
-            reclaimable_from(ssn, mine, theirs, &need.request) && (on_own_quota || over_fair_share_with(ssn, theirs, v))
+            reclaimable_from(ssn, mine, theirs, &need.request) && (on_own_quota || cannot_take_back(ssn, theirs, v))
         });
         if !allowed {
             return false;
