@@ -22,16 +22,27 @@
 //! Capacity held by bound, not terminated (phase neither `Succeeded` nor `Failed`) pods that
 //! are *not handed to the core* is subtracted from the node's allocatable (never below 0),
 //! so the core never over-commits a node. That covers other schedulers' pods and
-//! DaemonSets, Drover pods without a PodGroup, and the pods of groups that are left out
-//! (finished, bad queue, unknown class...). Pods bound to a node the store does not hold
-//! are ignored for this.
+//! DaemonSets, and Drover pods that no queue can be charged for (see "Detached pods").
+//! Pods bound to a node the store does not hold are ignored for this.
 //!
-//! **Pod membership.** A pod belongs to the PodGroup named by its annotation
-//! [`POD_GROUP_ANNOTATION`] in its own namespace when its `spec.schedulerName` is the
-//! scheduler's name. Scheduler pods without the annotation are skipped silently (the
-//! controllers create their groups); those naming a group that does not exist are skipped
-//! and reported (`Pod`/`PodGroupNotFound`). Pods of other schedulers are never members,
-//! whatever they are annotated with.
+//! **Pod membership.** A pod of this scheduler (`spec.schedulerName` is the scheduler's
+//! name) that is bound and carries the scheduler's charge record ([`crate::charge`], a pod
+//! condition tenants cannot write) belongs to the PodGroup the record names, whatever its
+//! annotation says now. Any other pod of this scheduler belongs to the PodGroup named by its
+//! annotation [`POD_GROUP_ANNOTATION`] in its own namespace. Scheduler pods without either
+//! are skipped silently (the controllers create their groups); unbound pods naming a group
+//! that does not exist are skipped and reported (`Pod`/`PodGroupNotFound`). Pods of other
+//! schedulers are never members, whatever they are annotated with.
+//!
+//! **Detached pods.** A bound pod of this scheduler that no handed-over group holds (its
+//! group was deleted, is left out, or its record names a group that is gone) is still
+//! charged: to the queue of its record, else to the queue its left-out group was admitted to,
+//! when that queue is a valid leaf; else to its namespace's project queue (the first, by
+//! name, of the valid leaf Queues labelled with the namespace's project); else to `default`.
+//! Such pods form one job per namespace, group and queue, named `<group>#<queue>` (a name no
+//! PodGroup can have), running, gang minimum 1, at the recorded priority class (else the
+//! lowest built-in class): the queue's usage counts them, and preempt and reclaim may take
+//! them pod by pod. Only when no such queue exists do they count as foreign usage.
 //!
 //! **Requests** are counted as kube-scheduler counts them: the larger of the sum of the
 //! containers and each init container, where sidecars (init containers with
@@ -75,7 +86,11 @@
 //! one template are reported once, and a pod with a value of its own is always named.
 //!
 //! **PodGroups → jobs.** `minMember`, per-task minimums from `minTaskMember`, queue from
-//! `spec.queue` (else [`DEFAULT_QUEUE`]), phase from `status.phase` (`Pending` when
+//! `spec.queue` (else [`DEFAULT_QUEUE`]) — or, while the group is `Inqueue` or `Running` and
+//! its status records an admission (`status.admission`, written by the scheduler when it
+//! admitted the group), the admitted queue, priority class, value and preemptibility, so
+//! that editing `spec.queue` or `spec.priorityClassName` after admission changes nothing
+//! until the group is admitted again. Phase from `status.phase` (`Pending` when
 //! absent; `Completed`/`Failed` groups are left out silently unless they have a new unbound
 //! pod: their job was restarted, and they are `Pending` again), creation time in seconds.
 //! A group whose queue does not exist is left out (`QueueNotFound`), so is one whose
@@ -85,7 +100,8 @@
 //! of an ancestor does not select is left out whatever its phase (`QueueNotAllowed`; a
 //! namespace the scheduler has not seen yet counts as not selected), so work cannot spend
 //! another team's quota by naming its queue. A group with no pods yet is handed over (enqueue may admit
-//! it, so that controllers that wait for admission create its pods).
+//! it, so that controllers that wait for admission create its pods). The bound pods of a
+//! group left out are detached pods (above).
 //!
 //! **Priority.** The group's `spec.priorityClassName`, resolved against PriorityClass
 //! objects and then Drover's built-in classes (`train`, `interactive-preemptible`, `build`,
@@ -121,8 +137,9 @@ use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use drover_api::crd::podgroup::{PodGroup, PodGroupPhase};
+use drover_api::crd::podgroup::{Admission, PodGroup, PodGroupPhase};
 use drover_api::crd::queue::Queue;
+use drover_api::labels::PROJECT_LABEL;
 use drover_api::{label_selector, ResourceList};
 use drover_scheduler::snapshot::{Constraints, JobInput, JobPhase, NodeInput, PodPhaseInput, QueueInput, TaskInput};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
@@ -130,6 +147,7 @@ use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use serde::Serialize;
 
+use crate::charge::Charge;
 use pod::Finding;
 use priority::{Classes, Resolved};
 use queue::QueueState;
@@ -222,6 +240,10 @@ struct PodInfo<'a> {
     deleting: bool,
     requests: BTreeMap<String, i64>,
     findings: Vec<Finding>,
+    /// The charge record the scheduler wrote before binding the pod (bound pods only).
+    charge: Option<Charge>,
+    /// Whether the pod names this scheduler.
+    ours: bool,
 }
 
 impl PodInfo<'_> {
@@ -301,13 +323,20 @@ pub fn convert(objects: &Objects, scheduler_name: &str) -> Converted {
     for ((namespace, name), pod) in pods {
         let spec = pod.spec.as_ref();
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("");
-        let group = pod
+        let ours = spec.and_then(|s| s.scheduler_name.as_deref()) == Some(scheduler_name);
+        let node = spec.and_then(|s| s.node_name.clone()).filter(|n| !n.is_empty());
+        // A bound pod belongs to the group it was charged as; the annotation (which the tenant
+        // may edit at any time) only decides for pods not bound yet.
+        let charge = if ours && node.is_some() { Charge::of(pod) } else { None };
+        let annotated = pod
             .metadata
             .annotations
             .as_ref()
             .and_then(|a| a.get(POD_GROUP_ANNOTATION))
-            .filter(|g| !g.is_empty() && spec.and_then(|s| s.scheduler_name.as_deref()) == Some(scheduler_name));
-        let group_key = group.map(|g| (namespace.clone(), g.clone()));
+            .filter(|g| !g.is_empty() && ours)
+            .cloned();
+        let group = charge.as_ref().map(|c| c.group.clone()).or(annotated);
+        let group_key = group.map(|g| (namespace.clone(), g));
         if let Some(counts) = group_key.as_ref().and_then(|k| pod_counts.get_mut(k)) {
             match phase {
                 "Running" => counts.running += 1,
@@ -322,10 +351,12 @@ pub fn convert(objects: &Objects, scheduler_name: &str) -> Converted {
         let mut findings = Vec::new();
         let info = PodInfo {
             pod,
-            node: spec.and_then(|s| s.node_name.clone()).filter(|n| !n.is_empty()),
+            node,
             deleting: pod.metadata.deletion_timestamp.is_some(),
             requests: pod::requests(pod, &mut findings),
             findings,
+            charge,
+            ours,
             namespace,
             name,
         };
@@ -342,24 +373,55 @@ pub fn convert(objects: &Objects, scheduler_name: &str) -> Converted {
         .iter()
         .filter_map(|n| Some((n.metadata.name.as_deref()?, n.metadata.labels.as_ref().unwrap_or(&empty))))
         .collect();
+    let lookup = Lookup {
+        nodes: &nodes,
+        queue_state: &queue_state,
+        namespaces: &namespaces,
+        project_queues: project_queues(objects.queues, &queue_state),
+        classes: &classes,
+    };
     let mut jobs = Vec::new();
     let mut refs = Vec::new();
+    let mut detached = Detached::default();
     for (key, group) in &groups {
-        let pods = members.remove(key).unwrap_or_default();
-        match group_job(group, key, pods, &nodes, &queue_state, &namespaces, &classes, &mut problems) {
+        // Bound pods charged to another queue than the group's stay charged there.
+        let queue = group_queue(group);
+        let (pods, strays): (Vec<PodInfo>, Vec<PodInfo>) = members
+            .remove(key)
+            .unwrap_or_default()
+            .into_iter()
+            .partition(|p| p.charge.as_ref().is_none_or(|c| c.queue == queue));
+        foreign.extend(strays.into_iter().filter_map(|info| detached.add(&lookup, info, &key.1, None)));
+        match group_job(group, key, pods, &lookup, &mut problems) {
             Ok((job, job_refs)) => {
                 jobs.push(job);
                 refs.extend(job_refs);
             }
-            Err(left_out) => foreign.extend(left_out),
+            Err(left_out) => {
+                let admitted = admission(group).map(|a| (a.queue.clone(), a.priority_class_name.clone()));
+                for info in left_out {
+                    foreign.extend(detached.add(&lookup, info, &key.1, admitted.as_ref()));
+                }
+            }
         }
     }
     for (info, group) in orphans {
+        let Some(info) = detached.add(&lookup, info, &group, None) else { continue };
         problems.push(info.problem(
             "PodGroupNotFound",
             format!("pod group {group:?} does not exist (yet); the pod is not scheduled until it does"),
         ));
         foreign.push(info);
+    }
+    for ((namespace, group, queue), (class, pods)) in detached.0 {
+        let charge = Charge { queue, group, priority_class: class };
+        match detached_job(&namespace, &charge, pods, &lookup, &mut problems) {
+            Ok((job, job_refs)) => {
+                jobs.push(job);
+                refs.extend(job_refs);
+            }
+            Err(pods) => foreign.extend(pods),
+        }
     }
 
     for info in foreign {
@@ -432,8 +494,6 @@ struct Member<'a> {
     created: i64,
 }
 
-/// Builds a group's job, or hands back its pods (those holding a node count as foreign
-/// usage) when the group is left out.
 /// Why the queue fences keep work of `namespace` out, if they do: the first selector (of the
 /// queue or an ancestor) that does not select the namespace's labels, or is malformed. A
 /// namespace not seen yet is kept out until it is.
@@ -455,15 +515,132 @@ fn refusal(
     })
 }
 
-#[allow(clippy::too_many_arguments)]
+/// What the conversion of one group looks things up in.
+struct Lookup<'a> {
+    nodes: &'a BTreeMap<String, NodeDraft>,
+    queue_state: &'a BTreeMap<String, QueueState>,
+    namespaces: &'a BTreeMap<&'a str, &'a BTreeMap<String, String>>,
+    /// Per project, its valid leaf queues (from the Queues' project label), by name.
+    project_queues: BTreeMap<String, Vec<String>>,
+    classes: &'a Classes,
+}
+
+impl Lookup<'_> {
+    fn valid_leaf(&self, queue: &str) -> bool {
+        matches!(self.queue_state.get(queue), Some(QueueState::Valid { leaf: true, .. }))
+    }
+
+    /// What a bound pod of this scheduler that no handed-over group holds is charged to (see
+    /// "Detached pods" in the module docs): its own record, else the admission of the group it
+    /// was left out with, else its namespace's project queue, else `default`. `None` for pods
+    /// not bound, of other schedulers, or when no such queue exists.
+    fn detached_charge(&self, info: &PodInfo, group: &str, admitted: Option<&(String, String)>) -> Option<Charge> {
+        if !info.ours || info.node.is_none() {
+            return None;
+        }
+        let recorded = info.charge.clone().or_else(|| {
+            admitted.map(|(queue, class)| Charge {
+                queue: queue.clone(),
+                group: group.to_string(),
+                priority_class: class.clone(),
+            })
+        });
+        if let Some(charge) = recorded.as_ref().filter(|c| self.valid_leaf(&c.queue)) {
+            return Some(charge.clone());
+        }
+        let project = self.namespaces.get(info.namespace.as_str()).and_then(|l| l.get(PROJECT_LABEL));
+        let queue = project
+            .and_then(|p| self.project_queues.get(p))
+            .and_then(|qs| qs.first().cloned())
+            .or_else(|| self.valid_leaf(DEFAULT_QUEUE).then(|| DEFAULT_QUEUE.to_string()))?;
+        let priority_class = recorded.map(|c| c.priority_class).unwrap_or_default();
+        Some(Charge { queue, group: group.to_string(), priority_class })
+    }
+}
+
+/// Detached pods by (namespace, group, queue), with the priority class of the first.
+#[derive(Default)]
+struct Detached<'a>(BTreeMap<(String, String, String), (String, Vec<PodInfo<'a>>)>);
+
+impl<'a> Detached<'a> {
+    /// Adds a pod that no handed-over group holds, charged by
+    /// [`Lookup::detached_charge`]; hands it back when nothing can be charged for it.
+    fn add(
+        &mut self,
+        lookup: &Lookup,
+        info: PodInfo<'a>,
+        group: &str,
+        admitted: Option<&(String, String)>,
+    ) -> Option<PodInfo<'a>> {
+        let Some(charge) = lookup.detached_charge(&info, group, admitted) else { return Some(info) };
+        let key = (info.namespace.clone(), charge.group, charge.queue);
+        self.0.entry(key).or_insert_with(|| (charge.priority_class, Vec::new())).1.push(info);
+        None
+    }
+}
+
+/// The queue a group's pods are charged to: the admitted one while its admission holds,
+/// else `spec.queue`, else `default`.
+fn group_queue(group: &PodGroup) -> String {
+    match admission(group) {
+        Some(a) => a.queue.clone(),
+        None => group.spec.queue.clone().filter(|q| !q.is_empty()).unwrap_or_else(|| DEFAULT_QUEUE.to_string()),
+    }
+}
+
+/// Per project, its valid leaf queues by name: Queues carry the project label the controllers
+/// set (Queues are admin-only, so the label is trusted).
+fn project_queues(queues: &[Arc<Queue>], state: &BTreeMap<String, QueueState>) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for ((_, name), q) in unique(queues, |q| &q.metadata) {
+        let Some(project) = q.metadata.labels.as_ref().and_then(|l| l.get(PROJECT_LABEL)) else { continue };
+        if matches!(state.get(&name), Some(QueueState::Valid { leaf: true, .. })) {
+            out.entry(project.clone()).or_default().push(name);
+        }
+    }
+    out
+}
+
+/// The admission the scheduler recorded for a group, while it holds: the group is `Inqueue`
+/// or `Running` (a group admitted again starts from its spec).
+fn admission(group: &PodGroup) -> Option<&Admission> {
+    let status = group.status.as_ref()?;
+    matches!(status.phase, PodGroupPhase::Inqueue | PodGroupPhase::Running).then_some(status.admission.as_ref()?)
+}
+
+/// The job of the pods charged to `charge` that no handed-over group holds (its group is
+/// gone, left out, or another than the one they were charged as): named `<group>#<queue>`,
+/// which no PodGroup can be named, running, gang minimum 1, so the queue's usage counts them
+/// and preempt and reclaim may take them pod by pod.
+fn detached_job<'a>(
+    namespace: &str,
+    charge: &Charge,
+    pods: Vec<PodInfo<'a>>,
+    lookup: &Lookup,
+    problems: &mut Vec<Problem>,
+) -> Result<(JobInput, Vec<PodRef>), Vec<PodInfo<'a>>> {
+    let priority = lookup.classes.resolve(&charge.priority_class).unwrap_or_else(|| lookup.classes.default_class());
+    let created = pods.iter().map(|p| created(&p.pod.metadata)).min().unwrap_or(0);
+    let shape = Shape {
+        name: format!("{}#{}", charge.group, charge.queue),
+        namespace: namespace.to_string(),
+        queue: charge.queue.clone(),
+        priority: PriorityFrom::Decided(priority),
+        min_member: 1,
+        min_task_member: &BTreeMap::new(),
+        created_at: created,
+        phase: JobPhase::Running,
+    };
+    build_job(shape, pods, lookup, problems).map_err(|(_, pods)| pods)
+}
+
+/// Builds a group's job, or hands back its pods (those holding a node are charged as detached
+/// pods, or count as foreign usage) when the group is left out.
 fn group_job<'a>(
     group: &PodGroup,
     (namespace, name): &(String, String),
     pods: Vec<PodInfo<'a>>,
-    nodes: &BTreeMap<String, NodeDraft>,
-    queue_state: &BTreeMap<String, QueueState>,
-    namespaces: &BTreeMap<&str, &BTreeMap<String, String>>,
-    classes: &Classes,
+    lookup: &Lookup,
     problems: &mut Vec<Problem>,
 ) -> Result<(JobInput, Vec<PodRef>), Vec<PodInfo<'a>>> {
     let problem = |reason: &str, message: String| Problem {
@@ -480,8 +657,9 @@ fn group_job<'a>(
         PodGroupPhase::Completed | PodGroupPhase::Failed if !restarted(&pods) => return Err(pods),
         PodGroupPhase::Completed | PodGroupPhase::Failed => JobPhase::Pending,
     };
-    let queue = group.spec.queue.clone().filter(|q| !q.is_empty()).unwrap_or_else(|| DEFAULT_QUEUE.to_string());
-    let left_out = match queue_state.get(&queue) {
+    let admitted = admission(group);
+    let queue = group_queue(group);
+    let left_out = match lookup.queue_state.get(&queue) {
         None => Some(problem("QueueNotFound", format!("queue {queue:?} does not exist; the group is not scheduled"))),
         Some(QueueState::Invalid(why)) => {
             Some(problem("QueueInvalid", format!("queue {queue:?} is left out ({why}); the group is not scheduled")))
@@ -490,8 +668,8 @@ fn group_job<'a>(
             "QueueNotLeaf",
             format!("queue {queue:?} has child queues; pod groups must be in a leaf queue"),
         )),
-        Some(QueueState::Valid { fences, .. }) if refusal(fences, namespace, namespaces).is_some() => {
-            let why = refusal(fences, namespace, namespaces).unwrap_or_default();
+        Some(QueueState::Valid { fences, .. }) if refusal(fences, namespace, lookup.namespaces).is_some() => {
+            let why = refusal(fences, namespace, lookup.namespaces).unwrap_or_default();
             Some(problem("QueueNotAllowed", format!("namespace {namespace:?} may not use queue {queue:?}: {why}")))
         }
         Some(QueueState::Valid { closed: true, .. }) if phase == JobPhase::Pending => {
@@ -503,10 +681,62 @@ fn group_job<'a>(
         problems.push(p);
         return Err(pods);
     }
+    let priority = match admitted {
+        Some(a) => PriorityFrom::Decided(Resolved {
+            class: a.priority_class_name.clone(),
+            value: a.priority,
+            preemptible: a.preemptible,
+        }),
+        None => PriorityFrom::Group(group),
+    };
+    let shape = Shape {
+        name: name.clone(),
+        namespace: namespace.clone(),
+        queue,
+        priority,
+        min_member: group.spec.min_member,
+        min_task_member: &group.spec.min_task_member,
+        created_at: created(&group.metadata),
+        phase,
+    };
+    build_job(shape, pods, lookup, problems).map_err(|(message, members)| {
+        problems.push(problem("PriorityClassNotFound", message));
+        members
+    })
+}
 
+/// Where a job's priority comes from.
+enum PriorityFrom<'g> {
+    /// Decided already: an admission or a detached charge.
+    Decided(Resolved),
+    /// The group's spec, else its pods (see "Priority" in the module docs).
+    Group(&'g PodGroup),
+}
+
+/// What a job is, apart from its pods.
+struct Shape<'m> {
+    name: String,
+    namespace: String,
+    queue: String,
+    priority: PriorityFrom<'m>,
+    min_member: u32,
+    min_task_member: &'m BTreeMap<String, u32>,
+    created_at: i64,
+    phase: JobPhase,
+}
+
+/// A job from its shape and pods: phases, tasks, priority and run times. Fails (handing the
+/// pods back) only when the priority must be resolved and cannot be.
+fn build_job<'a>(
+    shape: Shape,
+    pods: Vec<PodInfo<'a>>,
+    lookup: &Lookup,
+    problems: &mut Vec<Problem>,
+) -> Result<(JobInput, Vec<PodRef>), (String, Vec<PodInfo<'a>>)> {
+    let nodes = lookup.nodes;
     // Phases; pods that cannot take part are dropped here.
     let mut by_task: BTreeMap<String, Vec<Member<'a>>> = BTreeMap::new();
-    for t in group.spec.min_task_member.keys() {
+    for t in shape.min_task_member.keys() {
         by_task.entry(t.clone()).or_default();
     }
     for info in pods {
@@ -569,7 +799,7 @@ fn group_job<'a>(
                 None => parts.push((m.info.requests.clone(), constraints, vec![m])),
             }
         }
-        let mut minimum = group.spec.min_task_member.get(&task).copied().unwrap_or(0);
+        let mut minimum = shape.min_task_member.get(&task).copied().unwrap_or(0);
         if parts.is_empty() {
             if minimum > 0 {
                 tasks.push(TaskInput {
@@ -610,12 +840,12 @@ fn group_job<'a>(
         tasks[first_task].min_available += minimum;
     }
 
-    let priority = match resolve_priority(group, &members, classes) {
-        Ok(p) => p,
-        Err(message) => {
-            problems.push(problem("PriorityClassNotFound", message));
-            return Err(members.into_iter().map(|m| m.info).collect());
-        }
+    let priority = match shape.priority {
+        PriorityFrom::Decided(p) => p,
+        PriorityFrom::Group(group) => match resolve_priority(group, &members, lookup.classes) {
+            Ok(p) => p,
+            Err(message) => return Err((message, members.into_iter().map(|m| m.info).collect())),
+        },
     };
     let (run_time, ends_at) = run_times(&members);
     let refs = members
@@ -628,15 +858,15 @@ fn group_job<'a>(
         })
         .collect();
     let job = JobInput {
-        name: name.clone(),
-        namespace: namespace.clone(),
-        queue,
+        name: shape.name,
+        namespace: shape.namespace,
+        queue: shape.queue,
         priority_class: priority.class,
         priority: priority.value,
         preemptible: priority.preemptible,
-        min_member: group.spec.min_member,
-        created_at: created(&group.metadata),
-        phase,
+        min_member: shape.min_member,
+        created_at: shape.created_at,
+        phase: shape.phase,
         tasks,
         run_time,
         ends_at,

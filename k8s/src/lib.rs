@@ -1,4 +1,5 @@
 //! The Kubernetes edge of the Drover scheduler.
+pub mod charge;
 pub mod convert;
 pub mod events;
 pub mod leader;

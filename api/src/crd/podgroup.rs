@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
     printcolumn(name = "Queue", type_ = "string", json_path = ".spec.queue"),
     printcolumn(name = "Min", type_ = "integer", json_path = ".spec.minMember"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Admitted-Queue", type_ = "string", json_path = ".status.admission.queue", priority = 1),
     printcolumn(name = "Running", type_ = "integer", json_path = ".status.running"),
     printcolumn(
         name = "Reason",
@@ -103,6 +104,30 @@ pub struct PodGroupStatus {
     /// does not end before then may not take that capacity. Absent when nothing is reserved.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reservation: Option<ReservationStatus>,
+    /// The queue and priority the group was admitted with, recorded by the scheduler when it
+    /// admitted the group and kept while the group is `Inqueue` or `Running`: the group's pods
+    /// are charged to this queue at this priority, whatever `spec.queue` or
+    /// `spec.priorityClassName` say later. Changes of those take effect when the group is
+    /// admitted again, once its pods have ended. Lives in status, which tenants cannot write.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admission: Option<Admission>,
+}
+
+/// What a group was admitted with.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Admission {
+    /// The leaf queue the group's pods are charged to.
+    pub queue: String,
+    /// The priority class resolved at admission (empty: none).
+    #[serde(default)]
+    pub priority_class_name: String,
+    /// Its value at admission.
+    #[serde(default)]
+    pub priority: i32,
+    /// Whether the group's pods may be preempted and reclaimed.
+    #[serde(default)]
+    pub preemptible: bool,
 }
 
 /// A waiting gang's reservation, as the scheduler planned it in its latest cycle.

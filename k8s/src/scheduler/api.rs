@@ -8,6 +8,7 @@ use kube::api::{DeleteParams, EvictParams, ObjectMeta, Patch, PatchParams, PostP
 use kube::{Api, Client};
 use serde_json::json;
 
+use crate::charge::Charge;
 use crate::convert::PodRef;
 use crate::events::{self, EventType};
 
@@ -49,6 +50,22 @@ pub(super) async fn bind(client: &Client, pod: &PodRef, node: &str) -> Result<()
             Err(e2) => Err(format!("binding {}/{} to {node}: {e}; reading it back: {e2}", pod.namespace, pod.name)),
         },
         Err(e) => Err(format!("binding {}/{} to {node}: {e}", pod.namespace, pod.name)),
+    }
+}
+
+/// Records on the pod (its status, which tenants cannot write) what it is charged to, before
+/// it is bound: a strategic merge patch of `pods/status` that replaces only the
+/// [`Charge`] condition, carrying the pod's uid so that a pod made again under the same name
+/// is not touched.
+pub(super) async fn record_charge(client: &Client, pod: &PodRef, charge: &Charge) -> Result<(), String> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
+    let mut patch = json!({ "status": { "conditions": [charge.condition(jiff::Timestamp::now())] } });
+    if let Some(uid) = &pod.uid {
+        patch["metadata"] = json!({ "uid": uid });
+    }
+    match api.patch_status(&pod.name, &PatchParams::default(), &Patch::Strategic(&patch)).await {
+        Ok(_) => Ok(()),
+        Err(e) => Err(format!("recording the charge of {}/{}: {e}", pod.namespace, pod.name)),
     }
 }
 

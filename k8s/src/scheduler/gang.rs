@@ -18,6 +18,7 @@ use kube::Client;
 use super::api::{self, Removal};
 use super::cache::{key_of, Gathered, Key, Overlay};
 use super::Leader;
+use crate::charge::Charge;
 use crate::convert::{self, Converted, PodRef, DEFAULT_TASK, POD_GROUP_ANNOTATION, TASK_LABEL};
 use crate::events::{self, EventType};
 
@@ -73,6 +74,12 @@ impl Intents {
     }
 }
 
+/// What the pods of `job` are charged to when bound: its queue, group and priority class.
+fn charge_of(snap: &Snapshot, job: JobId) -> Charge {
+    let j = &snap.jobs[job];
+    Charge { queue: snap.queues[j.queue].name.clone(), group: j.name.clone(), priority_class: j.priority_class.clone() }
+}
+
 fn pod_ref(pod: &Pod) -> PodRef {
     PodRef {
         namespace: pod.metadata.namespace.clone().unwrap_or_default(),
@@ -122,13 +129,21 @@ fn gang_ok(group: &PodGroup, pods: &[Arc<Pod>], scheduler_name: &str, adding: &B
         && group.spec.min_task_member.iter().all(|(task, min)| per_task.get(task).copied().unwrap_or(0) >= *min)
 }
 
-async fn bind_many(ctx: &Ctx<'_>, binds: Vec<(PodRef, String)>) -> Vec<(PodRef, String, Result<(), String>)> {
+/// A binding to write: the pod, its node, and what it is charged to.
+type Bind = (PodRef, String, Charge);
+
+/// Binds each pod after recording its charge on it (a pod whose record could not be written
+/// is not bound: no pod is ever bound without one).
+async fn bind_many(ctx: &Ctx<'_>, binds: Vec<Bind>) -> Vec<(PodRef, String, Result<(), String>)> {
     let client = ctx.client.clone();
     futures::stream::iter(binds)
-        .map(move |(pod, node)| {
+        .map(move |(pod, node, charge)| {
             let client = client.clone();
             async move {
-                let result = api::bind(&client, &pod, &node).await;
+                let result = match api::record_charge(&client, &pod, &charge).await {
+                    Ok(()) => api::bind(&client, &pod, &node).await,
+                    Err(e) => Err(e),
+                };
                 (pod, node, result)
             }
         })
@@ -229,7 +244,7 @@ async fn report_ignored_annotations(ctx: &Ctx<'_>, intents: &mut Intents, g: &Ga
 /// What recovery does with one intent, decided before any write.
 enum IntentPlan {
     /// Bind these pods: the gang has its minimum with them.
-    Complete(Vec<(PodRef, String)>),
+    Complete(Vec<Bind>),
     /// Delete the pods bound per the intent: the gang cannot reach its minimum.
     RollBack { bound: Vec<PodRef>, lost: Vec<String> },
 }
@@ -263,7 +278,7 @@ fn resolve<'g>(
     let mut out = Vec::new();
     for (key, group, intent) in found {
         let mut st = Statement::new();
-        let mut to_bind: Vec<(PodRef, String)> = Vec::new();
+        let mut to_bind: Vec<Bind> = Vec::new();
         let mut bound: Vec<PodRef> = Vec::new();
         let mut lost: Vec<String> = Vec::new();
         let mut refused: Vec<String> = Vec::new();
@@ -288,7 +303,7 @@ fn resolve<'g>(
                     (Some(&n), Some(&p)) => match may_bind(&fw, &ssn, p, n) {
                         Ok(()) => {
                             ssn.allocate(&mut st, p, n);
-                            to_bind.push((pod_ref(pod), node.clone()));
+                            to_bind.push((pod_ref(pod), node.clone(), charge_of(snap, snap.pods[p].job)));
                         }
                         Err(why) => refused.push(format!("pod {pod_name}: {why}")),
                     },
@@ -296,7 +311,7 @@ fn resolve<'g>(
             }
         }
         lost.extend(refused.iter().cloned());
-        let adding: BTreeSet<&str> = to_bind.iter().map(|(p, _)| p.name.as_str()).collect();
+        let adding: BTreeSet<&str> = to_bind.iter().map(|(p, _, _)| p.name.as_str()).collect();
         let plan = if lost.is_empty() || gang_ok(group, &g.pods, ctx.scheduler_name, &adding) {
             ssn.commit(st);
             IntentPlan::Complete(to_bind)
@@ -433,7 +448,7 @@ async fn roll_back(ctx: &Ctx<'_>, overlay: &mut Overlay, bound: Vec<PodRef>) -> 
 struct GangPlan {
     key: Key,
     group: Arc<PodGroup>,
-    pods: Vec<(PodRef, String)>,
+    pods: Vec<Bind>,
     id: String,
     intent: BindIntent,
 }
@@ -513,13 +528,16 @@ pub(super) async fn bind_decisions(
         if group.status.as_ref().is_some_and(|s| s.bind_intent.is_some()) {
             continue; // an intent the recovery left alone (e.g. too young)
         }
-        let pods: Vec<(PodRef, String)> = list
+        let charge = charge_of(snap, job);
+        let pods: Vec<Bind> = list
             .iter()
-            .filter_map(|&(p, n)| Some((converted.pods.get(p)?.clone(), snap.nodes.get(n)?.name.clone())))
+            .filter_map(|&(p, n)| {
+                Some((converted.pods.get(p)?.clone(), snap.nodes.get(n)?.name.clone(), charge.clone()))
+            })
             .collect();
         let id = intents.new_id();
         let intent = BindIntent {
-            pods: pods.iter().map(|(p, n)| (p.name.clone(), n.clone())).collect(),
+            pods: pods.iter().map(|(p, n, _)| (p.name.clone(), n.clone())).collect(),
             id: Some(id.clone()),
             at: Some(jiff::Timestamp::now().to_string()),
         };

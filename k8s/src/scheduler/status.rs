@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use drover_api::crd::conditions;
-use drover_api::crd::podgroup::{PodGroup, PodGroupPhase, PodGroupStatus, ReservationStatus};
+use drover_api::crd::podgroup::{Admission, PodGroup, PodGroupPhase, PodGroupStatus, ReservationStatus};
 use drover_api::crd::queue::Queue;
 use drover_scheduler::cycle::CycleOutcome;
 use drover_scheduler::plugins::fairshare::classify;
@@ -35,15 +35,17 @@ struct Members {
     failed: u32,
 }
 
-/// The status the scheduler wants a group to have.
 /// What the core decided for a group this cycle.
 #[derive(Clone, Copy)]
 struct Decided<'a> {
     phase: JobPhase,
     reason: Option<&'a str>,
     reservation: Option<&'a ReservationStatus>,
+    /// The queue and priority the core scheduled the group's job with.
+    charged: &'a Admission,
 }
 
+/// The status the scheduler wants a group to have.
 fn desired(
     group: &PodGroup,
     core: Option<Decided>,
@@ -73,6 +75,14 @@ fn desired(
         },
     };
     status.reservation = core.and_then(|c| c.reservation).cloned();
+    // The admission is recorded once, when the group is admitted, and kept while it is
+    // admitted: the group's pods stay charged to it whatever the spec says later.
+    status.admission = match status.phase {
+        PodGroupPhase::Inqueue | PodGroupPhase::Running => {
+            current.admission.clone().or_else(|| core.map(|c| c.charged.clone()))
+        }
+        _ => None,
+    };
     status.running = counts.running;
     status.succeeded = counts.succeeded;
     status.failed = counts.failed;
@@ -114,11 +124,21 @@ pub(super) async fn write_groups(
 ) -> usize {
     let reservations: HashMap<JobId, ReservationStatus> =
         outcome.reservations.iter().map(|r| (r.job, reservation_status(snap, r))).collect();
+    let charged: Vec<Admission> = snap
+        .jobs
+        .iter()
+        .map(|job| Admission {
+            queue: snap.queues[job.queue].name.clone(),
+            priority_class_name: job.priority_class.clone(),
+            priority: job.priority,
+            preemptible: job.preemptible,
+        })
+        .collect();
     let mut core: HashMap<Key, Decided> = HashMap::new();
     for (j, job) in snap.jobs.iter().enumerate() {
         let reason = outcome.reasons.get(j).and_then(|r| r.as_deref());
         let phase = outcome.job_phase.get(j).copied().unwrap_or(job.phase);
-        let decided = Decided { phase, reason, reservation: reservations.get(&j) };
+        let decided = Decided { phase, reason, reservation: reservations.get(&j), charged: &charged[j] };
         core.insert((job.namespace.clone(), job.name.clone()), decided);
     }
     let mut problems: HashMap<Key, &Problem> = HashMap::new();
@@ -151,9 +171,12 @@ pub(super) async fn write_groups(
             continue;
         }
         let Ok(mut status) = serde_json::to_value(&want) else { continue };
+        // A merge patch removes only what it sets to null.
         if want.reservation.is_none() {
-            // A merge patch removes only what it sets to null.
             status["reservation"] = Value::Null;
+        }
+        if want.admission.is_none() {
+            status["admission"] = Value::Null;
         }
         let patch = json!({"metadata": {"resourceVersion": group.metadata.resource_version}, "status": status});
         let api: Api<PodGroup> = Api::namespaced(ctx.client.clone(), &key.0);
@@ -314,7 +337,9 @@ mod tests {
         let idle = desired(&group, None, counts, Members::default(), None);
         assert_eq!(idle.phase, PodGroupPhase::Failed);
         let restarted = Members { total: 2, succeeded: 0, failed: 0 };
-        let waiting = Decided { phase: JobPhase::Pending, reason: Some("waiting"), reservation: None };
+        let charged = Admission::default();
+        let waiting =
+            Decided { phase: JobPhase::Pending, reason: Some("waiting"), reservation: None, charged: &charged };
         let again = desired(&group, Some(waiting), counts, restarted, None);
         assert_eq!(again.phase, PodGroupPhase::Pending, "a restarted job's group is live again");
         let unschedulable = again.conditions.iter().find(|c| c.type_ == UNSCHEDULABLE).expect("a condition");

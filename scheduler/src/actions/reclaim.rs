@@ -2,7 +2,8 @@
 //! share the resources other queues use beyond their deserved quota. Priority plays no
 //! part. Which units may be taken is the fair-share plugin's rule (KAI's: judged on the
 //! sibling queues where the two paths part); victims come from queues over fair share
-//! first, ranked again after each eviction, never non-preemptible work, and from
+//! first, ranked again after each eviction, never non-preemptible work within its queue's
+//! deserved quota (beyond it, it is taken like any other: see the priority plugin), and from
 //! non-reclaimable queues only their elastic pods while overused. Nothing is evicted for a
 //! group that already fits idle capacity, and in a StrictFIFO queue only the first waiting
 //! job of each class may evict (for its minimum or its elastic pods). The group is

@@ -1,6 +1,9 @@
 //! Priority: jobs of higher priority class value go first; within a queue, higher priority
 //! may preempt lower priority preemptible work (and elastic pods of equal priority). Across
 //! queues priority plays no part in who may be evicted (that is reclaim's fairness).
+//! Non-preemptible work is never a victim while its queue's non-preemptible work stays within
+//! the queue's deserved quota; beyond it, however it got there, it is a victim like any other
+//! ([`Session::non_preemptible_beyond_deserved`]).
 
 use std::cmp::Ordering;
 
@@ -22,7 +25,7 @@ impl Plugin for Priority {
 
     fn may_evict(&self, ssn: &Session, mode: EvictMode, preemptor: JobId, v: &Victim) -> bool {
         let victim = &ssn.snap.jobs[v.job];
-        if !victim.preemptible || v.job == preemptor {
+        if v.job == preemptor || (!victim.preemptible && !ssn.non_preemptible_beyond_deserved(victim.queue, &v.freed)) {
             return false;
         }
         match mode {
