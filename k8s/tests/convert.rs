@@ -67,6 +67,16 @@ fn labels(mut pod: Value, task: &str, index: Option<&str>) -> Value {
     pod
 }
 
+fn namespace(name: &str, labels: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}})
+}
+
+/// An empty cluster but for namespace `ns`, where the builders put their objects: the
+/// scheduler refuses the implicit `default` queue to namespaces it has not seen.
+fn world() -> World {
+    World { namespaces: vec![namespace("ns", json!({}))], ..World::default() }
+}
+
 fn list(pairs: &[(&str, i64)]) -> ResourceList {
     ResourceList(pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect())
 }
@@ -108,7 +118,7 @@ fn requests_follow_kube_scheduler_arithmetic() {
             {"name": "big-init", "resources": {"requests": {"cpu": "3", "memory": "512Mi"}}},
             {"name": "small-init", "resources": {"requests": {"cpu": "100m"}}}],
         "overhead": {"cpu": "250m", "memory": "64Mi"}});
-    let w = World { pods: vec![p], groups: vec![group("g", 1)], ..Default::default() };
+    let w = World { pods: vec![p], groups: vec![group("g", 1)], ..world() };
     let c = w.convert();
     // cpu: max(500m + 1500m, 3) + 250m; memory: max(2Gi, 512Mi) + 64Mi; GPU from the limit.
     assert_eq!(
@@ -129,7 +139,7 @@ fn sidecars_add_to_containers_and_later_init_containers() {
     let mut q = dpod("q", "g2", "0");
     q["spec"]["resources"] = json!({"requests": {"cpu": "4"}});
     q["spec"]["containers"] = json!([{"name": "x", "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "1"}}}]);
-    let w = World { pods: vec![p, q], groups: vec![group("g", 1), group("g2", 1)], ..Default::default() };
+    let w = World { pods: vec![p, q], groups: vec![group("g", 1), group("g2", 1)], ..world() };
     let c = w.convert();
     // max(1 + 500m, 2 + 500m)
     assert_eq!(job(&c, "g").tasks[0].requests, list(&[("cpu", 2500), ("pods", 1)]));
@@ -165,7 +175,7 @@ fn usage_of_pods_not_handed_to_the_core_is_subtracted_from_nodes() {
             ours,
         ],
         groups: vec![group("g", 1), fin],
-        ..Default::default()
+        ..world()
     };
     let c = w.convert();
     let n1 = &c.nodes[0];
@@ -201,7 +211,7 @@ fn a_finished_group_with_a_new_unbound_pod_is_pending_again() {
             still_going,
         ],
         groups: vec![restarted, done],
-        ..Default::default()
+        ..world()
     };
     let c = w.convert();
     let job = job(&c, "restarted");
@@ -245,7 +255,7 @@ fn pod_phases_and_counts() {
             lost,
         ],
         groups: vec![group("g", 1)],
-        ..Default::default()
+        ..world()
     };
     let c = w.convert();
     let g = job(&c, "g");
@@ -285,7 +295,7 @@ fn pods_of_one_task_with_different_shapes_are_split() {
             labels(dpod("extra", "g", "1"), "worker#2", None),
         ],
         groups: vec![g],
-        ..Default::default()
+        ..world()
     };
     let c = w.convert();
     let j = job(&c, "g");
@@ -313,7 +323,7 @@ fn pods_of_one_task_with_different_shapes_are_split() {
 fn task_minimum_larger_than_the_pods_stays_on_the_first_part() {
     let mut g = group("g", 3);
     g["spec"]["minTaskMember"] = json!({"main": 3});
-    let w = World { pods: vec![dpod("a", "g", "1"), dpod("b", "g", "2")], groups: vec![g], ..Default::default() };
+    let w = World { pods: vec![dpod("a", "g", "1"), dpod("b", "g", "2")], groups: vec![g], ..world() };
     let c = w.convert();
     let mins: Vec<u32> = job(&c, "g").tasks.iter().map(|t| t.min_available).collect();
     assert_eq!(mins, [2, 1]);
@@ -341,7 +351,7 @@ fn pod_index_order_and_pod_refs_match_the_snapshot() {
             dpod("other", "g0", "1"),
         ],
         groups: vec![group("g1", 1), group("g0", 1)],
-        ..Default::default()
+        ..world()
     };
     let c = w.convert();
     let snap = build(&c);
@@ -411,7 +421,7 @@ fn priority_resolution() {
             pod_with("j0", "j-pod-gone-class", Some("deleted"), Some(90)),
             pod_with("k0", "k-pod-unknown-class", Some("deleted"), None),
         ],
-        ..Default::default()
+        ..world()
     };
     let c = w.convert();
     let p = |name: &str| {
@@ -432,7 +442,7 @@ fn priority_resolution() {
     assert!(c.jobs.iter().all(|j| j.name != "f-unknown" && j.name != "k-pod-unknown-class"));
     assert_eq!(c.problems.len(), 2, "{:?}", c.problems);
 
-    let bare = World { groups: vec![group("x", 1)], ..Default::default() }.convert();
+    let bare = World { groups: vec![group("x", 1)], ..world() }.convert();
     assert_eq!(
         (bare.jobs[0].priority_class.as_str(), bare.jobs[0].priority, bare.jobs[0].preemptible),
         ("train", 50, true)
@@ -443,7 +453,7 @@ fn priority_resolution() {
 fn invalid_preemptible_annotation_is_reported_and_ignored() {
     let mut g = group("g", 1);
     g["spec"]["priorityClassName"] = json!("odd");
-    let w = World { classes: vec![class("odd", 200, Some("maybe"))], groups: vec![g], ..Default::default() };
+    let w = World { classes: vec![class("odd", 200, Some("maybe"))], groups: vec![g], ..world() };
     let c = w.convert();
     assert!(has_problem(&c, "PriorityClass", "odd", "InvalidAnnotation"));
     assert!(!job(&c, "g").preemptible);
@@ -478,7 +488,7 @@ fn queue_problems_leave_out_queues_descendants_and_groups() {
             in_queue("in-orphan-child", "orphan-child"),
             in_queue("in-loop", "loop-b"),
         ],
-        ..Default::default()
+        ..world()
     };
     let c = w.convert();
     let names: Vec<&str> = c.queues.iter().map(|q| q.name.as_str()).collect();
@@ -529,7 +539,7 @@ fn object_problems_on_nodes_and_pods() {
         nodes: vec![bad_node],
         pods: vec![affinity, bad_quantity, bad_index, dpod("lonely", "missing-group", "1")],
         groups: vec![group("g", 1), group("g2", 1), group("g3", 1)],
-        ..Default::default()
+        ..world()
     };
     let c = w.convert();
     for (kind, name, reason) in [
@@ -576,7 +586,7 @@ fn constraints_come_from_the_pod_spec() {
     p["spec"]["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": [{"matchExpressions": [{"key": "gen", "operator": "Gt", "values": ["4"]},
             {"key": "spot", "operator": "DoesNotExist"}]}]}}});
-    let c = World { pods: vec![p], groups: vec![group("g", 1)], ..Default::default() }.convert();
+    let c = World { pods: vec![p], groups: vec![group("g", 1)], ..world() }.convert();
     let t = &job(&c, "g").tasks[0].constraints;
     assert_eq!(t.node_selector, BTreeMap::from([("drover.dev/node-pool".to_string(), "a100".to_string())]));
     assert_eq!(t.tolerations, [Toleration { operator: TolerationOperator::Exists, ..Default::default() }]);
@@ -587,7 +597,7 @@ fn constraints_come_from_the_pod_spec() {
 
 #[test]
 fn implicit_default_queue_unless_one_exists() {
-    let c = World { pods: vec![dpod("p", "g", "1")], groups: vec![group("g", 1)], ..Default::default() }.convert();
+    let c = World { pods: vec![dpod("p", "g", "1")], groups: vec![group("g", 1)], ..world() }.convert();
     assert_eq!(c.queues.len(), 1);
     let q = &c.queues[0];
     assert_eq!((q.name.as_str(), q.parent.as_deref(), q.over_quota_weight, q.reclaimable), ("default", None, 1, true));
@@ -595,7 +605,7 @@ fn implicit_default_queue_unless_one_exists() {
     assert_eq!(job(&c, "g").queue, "default");
 
     let own = queue("default", json!({"overQuotaWeight": 3, "queueingStrategy": "StrictFIFO", "reclaimable": false}));
-    let c = World { groups: vec![group("g", 1)], queues: vec![own], ..Default::default() }.convert();
+    let c = World { groups: vec![group("g", 1)], queues: vec![own], ..world() }.convert();
     assert_eq!(c.queues.len(), 1);
     assert_eq!(c.queues[0].over_quota_weight, 3);
     assert_eq!(c.queues[0].strategy, QueueingStrategy::StrictFifo);
@@ -603,7 +613,7 @@ fn implicit_default_queue_unless_one_exists() {
 
     // A broken `default` queue is not replaced by the implicit one.
     let broken = queue("default", json!({"parent": "nowhere"}));
-    let c = World { groups: vec![group("g", 1)], queues: vec![broken], ..Default::default() }.convert();
+    let c = World { groups: vec![group("g", 1)], queues: vec![broken], ..world() }.convert();
     assert!(c.queues.is_empty() && c.jobs.is_empty());
     assert!(has_problem(&c, "PodGroup", "g", "QueueInvalid"));
 }
@@ -631,7 +641,7 @@ fn closed_queues_keep_running_groups_and_admit_nothing_new() {
             in_queue("running", "closed", Some("Running")),
             in_queue("new-below", "proj", None),
         ],
-        ..Default::default()
+        ..world()
     };
     let c = w.convert();
     let jobs: Vec<(&str, JobPhase)> = c.jobs.iter().map(|j| (j.name.as_str(), j.phase)).collect();
@@ -652,7 +662,6 @@ fn a_queue_admits_only_the_namespaces_its_selectors_and_its_ancestors_select() {
         }
         g
     };
-    let namespace = |name: &str, labels: Value| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}});
     let project = |p: &str| json!({"matchLabels": {"scheduling.drover.dev/project": p}});
     let w = World {
         namespaces: vec![
@@ -685,7 +694,7 @@ fn a_queue_admits_only_the_namespaces_its_selectors_and_its_ancestors_select() {
             in_queue("unknown-namespace", "nowhere", "a", None),
             in_queue("malformed", "team-a", "broken", None),
         ],
-        ..Default::default()
+        ..world()
     };
     let c = w.convert();
     let mut jobs: Vec<&str> = c.jobs.iter().map(|j| j.name.as_str()).collect();
@@ -700,6 +709,79 @@ fn a_queue_admits_only_the_namespaces_its_selectors_and_its_ancestors_select() {
 }
 
 #[test]
+fn a_department_queue_takes_no_group_even_before_it_has_project_queues() {
+    let in_queue = |name: &str, q: &str| {
+        let mut g = group(name, 1);
+        g["spec"]["queue"] = json!(q);
+        g
+    };
+    let owned_by = |mut q: Value, kind: &str, owner: &str| {
+        q["metadata"]["ownerReferences"] = json!([{"apiVersion": "scheduling.drover.dev/v1alpha1", "kind": kind,
+            "name": owner, "uid": format!("uid-{owner}"), "controller": true}]);
+        q
+    };
+    let w = World {
+        queues: vec![
+            owned_by(queue("empty.a100", json!({})), "Department", "empty"),
+            owned_by(queue("ml.a100", json!({})), "Department", "ml"),
+            owned_by(queue("vision.a100", json!({"parent": "ml.a100"})), "Project", "vision"),
+            queue("plain", json!({})),
+        ],
+        groups: vec![
+            in_queue("in-empty-department", "empty.a100"),
+            in_queue("in-department", "ml.a100"),
+            in_queue("in-project", "vision.a100"),
+            in_queue("in-plain", "plain"),
+        ],
+        ..world()
+    };
+    let c = w.convert();
+    let mut jobs: Vec<&str> = c.jobs.iter().map(|j| j.name.as_str()).collect();
+    jobs.sort();
+    assert_eq!(jobs, ["in-plain", "in-project"], "{:?}", c.problems);
+    for g in ["in-empty-department", "in-department"] {
+        assert!(has_problem(&c, "PodGroup", g, "QueueNotLeaf"), "{g}: {:?}", c.problems);
+    }
+}
+
+#[test]
+fn the_implicit_default_queue_refuses_project_namespaces() {
+    let in_namespace = |name: &str, ns: &str, q: Option<&str>| {
+        let mut g = group(name, 1);
+        g["metadata"]["namespace"] = json!(ns);
+        if let Some(q) = q {
+            g["spec"]["queue"] = json!(q);
+        }
+        g
+    };
+    let namespaces = vec![
+        namespace("team-a", json!({"scheduling.drover.dev/project": "a"})),
+        namespace("tools", json!({"team": "platform"})),
+    ];
+    let groups = vec![
+        in_namespace("no-queue", "team-a", None),
+        in_namespace("named-default", "team-a", Some("default")),
+        in_namespace("shared", "tools", None),
+        in_namespace("shared-named", "tools", Some("default")),
+    ];
+    let w = World { namespaces: namespaces.clone(), groups: groups.clone(), ..world() };
+    let c = w.convert();
+    let mut jobs: Vec<(&str, &str)> = c.jobs.iter().map(|j| (j.name.as_str(), j.queue.as_str())).collect();
+    jobs.sort();
+    assert_eq!(jobs, [("shared", "default"), ("shared-named", "default")], "{:?}", c.problems);
+    for g in ["no-queue", "named-default"] {
+        assert!(has_problem(&c, "PodGroup", g, "QueueNotAllowed"), "{g}: {:?}", c.problems);
+        let p = c.problems.iter().find(|p| p.name == g).expect("a problem");
+        assert!(p.message.contains("team-a") && p.message.contains("\"default\""), "{}", p.message);
+    }
+
+    // An admin's own `default` keeps the selector the admin gives it (here none).
+    let w = World { namespaces, groups, queues: vec![queue("default", json!({}))], ..world() };
+    let c = w.convert();
+    assert_eq!(c.jobs.len(), 4, "{:?}", c.problems);
+}
+
+#[test]
 fn group_fields_and_other_schedulers_pods() {
     let mut g = group("g", 2);
     g["status"] = json!({"phase": "Inqueue"});
@@ -709,7 +791,7 @@ fn group_fields_and_other_schedulers_pods() {
         nodes: vec![node("n1", "4", "0")],
         pods: vec![dpod("a", "g", "1"), not_ours],
         groups: vec![g, group("empty", 1)],
-        ..Default::default()
+        ..world()
     }
     .convert();
     let j = job(&c, "g");
@@ -739,7 +821,7 @@ fn cluster() -> World {
         groups: vec![train, huge],
         queues: vec![queue("research", json!({"deserved": {"nvidia.com/gpu": "16"}}))],
         classes: vec![class("train", 50, None)],
-        namespaces: vec![],
+        namespaces: vec![namespace("ns", json!({}))],
     }
 }
 
@@ -912,7 +994,8 @@ mod random {
             // A sane base that random objects add to (and sometimes collide with).
             let nodes = [vec![node("base-0", "32", "8"), node("base-1", "32", "8")], nodes].concat();
             let groups = [vec![group("g0", 1), group("g1", 2)], groups].concat();
-            World { nodes, pods, groups, queues, classes: vec![low, class("c-high", 500, None)], namespaces: vec![] }
+            let namespaces = vec![namespace("ns", json!({}))];
+            World { nodes, pods, groups, queues, classes: vec![low, class("c-high", 500, None)], namespaces }
         }
     }
 

@@ -1,9 +1,21 @@
 //! The queue tree: Queue objects to `QueueInput`s, leaving out queues whose parent chain is
 //! broken (missing parent, cycle) together with their descendants.
+//!
+//! Two rules keep project work inside its project's queues, so that a project's quota and
+//! limit bound it:
+//!
+//! - A Department's queue is never a leaf, even before any project queue is made under it: a
+//!   Queue is a Department's when its controller ownerReference names a Department (what the
+//!   queue-tree controller sets, and what it itself uses to tell its Queues from others; Queues
+//!   are admin-only, so tenants cannot forge one). Pod groups go in project queues only.
+//! - The implicit `default` queue (added when no Queue named `default` exists) refuses
+//!   namespaces labelled [`PROJECT_LABEL`]: a project's work must use the project's queues. An
+//!   admin's own Queue named `default` keeps the selector the admin gives it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use drover_api::crd::department::Department;
 use drover_api::crd::queue::{Queue, QueueOpenState, QueueingStrategy};
 use drover_api::label_selector;
 use drover_api::ResourceList;
@@ -11,14 +23,19 @@ use drover_scheduler::snapshot::{QueueInput, QueueingStrategy as CoreStrategy};
 
 use super::{Problem, DEFAULT_QUEUE};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement, ObjectMeta};
+use kube::Resource;
+
+/// Namespace label naming the namespace's Project, set by the queue-tree controller (tenants
+/// cannot label namespaces).
+const PROJECT_LABEL: &str = "scheduling.drover.dev/project";
 
 /// What a pod group finds when it looks up its queue.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) enum QueueState {
     /// In the tree.
     Valid {
-        /// Has no child queue.
+        /// Has no child queue and is not a Department's queue.
         leaf: bool,
         /// Closed itself or below a closed queue.
         closed: bool,
@@ -107,11 +124,14 @@ pub(super) fn convert(
     }
     let valid: Vec<String> =
         state.iter().filter(|(_, s)| matches!(s, QueueState::Valid { .. })).map(|(n, _)| n.clone()).collect();
-    for name in &valid {
-        if let Some(parent) = parent_of(name) {
-            if let Some(QueueState::Valid { leaf, .. }) = state.get_mut(parent) {
-                *leaf = false;
-            }
+    let not_leaves: Vec<&str> = valid
+        .iter()
+        .filter_map(|name| parent_of(name))
+        .chain(by_name.iter().filter(|(_, q)| is_department_queue(&q.metadata)).map(|(n, _)| n.as_str()))
+        .collect();
+    for name in not_leaves {
+        if let Some(QueueState::Valid { leaf, .. }) = state.get_mut(name) {
+            *leaf = false;
         }
     }
 
@@ -151,7 +171,8 @@ pub(super) fn convert(
     }
     if !by_name.contains_key(DEFAULT_QUEUE) {
         inputs.push(implicit_default());
-        state.insert(DEFAULT_QUEUE.to_string(), QueueState::Valid { leaf: true, closed: false, fences: Vec::new() });
+        let fences = vec![(DEFAULT_QUEUE.to_string(), implicit_default_fence())];
+        state.insert(DEFAULT_QUEUE.to_string(), QueueState::Valid { leaf: true, closed: false, fences });
         inputs.sort_by(|a, b| a.name.cmp(&b.name));
     }
     (inputs, state)
@@ -168,4 +189,28 @@ fn implicit_default() -> QueueInput {
         reclaimable: true,
         strategy: CoreStrategy::BestEffortFifo,
     }
+}
+
+/// The namespace selector of the implicit `default` queue: namespaces that belong to no
+/// project (no [`PROJECT_LABEL`]).
+fn implicit_default_fence() -> LabelSelector {
+    LabelSelector {
+        match_expressions: Some(vec![LabelSelectorRequirement {
+            key: PROJECT_LABEL.to_string(),
+            operator: "DoesNotExist".to_string(),
+            values: None,
+        }]),
+        match_labels: None,
+    }
+}
+
+/// Whether the Queue was made from a Department: its controller ownerReference names a
+/// Department of Drover's API group.
+fn is_department_queue(meta: &ObjectMeta) -> bool {
+    let group = Department::group(&());
+    meta.owner_references.iter().flatten().any(|r| {
+        r.controller == Some(true)
+            && r.kind == Department::kind(&())
+            && r.api_version.split_once('/').is_some_and(|(g, _)| g == group)
+    })
 }
