@@ -8,6 +8,7 @@
 //! in [`crate::convert`]). The message is `queue=<q> podGroup=<g> priorityClass=<c>`, readable
 //! by people (`kubectl describe pod`) and parsed here only.
 
+use drover_scheduler::snapshot::{JobId, Snapshot};
 use k8s_openapi::api::core::v1::{Pod, PodCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -25,6 +26,17 @@ pub struct Charge {
 }
 
 impl Charge {
+    /// What the pods of the snapshot's `job` are charged to when bound: its queue, group
+    /// and priority class as the core scheduled it.
+    pub fn for_job(snap: &Snapshot, job: JobId) -> Charge {
+        let j = &snap.jobs[job];
+        Charge {
+            queue: snap.queues[j.queue].name.clone(),
+            group: j.name.clone(),
+            priority_class: j.priority_class.clone(),
+        }
+    }
+
     /// The record's condition message.
     pub fn message(&self) -> String {
         format!("queue={} podGroup={} priorityClass={}", self.queue, self.group, self.priority_class)

@@ -69,7 +69,7 @@ use cache::{Cache, Overlay};
 use gang::{Ctx, Intents};
 
 pub use gang::IGNORED_BIND_INTENT_ANNOTATION;
-pub use status::{UNSCHEDULABLE, VALID};
+pub use status::{wanted_group_statuses, UNSCHEDULABLE, VALID};
 
 /// The leadership check, shared.
 type Leader = Arc<dyn Fn() -> bool + Send + Sync>;

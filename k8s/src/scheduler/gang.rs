@@ -74,12 +74,6 @@ impl Intents {
     }
 }
 
-/// What the pods of `job` are charged to when bound: its queue, group and priority class.
-fn charge_of(snap: &Snapshot, job: JobId) -> Charge {
-    let j = &snap.jobs[job];
-    Charge { queue: snap.queues[j.queue].name.clone(), group: j.name.clone(), priority_class: j.priority_class.clone() }
-}
-
 fn pod_ref(pod: &Pod) -> PodRef {
     PodRef {
         namespace: pod.metadata.namespace.clone().unwrap_or_default(),
@@ -303,7 +297,7 @@ fn resolve<'g>(
                     (Some(&n), Some(&p)) => match may_bind(&fw, &ssn, p, n) {
                         Ok(()) => {
                             ssn.allocate(&mut st, p, n);
-                            to_bind.push((pod_ref(pod), node.clone(), charge_of(snap, snap.pods[p].job)));
+                            to_bind.push((pod_ref(pod), node.clone(), Charge::for_job(snap, snap.pods[p].job)));
                         }
                         Err(why) => refused.push(format!("pod {pod_name}: {why}")),
                     },
@@ -528,7 +522,7 @@ pub(super) async fn bind_decisions(
         if group.status.as_ref().is_some_and(|s| s.bind_intent.is_some()) {
             continue; // an intent the recovery left alone (e.g. too young)
         }
-        let charge = charge_of(snap, job);
+        let charge = Charge::for_job(snap, job);
         let pods: Vec<Bind> = list
             .iter()
             .filter_map(|&(p, n)| {

@@ -2,6 +2,7 @@
 //! from what the object already has.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use drover_api::crd::conditions;
 use drover_api::crd::podgroup::{Admission, PodGroup, PodGroupPhase, PodGroupStatus, ReservationStatus};
@@ -11,6 +12,7 @@ use drover_scheduler::plugins::fairshare::classify;
 use drover_scheduler::res::Res;
 use drover_scheduler::reservation::Reservation;
 use drover_scheduler::snapshot::{JobId, JobPhase, QueueId, Snapshot};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Patch, PatchParams};
@@ -113,15 +115,17 @@ fn desired(
     status
 }
 
-/// Writes every PodGroup status that changed. Returns the number written.
-pub(super) async fn write_groups(
-    ctx: &Ctx<'_>,
-    overlay: &mut Overlay,
-    g: &Gathered,
+/// Every PodGroup whose status the cycle changes, with the status it should have: phase,
+/// counts, conditions, reservation and the admission record. The scheduler writes these; a
+/// test can apply them to objects it holds.
+pub fn wanted_group_statuses<'g>(
+    pod_groups: &'g [Arc<PodGroup>],
+    pods: &[Arc<Pod>],
+    scheduler_name: &str,
     snap: &Snapshot,
     converted: &Converted,
     outcome: &CycleOutcome,
-) -> usize {
+) -> Vec<(&'g Arc<PodGroup>, PodGroupStatus)> {
     let reservations: HashMap<JobId, ReservationStatus> =
         outcome.reservations.iter().map(|r| (r.job, reservation_status(snap, r))).collect();
     let charged: Vec<Admission> = snap
@@ -146,8 +150,8 @@ pub(super) async fn write_groups(
         problems.entry((p.namespace.clone().unwrap_or_default(), p.name.clone())).or_insert(p);
     }
     let mut members: HashMap<Key, Members> = HashMap::new();
-    for pod in &g.pods {
-        let Some(group) = group_of(pod, ctx.scheduler_name) else { continue };
+    for pod in pods {
+        let Some(group) = group_of(pod, scheduler_name) else { continue };
         let m = members.entry((pod.metadata.namespace.clone().unwrap_or_default(), group.to_string())).or_default();
         m.total += 1;
         match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
@@ -156,8 +160,8 @@ pub(super) async fn write_groups(
             _ => {}
         }
     }
-    let mut written = 0;
-    for group in &g.pod_groups {
+    let mut out = Vec::new();
+    for group in pod_groups {
         let key = key_of(&group.metadata);
         let counts = converted.pod_counts.get(&key).copied().unwrap_or_default();
         let want = desired(
@@ -167,9 +171,25 @@ pub(super) async fn write_groups(
             members.get(&key).copied().unwrap_or_default(),
             problems.get(&key).copied(),
         );
-        if group.status.as_ref() == Some(&want) {
-            continue;
+        if group.status.as_ref() != Some(&want) {
+            out.push((group, want));
         }
+    }
+    out
+}
+
+/// Writes every PodGroup status that changed. Returns the number written.
+pub(super) async fn write_groups(
+    ctx: &Ctx<'_>,
+    overlay: &mut Overlay,
+    g: &Gathered,
+    snap: &Snapshot,
+    converted: &Converted,
+    outcome: &CycleOutcome,
+) -> usize {
+    let mut written = 0;
+    for (group, want) in wanted_group_statuses(&g.pod_groups, &g.pods, ctx.scheduler_name, snap, converted, outcome) {
+        let key = key_of(&group.metadata);
         let Ok(mut status) = serde_json::to_value(&want) else { continue };
         // A merge patch removes only what it sets to null.
         if want.reservation.is_none() {
