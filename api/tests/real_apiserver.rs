@@ -14,7 +14,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use drover_api::crd::department::Department;
-use drover_api::crd::job::{Job, MAX_TASKS};
+use drover_api::crd::job::{Job, MAX_PODS, MAX_TASKS};
 use drover_api::crd::project::Project;
 use drover_api::crd::queue::Queue;
 use kube::api::{Api, ListParams};
@@ -240,7 +240,8 @@ fn out_of_range(k: &Kubectl) {
     );
     let huge = job("huge", "", &[task("a", "4294967296")]);
     let err = k.refused(&SERVER_SIDE, &huge);
-    assert!(err.contains("spec.tasks[0].replicas in body should be less than or equal to 4294967295"), "{err}");
+    let expected = format!("spec.tasks[0].replicas in body should be less than or equal to {MAX_PODS}");
+    assert!(err.contains(&expected), "{err}");
     let group =
         "apiVersion: scheduling.drover.dev/v1alpha1\nkind: PodGroup\nmetadata: {name: huge, namespace: default}\n\
                  spec: {minMember: 1, minTaskMember: {worker: 4294967296}}\n";

@@ -351,7 +351,12 @@ async fn status_goes_pending_running_completed() {
     assert_eq!((s.succeeded, s.running, s.pending, s.failed), (2, 0, 0, 0));
     let finished = condition(&s, "Finished").expect("Finished condition");
     assert_eq!((finished.status.as_str(), finished.reason.as_str()), ("True", "Completed"));
-    assert!(c.events("run").await.iter().any(|(t, r, _)| t == "Normal" && r == "Completed"));
+    // The Event follows the status write.
+    eventually(30, "a Completed event", || async {
+        let ev = c.events("run").await;
+        ensure(ev.iter().any(|(t, r, _)| t == "Normal" && r == "Completed"), || format!("{ev:?}"))
+    })
+    .await;
     c.stop().await;
 }
 
@@ -746,5 +751,88 @@ async fn deleting_a_job_lets_the_garbage_collector_delete_its_children() {
         })
     })
     .await;
+    c.stop().await;
+}
+
+/// Creates a Queue from its JSON `metadata` and `spec`.
+async fn make_queue(c: &Cluster, metadata: Value, spec: Value) {
+    let queue =
+        json!({"apiVersion": "scheduling.drover.dev/v1alpha1", "kind": "Queue", "metadata": metadata, "spec": spec});
+    Api::<drover_api::crd::queue::Queue>::all(c.client.clone())
+        .create(&PostParams::default(), &serde_json::from_value(queue).expect("a Queue"))
+        .await
+        .expect("queue created");
+}
+
+async fn wait_invalid(c: &Cluster, job: &str, reason: &str, says: &str) {
+    eventually(30, &format!("{job}: Valid=False {reason} with a Warning"), || async {
+        let s = c.status(job).await;
+        let ev = c.events(job).await;
+        let v = condition(&s, "Valid")
+            .is_some_and(|v| v.status == "False" && v.reason == reason && v.message.contains(says));
+        let warned = ev.iter().any(|(t, r, _)| t == "Warning" && r == reason);
+        ensure(v && warned, || format!("{s:?} {ev:?}"))
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_naming_a_parent_or_a_department_queue_is_not_leaf_until_it_is_a_leaf() {
+    let Some(c) = Cluster::start(false, false).await else { return };
+    make_queue(&c, json!({"name": "research"}), json!({})).await;
+    make_queue(&c, json!({"name": "vision"}), json!({"parent": "research"})).await;
+    // A Department's queue, as the queue-tree controller makes it, before any project has one.
+    let department = json!({"name": "ml.gpu", "labels": {"scheduling.drover.dev/department": "ml"}});
+    make_queue(&c, department, json!({})).await;
+    c.create_job(job_json("parent", vec![task("w", 1, json!({}))], json!({"queue": "research"}))).await;
+    c.create_job(job_json("dept", vec![task("w", 1, json!({}))], json!({"queue": "ml.gpu"}))).await;
+    c.create_job(job_json("leaf", vec![task("w", 1, json!({}))], json!({"queue": "vision"}))).await;
+    wait_invalid(&c, "parent", "QueueNotLeaf", "queue \"research\" has child queues (\"vision\"").await;
+    wait_invalid(&c, "dept", "QueueNotLeaf", "queue \"ml.gpu\" is the queue of department \"ml\"").await;
+    eventually(30, "the job in the leaf queue gets its pod", || async {
+        ensure(c.job_pods("leaf").await.len() == 1, || "no pod yet".into())
+    })
+    .await;
+    for job in ["parent", "dept"] {
+        assert!(c.job_pods(job).await.is_empty(), "{job}: no pods in a queue that is not a leaf");
+        assert!(Api::<PodGroup>::namespaced(c.client.clone(), NS).get_opt(job).await.unwrap().is_none(), "{job}");
+    }
+
+    // Once its child is gone the parent is a leaf; the queue watch reconciles the Job.
+    let queues: Api<drover_api::crd::queue::Queue> = Api::all(c.client.clone());
+    queues.delete("vision", &DeleteParams::default()).await.expect("child queue deleted");
+    eventually(30, "pods once the queue is a leaf", || async {
+        let s = c.status("parent").await;
+        let valid = condition(&s, "Valid").is_some_and(|v| v.status == "True");
+        ensure(valid && c.job_pods("parent").await.len() == 1, || format!("{s:?}"))
+    })
+    .await;
+    c.stop().await;
+}
+
+/// The API server's message refusing `job`.
+async fn refused(c: &Cluster, job: Value) -> String {
+    let job: Job = serde_json::from_value(job).expect("a Job");
+    match c.jobs().create(&PostParams::default(), &job).await {
+        Err(kube::Error::Api(s)) => s.message,
+        other => panic!("job {} is stored: {other:?}", job.name_any()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_server_refuses_a_job_above_max_pods_naming_the_field() {
+    use drover_api::crd::job::MAX_PODS;
+    let Some(c) = Cluster::start(false, false).await else { return };
+    let huge = refused(&c, job_json("huge", vec![task("w", u32::MAX, json!({}))], json!({}))).await;
+    assert!(huge.contains(&format!("spec.tasks[0].replicas: Invalid value: {}", u32::MAX)), "{huge}");
+    assert!(huge.contains(&format!("less than or equal to {MAX_PODS}")), "{huge}");
+    let tasks = vec![task("a", MAX_PODS, json!({})), task("b", 1, json!({}))];
+    let total = refused(&c, job_json("total", tasks, json!({}))).await;
+    assert!(total.contains(&format!("the tasks' replicas must total at most {MAX_PODS} pods")), "{total}");
+    let largest = vec![task("a", MAX_PODS - 1, json!({})), task("b", 1, json!({}))];
+    c.jobs()
+        .create(&PostParams::default(), &serde_json::from_value(job_json("largest", largest, json!({}))).unwrap())
+        .await
+        .expect("a Job of exactly MAX_PODS pods is accepted");
     c.stop().await;
 }

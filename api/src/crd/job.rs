@@ -13,6 +13,16 @@ use serde::{Deserialize, Serialize};
 /// CEL rule summing the tasks' replicas; real jobs have a handful (master, worker, ps, ...).
 pub const MAX_TASKS: u32 = 64;
 
+/// The most pods a Job may have: in one task (the schema's `maximum` on `replicas`) and in all
+/// its tasks together (a CEL rule over at most [`MAX_TASKS`] numbers, which the Job controller
+/// checks again for Jobs stored before the bound existed). The largest training jobs run on a
+/// few thousand 8-GPU nodes, i.e. a few thousand pods, and a whole Kubernetes cluster is
+/// supported up to 5,000 nodes and 150,000 pods: 10,000 pods leaves room for any gang a cluster
+/// can run at once, while one Job can no longer make the Job controller hold millions of pods
+/// (`replicas: 4294967295` once took it past its memory limit in seconds). Larger array-style
+/// work is split into several Jobs.
+pub const MAX_PODS: u32 = 10_000;
+
 /// Desired state of a job.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[kube(
@@ -33,6 +43,7 @@ pub const MAX_TASKS: u32 = 64;
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[x_kube(validation = Rule::new("!has(self.minAvailable) || self.minAvailable <= self.tasks.map(t, t.replicas).sum()").message("minAvailable must not exceed the total replicas of the tasks"))]
+#[x_kube(validation = Rule::new(format!("self.tasks.map(t, t.replicas).sum() <= {MAX_PODS}")).message(format!("the tasks' replicas must total at most {MAX_PODS} pods; split larger work into several Jobs").as_str()))]
 #[serde(rename_all = "camelCase")]
 pub struct JobSpec {
     /// Pods that must run together (the gang size); absent = all replicas. Replicas above it
@@ -74,8 +85,8 @@ pub struct TaskSpec {
     /// Task name; pods are named `<job>-<task>-<index>`.
     #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
     pub name: String,
-    /// Number of pods.
-    #[schemars(range(min = 0))]
+    /// Number of pods, at most [`MAX_PODS`].
+    #[schemars(range(min = 0, max = MAX_PODS))]
     pub replicas: u32,
     /// Pods of this task that must run for the job to run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -179,4 +190,20 @@ pub struct JobStatus {
     /// Conditions, e.g. `Valid` false with the reason a job cannot work.
     #[serde(default)]
     pub conditions: Vec<Condition>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::CustomResourceExt;
+
+    #[test]
+    fn the_schema_bounds_each_task_and_the_whole_job_to_max_pods() {
+        let crd = serde_json::to_value(Job::crd()).expect("the CRD serializes");
+        let spec = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+        let replicas = &spec["properties"]["tasks"]["items"]["properties"]["replicas"];
+        assert_eq!(replicas["maximum"].as_f64(), Some(f64::from(MAX_PODS)), "{replicas}");
+        let rules = spec["x-kubernetes-validations"].to_string();
+        assert!(rules.contains(&format!("self.tasks.map(t, t.replicas).sum() <= {MAX_PODS}")), "{rules}");
+    }
 }

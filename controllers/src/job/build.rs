@@ -31,9 +31,10 @@ pub fn hosts_var(task: &str) -> String {
     format!("DROVER_HOSTS_{}", task.to_ascii_uppercase().replace('-', "_"))
 }
 
-/// Total replicas of all tasks.
+/// Total replicas of all tasks (saturating: a Job above `MAX_PODS` is refused before its
+/// total is used).
 pub fn total_replicas(job: &Job) -> u32 {
-    job.spec.tasks.iter().map(|t| t.replicas).sum()
+    job.spec.tasks.iter().fold(0, |sum, t| sum.saturating_add(t.replicas))
 }
 
 /// The gang minimum: `minAvailable`, else all replicas (never more than all replicas).
@@ -137,34 +138,57 @@ pub fn service(job: &Job) -> Service {
     }
 }
 
-/// The distributed-training environment shared by every pod of a job.
-struct JobEnv {
+/// The most bytes the `DROVER_HOSTS_<TASK>` variables of a pod may take together. Linux refuses
+/// to start a process with a single environment string above 128 KiB, and every byte is
+/// stored in every pod: a Job whose host lists would be longer (over a thousand pods with
+/// typical names) gets none, and its pods find each other by their names
+/// (`<job>-<task>-<index>.<job>.<namespace>.svc`).
+pub const HOSTS_ENV_BUDGET: usize = 64 * 1024;
+
+/// The distributed-training environment shared by every pod of a job, computed once per
+/// reconcile.
+pub struct JobEnv {
     world_size: u32,
     master_addr: String,
     master_port: i32,
     hosts: Vec<(String, String)>,
 }
 
-fn job_env(job: &Job) -> JobEnv {
-    let name = job.name_any();
-    let ns = namespace(job);
-    let first = job.spec.tasks.iter().find(|t| t.replicas > 0).or(job.spec.tasks.first());
-    let master_addr = first.map(|t| pod_host(&name, &ns, &pod_name(&name, &t.name, 0))).unwrap_or_default();
-    let master_port = first
-        .and_then(|t| t.template.get().ok()?.spec.as_ref())
-        .and_then(|s| s.containers.iter().find_map(|c| c.ports.as_ref()?.first().map(|p| p.container_port)))
-        .unwrap_or(DEFAULT_MASTER_PORT);
-    let hosts = job
-        .spec
-        .tasks
-        .iter()
-        .map(|t| {
-            let list: Vec<String> =
-                (0..t.replicas).map(|i| pod_host(&name, &ns, &pod_name(&name, &t.name, i))).collect();
-            (hosts_var(&t.name), list.join(","))
-        })
-        .collect();
-    JobEnv { world_size: total_replicas(job), master_addr, master_port, hosts }
+impl JobEnv {
+    /// The environment of `job`'s pods.
+    pub fn of(job: &Job) -> JobEnv {
+        let name = job.name_any();
+        let ns = namespace(job);
+        let first = job.spec.tasks.iter().find(|t| t.replicas > 0).or(job.spec.tasks.first());
+        let master_addr = first.map(|t| pod_host(&name, &ns, &pod_name(&name, &t.name, 0))).unwrap_or_default();
+        let master_port = first
+            .and_then(|t| t.template.get().ok()?.spec.as_ref())
+            .and_then(|s| s.containers.iter().find_map(|c| c.ports.as_ref()?.first().map(|p| p.container_port)))
+            .unwrap_or(DEFAULT_MASTER_PORT);
+        JobEnv { world_size: total_replicas(job), master_addr, master_port, hosts: host_lists(job, &name, &ns) }
+    }
+}
+
+/// `DROVER_HOSTS_<TASK>` for every task, or none when they would exceed [`HOSTS_ENV_BUDGET`]
+/// (building stops there, so a large Job costs no more than the budget).
+fn host_lists(job: &Job, name: &str, ns: &str) -> Vec<(String, String)> {
+    let mut used = 0;
+    let mut lists = Vec::with_capacity(job.spec.tasks.len());
+    for t in &job.spec.tasks {
+        let mut list = String::new();
+        for i in 0..t.replicas {
+            if i > 0 {
+                list.push(',');
+            }
+            list.push_str(&pod_host(name, ns, &pod_name(name, &t.name, i)));
+            if used + list.len() > HOSTS_ENV_BUDGET {
+                return Vec::new();
+            }
+        }
+        used += list.len();
+        lists.push((hosts_var(&t.name), list));
+    }
+    lists
 }
 
 fn add_env(container: &mut Container, vars: &[(String, String)]) {
@@ -177,13 +201,13 @@ fn add_env(container: &mut Container, vars: &[(String, String)]) {
     }
 }
 
-/// Pod `index` of task number `task_pos` of `job`, created at retry `retry`.
-pub fn pod(job: &Job, task_pos: usize, index: u32, retry: u32) -> Pod {
+/// Pod `index` of task number `task_pos` of `job` (whose environment is `env`), created at
+/// retry `retry`.
+pub fn pod(job: &Job, env: &JobEnv, task_pos: usize, index: u32, retry: u32) -> Pod {
     let task = &job.spec.tasks[task_pos];
     let job_name = job.name_any();
     let name = pod_name(&job_name, &task.name, index);
-    let env = job_env(job);
-    let rank: u32 = job.spec.tasks[..task_pos].iter().map(|t| t.replicas).sum::<u32>() + index;
+    let rank = job.spec.tasks[..task_pos].iter().fold(index, |sum, t| sum.saturating_add(t.replicas));
 
     let template = task.template.get().cloned().unwrap_or_default();
     let template_meta = template.metadata.unwrap_or_default();
@@ -303,7 +327,7 @@ mod tests {
         let mut j = job(vec![task("master", 1, None, "1"), task("my-worker", 2, None, "1")], None);
         pod_spec_mut(&mut j, 0).containers[0].ports =
             Some(vec![ContainerPort { container_port: 1234, ..Default::default() }]);
-        let p = pod(&j, 1, 1, 0);
+        let p = pod(&j, &JobEnv::of(&j), 1, 1, 0);
         let env = env_of(&p);
         assert_eq!(env["RANK"], "2");
         assert_eq!(env["WORLD_SIZE"], "3");
@@ -313,6 +337,24 @@ mod tests {
         assert_eq!(p.spec.as_ref().unwrap().scheduler_name.as_deref(), Some("drover"));
         assert_eq!(p.spec.as_ref().unwrap().hostname.as_deref(), Some("train-my-worker-1"));
         pod_spec_mut(&mut j, 1).scheduler_name = Some("other".into());
-        assert_eq!(pod(&j, 1, 0, 0).spec.unwrap().scheduler_name.as_deref(), Some("other"), "the template's is kept");
+        assert_eq!(
+            pod(&j, &JobEnv::of(&j), 1, 0, 0).spec.unwrap().scheduler_name.as_deref(),
+            Some("other"),
+            "the template's is kept"
+        );
+    }
+
+    #[test]
+    fn host_lists_are_left_out_when_they_exceed_the_budget() {
+        let small = job(vec![task("worker", 3, None, "1")], None);
+        assert_eq!(env_of(&pod(&small, &JobEnv::of(&small), 0, 0, 0))["DROVER_HOSTS_WORKER"].split(',').count(), 3);
+        // ~30 bytes per host ("train-worker-1234.train.ns.svc,"): 10,000 hosts are far above it.
+        let large = job(vec![task("ps", 1, None, "1"), task("worker", 10_000, None, "1")], None);
+        let env = env_of(&pod(&large, &JobEnv::of(&large), 1, 9_999, 0));
+        assert!(!env.keys().any(|k| k.starts_with("DROVER_HOSTS_")), "{:?}", env.keys());
+        assert_eq!(env["WORLD_SIZE"], "10001");
+        assert_eq!(env["RANK"], "10000");
+        let total: usize = JobEnv::of(&small).hosts.iter().map(|(_, v)| v.len()).sum();
+        assert!(total <= HOSTS_ENV_BUDGET);
     }
 }

@@ -19,11 +19,15 @@
 //!   [`POD_GROUP_ANNOTATION`] and [`RETRY_ANNOTATION`], and the environment `DROVER_JOB_NAME`,
 //!   `DROVER_TASK_NAME`, `DROVER_TASK_INDEX`, `RANK`, `WORLD_SIZE`, `MASTER_ADDR`,
 //!   `MASTER_PORT` and `DROVER_HOSTS_<TASK>` in every container (a variable the template sets
-//!   itself is kept). Pod environments are fixed at creation: after elastic scaling, older
-//!   pods keep the `WORLD_SIZE` and host lists they were created with.
+//!   itself is kept; the host lists are left out when together they would pass 64 KiB).
+//!   Pod environments are fixed at creation: after elastic scaling, older pods keep the
+//!   `WORLD_SIZE` and host lists they were created with.
 //!
 //! Children are created when missing; the PodGroup's spec is replaced when it differs (elastic
-//! scaling changes `minMember`). Changing a task template does not replace existing pods.
+//! scaling changes `minMember`). Changing a task template does not replace existing pods. One
+//! reconcile creates at most `BATCH` (500) pods (in task and index order) and deletes at
+//! most as many, and is followed at once by the next: however large a Job, the controller
+//! plans one batch at a time, and reads the Job's pods a page at a time into small views.
 //!
 //! # State machine
 //!
@@ -55,11 +59,16 @@
 //!
 //! # Bad input
 //!
-//! A Job naming a queue (other than `default`) or a PriorityClass that does not exist, or a
-//! queue whose `namespaceSelector` (or an ancestor's) does not select the Job's namespace,
-//! gets the condition `Valid=False` (reason `QueueNotFound` / `PriorityClassNotFound` /
-//! `QueueNotAllowed`) and a Warning Event, and nothing is created until that changes (Queues
-//! and PriorityClasses are watched; the job is also retried every [`INVALID_REQUEUE`]). So does
+//! A Job naming a queue (other than `default`) or a PriorityClass that does not exist, a
+//! queue that is not a leaf (it has child queues, or is a Department's queue: labelled
+//! `scheduling.drover.dev/department` and not `scheduling.drover.dev/project`), or a queue
+//! whose `namespaceSelector` (or an ancestor's) does not select the Job's namespace, gets the
+//! condition `Valid=False` (reason `QueueNotFound` / `PriorityClassNotFound` /
+//! `QueueNotLeaf` / `QueueNotAllowed`) and a Warning Event, and nothing is created until that
+//! changes (Queues, their children and PriorityClasses are watched; the job is also retried
+//! every [`INVALID_REQUEUE`]). So does a Job with more than `MAX_PODS` replicas in a task or
+//! in all (reason `TooManyReplicas`): the CRD refuses those, but the API server does not
+//! validate Jobs stored before the bound again. So does
 //! a task template that does not read as a pod template (reason `InvalidTemplate`, the field
 //! named); such a Job is read on its own and never stops the controller reading the others.
 //! A pod the API server refuses (a template that reads but is invalid) gives a Warning Event
@@ -76,11 +85,12 @@
 //! There is no finalizer: children are owned by the Job and deleted by Kubernetes' garbage
 //! collector when it is.
 
+mod bounds;
 mod build;
 mod plan;
+mod queue;
 mod tracker;
 
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -88,9 +98,8 @@ use std::time::Duration;
 use drover_api::crd::job::Job;
 use drover_api::crd::podgroup::PodGroup;
 use drover_api::crd::queue::Queue;
-use drover_api::label_selector;
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
+use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
@@ -121,8 +130,8 @@ pub const RETRY_ANNOTATION: &str = "batch.drover.dev/retry-count";
 pub const DEFAULT_QUEUE: &str = "default";
 /// `MASTER_PORT` when the first task's containers declare no port.
 pub const DEFAULT_MASTER_PORT: i32 = 23456;
-/// Condition: whether the Job is valid (readable templates, a queue that admits it, an existing
-/// priority class).
+/// Condition: whether the Job is valid (at most `MAX_PODS` pods, readable templates, a leaf
+/// queue that admits it, an existing priority class).
 pub const CONDITION_VALID: &str = "Valid";
 /// Condition: a restart is in progress (True) or was done (False).
 pub const CONDITION_RESTARTING: &str = "Restarting";
@@ -135,8 +144,6 @@ pub const INVALID_REQUEUE: Duration = Duration::from_secs(30);
 const ERROR_REQUEUE: Duration = Duration::from_millis(300);
 /// Resync period of a quiet Job.
 const RESYNC: Duration = Duration::from_secs(300);
-/// Queue ancestors read when checking namespace selectors (a parent cycle stops here).
-const MAX_QUEUE_DEPTH: usize = 32;
 
 /// Why a reconcile failed.
 #[derive(Debug, thiserror::Error)]
@@ -181,7 +188,12 @@ pub async fn run(client: Client, shutdown: impl Future<Output = ()> + Send + 'st
         .owns(Api::<PodGroup>::all(client.clone()), children.clone())
         .owns(Api::<Service>::all(client.clone()), children)
         .watches(Api::<Queue>::all(client.clone()), watcher::Config::default(), move |q: Queue| {
-            jobs_naming(&by_queue, |j| j.spec.queue.as_deref() == Some(q.name_any().as_str()))
+            // A queue's change, or a child queue's (which makes it a parent), may change whether
+            // the Jobs naming it are valid.
+            let (name, parent) = (q.name_any(), q.spec.parent.clone());
+            jobs_naming(&by_queue, |j| {
+                j.spec.queue.as_deref().is_some_and(|n| n == name || Some(n) == parent.as_deref())
+            })
         })
         .watches(Api::<PriorityClass>::all(client.clone()), watcher::Config::default(), move |pc: PriorityClass| {
             jobs_naming(&store, |j| j.spec.priority_class_name.as_deref() == Some(pc.name_any().as_str()))
@@ -236,53 +248,18 @@ fn owned_by<K: Resource>(obj: &K, uid: &str) -> bool {
     obj.meta().owner_references.iter().flatten().any(|o| o.controller == Some(true) && o.uid == uid)
 }
 
-/// Why `namespace` may not use `queue`, if it may not: the first `namespaceSelector` on the
-/// queue or an ancestor that does not select the namespace (or is malformed). The scheduler
-/// applies the same rule; this puts the reason on the Job before its pods exist.
-async fn queue_refusal(client: &Client, namespace: &str, queue: Queue) -> Result<Option<String>, kube::Error> {
-    let queues: Api<Queue> = Api::all(client.clone());
-    let mut labels: Option<BTreeMap<String, String>> = None;
-    let mut current = Some(queue);
-    for _ in 0..MAX_QUEUE_DEPTH {
-        let Some(q) = current.take() else { return Ok(None) };
-        if let Some(selector) = &q.spec.namespace_selector {
-            if labels.is_none() {
-                let ns = Api::<Namespace>::all(client.clone()).get_opt(namespace).await?;
-                labels = Some(ns.and_then(|n| n.metadata.labels).unwrap_or_default());
-            }
-            let name = q.name_any();
-            match label_selector::selects(selector, labels.as_ref().expect("read above")) {
-                Ok(true) => {}
-                Ok(false) => return Ok(Some(format!("the namespaceSelector of queue {name:?} does not select it"))),
-                Err(e) => return Ok(Some(format!("the namespaceSelector of queue {name:?} is malformed ({e})"))),
-            }
-        }
-        if let Some(parent) = q.spec.parent.as_deref() {
-            current = queues.get_opt(parent).await?;
-        }
-    }
-    Ok(None)
-}
-
 async fn validate(client: &Client, job: &Job, queue: &str) -> Result<plan::Validity, kube::Error> {
+    if let Err(refusal) = bounds::check(job) {
+        return Ok(Err(refusal));
+    }
     for (i, task) in job.spec.tasks.iter().enumerate() {
         if let Err(error) = task.template.get() {
             let message = format!("spec.tasks[{i}].template (task {:?}) is not a pod template: {error}", task.name);
             return Ok(Err(("InvalidTemplate".into(), message)));
         }
     }
-    if queue != DEFAULT_QUEUE {
-        let q = queue;
-        let Some(found) = Api::<Queue>::all(client.clone()).get_opt(q).await? else {
-            return Ok(Err(("QueueNotFound".into(), format!("queue {q:?} does not exist"))));
-        };
-        let namespace = job.namespace().unwrap_or_default();
-        if let Some(why) = queue_refusal(client, &namespace, found).await? {
-            return Ok(Err((
-                "QueueNotAllowed".into(),
-                format!("namespace {namespace:?} may not use queue {q:?}: {why}"),
-            )));
-        }
+    if let Err(refusal) = queue::check(client, &job.namespace().unwrap_or_default(), queue).await? {
+        return Ok(Err(refusal));
     }
     if let Some(pc) = job.spec.priority_class_name.as_deref() {
         if Api::<PriorityClass>::all(client.clone()).get_opt(pc).await?.is_none() {
@@ -324,6 +301,49 @@ async fn ensure_service(ctx: &Context, job: &Job) -> Result<(), Error> {
     Ok(())
 }
 
+/// The views of the pods `uid` (the Job `name`) controls, read a page of [`bounds::BATCH`] at a
+/// time so that only the small views of a large Job's pods are held, never all its pods.
+async fn pod_views(pods: &Api<Pod>, name: &str, uid: &str) -> Result<Vec<plan::PodView>, kube::Error> {
+    let mut params = ListParams::default().labels(&format!("{JOB_NAME_LABEL}={name}")).limit(bounds::BATCH as u32);
+    let mut views = Vec::new();
+    loop {
+        let page = pods.list(&params).await?;
+        views.extend(page.items.iter().filter(|p| owned_by(*p, uid)).map(plan::PodView::of));
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(views),
+        }
+    }
+}
+
+/// Creates the pods the plan lists ([`bounds::CONCURRENT_CREATES`] at a time). A pod the API
+/// server refuses stops the batch with a Warning Event `FailedCreatePod`.
+async fn create_pods(ctx: &Context, job: &Job, plan: &plan::Plan) -> Result<(), Error> {
+    let env = build::JobEnv::of(job);
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &job.namespace().unwrap_or_default());
+    let created = futures::stream::iter(plan.create.iter().map(Ok))
+        .try_for_each_concurrent(bounds::CONCURRENT_CREATES, |&(task, index)| {
+            let pod = build::pod(job, &env, task, index, plan.status.retry_count);
+            let pods = &pods;
+            async move {
+                match pods.create(&PostParams::default(), &pod).await {
+                    Ok(_) => Ok(()),
+                    Err(e) if is_status(&e, 409, Some("AlreadyExists")) => Ok(()),
+                    Err(kube::Error::Api(s)) if matches!(s.code, 400 | 403 | 422) => {
+                        Err(Error::PodRefused(pod.name_any(), s.message))
+                    }
+                    Err(e) => Err(e.into()),
+                }
+            }
+        })
+        .await;
+    if let Err(Error::PodRefused(pod, why)) = &created {
+        let message = format!("pod {pod} is refused by the API server: {why}");
+        events::publish(&ctx.client, CONTROLLER_NAME, job, EventType::Warning, "FailedCreatePod", &message).await;
+    }
+    created
+}
+
 async fn reconcile_job(ctx: &Context, namespace: &str, name: &str) -> Result<Action, Error> {
     let client = &ctx.client;
     let jobs: Api<Job> = Api::namespaced(client.clone(), namespace);
@@ -352,8 +372,7 @@ async fn reconcile_job(ctx: &Context, namespace: &str, name: &str) -> Result<Act
     }
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    let listed = pods.list(&ListParams::default().labels(&format!("{JOB_NAME_LABEL}={name}"))).await?;
-    let views: Vec<plan::PodView> = listed.items.iter().filter(|p| owned_by(*p, &uid)).map(plan::PodView::of).collect();
+    let views = pod_views(&pods, name, &uid).await?;
     let evictions = ctx.tracker.evictions(namespace, name);
     let plan = plan::plan(&job, &views, &evictions, validity, jiff::Timestamp::now());
     tracing::debug!(job = name, pods = views.len(), state = ?plan.status.state, delete = plan.delete.len(),
@@ -382,20 +401,7 @@ async fn reconcile_job(ctx: &Context, namespace: &str, name: &str) -> Result<Act
             }
         }
     }
-    for &(task, index) in &plan.create {
-        let pod = build::pod(&job, task, index, plan.status.retry_count);
-        match pods.create(&PostParams::default(), &pod).await {
-            Ok(_) => {}
-            Err(e) if is_status(&e, 409, Some("AlreadyExists")) => {}
-            Err(kube::Error::Api(s)) if matches!(s.code, 400 | 403 | 422) => {
-                let pod_name = pod.name_any();
-                let message = format!("pod {pod_name} is refused by the API server: {}", s.message);
-                events::publish(client, CONTROLLER_NAME, &job, EventType::Warning, "FailedCreatePod", &message).await;
-                return Err(Error::PodRefused(pod_name, s.message));
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
+    create_pods(ctx, &job, &plan).await?;
     ctx.tracker.handled(namespace, name, &evictions);
     if plan.delete_job {
         let ttl = job.spec.ttl_seconds_after_finished.unwrap_or(0);

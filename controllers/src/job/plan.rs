@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
 
+use super::bounds::BATCH;
 use super::build::{min_available, pod_name, total_replicas};
 use super::tracker::Eviction;
 use super::{
@@ -160,15 +161,25 @@ impl Planner<'_> {
         self.job.metadata.generation
     }
 
-    fn delete_where(&mut self, keep: impl Fn(&PodView) -> bool) {
-        for p in self.pods.iter().filter(|p| !p.deleting && !keep(p)) {
+    /// Plans deleting the pods not kept, up to [`BATCH`] per reconcile (the next reconcile,
+    /// requeued at once, deletes the rest).
+    fn delete_where(&mut self, keep: impl Fn(&Self, &PodView) -> bool) {
+        let pods = self.pods;
+        for p in pods {
+            if p.deleting || keep(self, p) {
+                continue;
+            }
+            if self.plan.delete.len() == BATCH {
+                self.plan.requeue = Some(Duration::ZERO);
+                return;
+            }
             self.plan.delete.push(PodRef { name: p.name.clone(), uid: p.uid.clone() });
         }
     }
 
     /// Deletes the pods still pending or running (finished pods stay, for their logs).
     fn stop_active(&mut self) {
-        self.delete_where(|p| !p.active());
+        self.delete_where(|_, p| !p.active());
     }
 
     fn finish(&mut self, state: JobState, reason: &str, message: String) {
@@ -221,7 +232,7 @@ impl Planner<'_> {
                 let (now, generation) = (self.now, self.generation());
                 let conds = &mut self.plan.status.conditions;
                 conditions::set(conds, CONDITION_RESTARTING, true, &reason, &message, now, generation);
-                self.delete_where(|p| target.is_some_and(|t| p.task != t));
+                self.delete_where(|_, p| target.is_some_and(|t| p.task != t));
                 self.note(EventType::Warning, &reason, message);
             }
             JobAction::AbortJob => {
@@ -314,24 +325,24 @@ impl Planner<'_> {
         false
     }
 
-    /// Creates missing pods of the spec and deletes pods outside it (scale down).
+    /// Creates missing pods of the spec, in task and index order, and deletes pods outside it
+    /// (scale down): at most [`BATCH`] of each per reconcile, so that no Job, however large its
+    /// spec, makes the controller plan more (the next reconcile, requeued at once, goes on).
     fn sync(&mut self) {
         let job_name = self.job.name_any();
         let present: BTreeSet<&str> = self.pods.iter().map(|p| p.name.as_str()).collect();
-        for (pos, t) in self.job.spec.tasks.iter().enumerate() {
+        'tasks: for (pos, t) in self.job.spec.tasks.iter().enumerate() {
             for i in 0..t.replicas {
                 if !present.contains(pod_name(&job_name, &t.name, i).as_str()) {
+                    if self.plan.create.len() == BATCH {
+                        self.plan.requeue = Some(Duration::ZERO);
+                        break 'tasks;
+                    }
                     self.plan.create.push((pos, i));
                 }
             }
         }
-        let extra: Vec<PodRef> = self
-            .pods
-            .iter()
-            .filter(|p| !p.deleting && !self.current(p))
-            .map(|p| PodRef { name: p.name.clone(), uid: p.uid.clone() })
-            .collect();
-        self.plan.delete.extend(extra);
+        self.delete_where(|planner, p| planner.current(p));
     }
 
     fn ttl(&mut self) {
@@ -399,7 +410,7 @@ pub fn plan(job: &Job, pods: &[PodView], evictions: &[Eviction], validity: Valid
                 CONDITION_VALID,
                 true,
                 "Valid",
-                "the templates read, the queue admits the namespace and the priority class exists",
+                "within MAX_PODS; templates read; the leaf queue admits the namespace; the class exists",
                 now,
                 generation,
             );
@@ -423,7 +434,7 @@ pub fn plan(job: &Job, pods: &[PodView], evictions: &[Eviction], validity: Valid
             let retry = old.retry_count;
             let stale = |x: &PodView| target.as_ref().is_none_or(|t| &x.task == t) && x.retry < retry;
             if pods.iter().any(stale) {
-                p.delete_where(|x| !stale(x));
+                p.delete_where(|_, x| !stale(x));
                 return p.plan;
             }
             p.plan.status.state = JobState::Pending;
@@ -447,4 +458,59 @@ pub fn plan(job: &Job, pods: &[PodView], evictions: &[Eviction], validity: Valid
     }
     p.sync();
     p.plan
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use drover_api::crd::job::{JobSpec, TaskSpec};
+
+    fn job(replicas: u32) -> Job {
+        let task = TaskSpec { name: "w".into(), replicas, ..TaskSpec::default() };
+        let mut j = Job::new("big", JobSpec { tasks: vec![task], max_retry: 3, ..JobSpec::default() });
+        j.metadata.namespace = Some("ns".into());
+        j
+    }
+
+    fn pending(job: &str, index: u32) -> PodView {
+        PodView {
+            name: pod_name(job, "w", index),
+            uid: format!("u{index}"),
+            task: "w".into(),
+            index: Some(index),
+            retry: 0,
+            phase: Phase::Pending,
+            deleting: false,
+        }
+    }
+
+    #[test]
+    fn a_huge_job_plans_one_batch_of_pods_and_comes_back_at_once() {
+        for replicas in [BATCH as u32 + 1, u32::MAX] {
+            let planned = plan(&job(replicas), &[], &[], Ok(()), jiff::Timestamp::now());
+            assert_eq!(planned.create.len(), BATCH, "{replicas} replicas");
+            assert_eq!(planned.create.last(), Some(&(0, BATCH as u32 - 1)));
+            assert_eq!(planned.requeue, Some(Duration::ZERO));
+        }
+    }
+
+    #[test]
+    fn the_next_batch_starts_after_the_pods_that_exist() {
+        let pods: Vec<PodView> = (0..BATCH as u32).map(|i| pending("big", i)).collect();
+        let planned = plan(&job(2 * BATCH as u32 + 7), &pods, &[], Ok(()), jiff::Timestamp::now());
+        assert_eq!(planned.create.first(), Some(&(0, BATCH as u32)));
+        assert_eq!(planned.create.len(), BATCH);
+        let last = plan(&job(BATCH as u32 + 7), &pods, &[], Ok(()), jiff::Timestamp::now());
+        assert_eq!(last.create.len(), 7);
+        assert_eq!(last.requeue, None, "nothing left for another batch");
+    }
+
+    #[test]
+    fn scaling_down_deletes_one_batch_at_a_time() {
+        let pods: Vec<PodView> = (0..2 * BATCH as u32).map(|i| pending("big", i)).collect();
+        let planned = plan(&job(1), &pods, &[], Ok(()), jiff::Timestamp::now());
+        assert_eq!(planned.delete.len(), BATCH);
+        assert!(planned.delete.iter().all(|d| d.name != "big-w-0"), "the pod in the spec stays");
+        assert_eq!(planned.requeue, Some(Duration::ZERO));
+    }
 }
