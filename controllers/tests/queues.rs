@@ -269,8 +269,12 @@ async fn departments_and_projects_become_the_queue_tree() {
         serde_json::json!({"matchLabels": {queues::LABEL_PROJECT: "vision"}}),
         "only vision's namespaces"
     );
-    let fence = serde_json::to_value(&top.spec.namespace_selector).unwrap();
-    assert_eq!(fence, serde_json::json!({"matchExpressions": [{"key": queues::LABEL_PROJECT, "operator": "Exists"}]}));
+    wait_fence(
+        &client,
+        "research.a100",
+        json!([{"key": queues::LABEL_PROJECT, "operator": "In", "values": ["nlp", "vision"]}]),
+    )
+    .await;
     let owner = &leaf.owner_references()[0];
     assert_eq!((owner.kind.as_str(), owner.name.as_str(), owner.controller), ("Project", "vision", Some(true)));
     assert_eq!(Some(&owner.uid), vision.uid().as_ref());
@@ -503,6 +507,75 @@ async fn plain_pods_get_one_pod_groups_in_their_project_queue() {
         assert_eq!(p.annotations().get(queues::ANNOTATION_POD_GROUP).map(String::as_str), want, "{untouched}");
     }
     assert_eq!(groups.list(&ListParams::default()).await.unwrap().items.len(), 4);
+    controllers.stop().await;
+}
+
+/// Waits until queue `name`'s `namespaceSelector` is exactly `matchExpressions: want`.
+async fn wait_fence(client: &Client, name: &str, want: Value) {
+    let api: Api<Queue> = Api::all(client.clone());
+    let want = json!({"matchExpressions": want});
+    eventually(WAIT.as_secs(), &format!("queue {name} selects {want}"), || async {
+        let q = get(&api, name).await?;
+        (serde_json::to_value(&q.spec.namespace_selector).ok()? == want).then_some(())
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_department_queue_admits_exactly_its_projects_namespaces() {
+    let Some((_server, client)) = server().await else { return };
+    let controllers = start(&client);
+    let key = queues::LABEL_PROJECT;
+    department(&client, "research", vec![pool("a100", json!({})), pool("h100", json!({}))]).await;
+    department(&client, "other", vec![pool("a100", json!({}))]).await;
+    // No project yet: the label both absent and present, which no namespace is.
+    let none = json!([{"key": key, "operator": "DoesNotExist"}, {"key": key, "operator": "Exists"}]);
+    wait_fence(&client, "research.a100", none.clone()).await;
+    wait_fence(&client, "research.h100", none.clone()).await;
+
+    project(&client, "vision", "research", &["team-vision"], vec![pool("a100", json!({}))]).await;
+    project(&client, "nlp", "research", &["team-nlp"], vec![pool("a100", json!({})), pool("h100", json!({}))]).await;
+    project(&client, "outsider", "other", &["team-out"], vec![pool("a100", json!({}))]).await;
+    wait_fence(&client, "research.a100", json!([{"key": key, "operator": "In", "values": ["nlp", "vision"]}])).await;
+    wait_fence(&client, "research.h100", json!([{"key": key, "operator": "In", "values": ["nlp"]}])).await;
+    wait_fence(&client, "other.a100", json!([{"key": key, "operator": "In", "values": ["outsider"]}])).await;
+
+    // What the selector means, on namespaces labelled as the controllers label them.
+    let api: Api<Queue> = Api::all(client.clone());
+    let selector = get(&api, "research.a100").await.unwrap().spec.namespace_selector.unwrap();
+    for (project, admitted) in [("vision", true), ("nlp", true), ("outsider", false)] {
+        let labels = BTreeMap::from([(key.to_string(), project.to_string())]);
+        assert_eq!(drover_api::label_selector::selects(&selector, &labels), Ok(admitted), "{project}");
+    }
+    assert_eq!(drover_api::label_selector::selects(&selector, &BTreeMap::new()), Ok(false), "no project");
+
+    // A project that leaves takes its namespaces out; the last one leaves none.
+    Api::<Project>::all(client.clone()).delete("vision", &DeleteParams::default()).await.unwrap();
+    wait_fence(&client, "research.a100", json!([{"key": key, "operator": "In", "values": ["nlp"]}])).await;
+    let moved = json!({"spec": {"department": "other"}});
+    Api::<Project>::all(client.clone()).patch("nlp", &PatchParams::default(), &Patch::Merge(&moved)).await.unwrap();
+    wait_fence(&client, "research.a100", none.clone()).await;
+    wait_fence(&client, "other.a100", json!([{"key": key, "operator": "In", "values": ["nlp", "outsider"]}])).await;
+    controllers.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_grouped_before_its_project_moves_to_the_project_queue() {
+    let Some((_server, client)) = server().await else { return };
+    let controllers = start(&client);
+    namespace(&client, "team-late").await;
+    department(&client, "research", vec![pool("a100", json!({}))]).await;
+    let team: Api<Pod> = Api::namespaced(client.clone(), "team-late");
+    create(&team, pod("early", "drover", json!({}))).await;
+    let (g, _) = wait_group(&client, "team-late", "early").await;
+    assert_eq!(g.spec.queue.as_deref(), Some("default"), "no project yet");
+
+    project(&client, "late", "research", &["team-late"], vec![pool("a100", json!({}))]).await;
+    let groups: Api<PodGroup> = Api::namespaced(client.clone(), "team-late");
+    eventually(WAIT.as_secs(), "the group moves to late.a100", || async {
+        (get(&groups, "pod-early").await?.spec.queue.as_deref() == Some("late.a100")).then_some(())
+    })
+    .await;
     controllers.stop().await;
 }
 

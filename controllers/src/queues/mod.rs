@@ -34,6 +34,12 @@
 //! `reclaimable: true` when it creates a queue and then leaves `reclaimable`,
 //! `queueingStrategy` and `state` to the administrator.
 //!
+//! A queue admits only the namespaces of the projects it is for (its `namespaceSelector`):
+//! `x.p` the namespaces labelled [`LABEL_PROJECT`]`=x`, `d.p` those of the department's
+//! projects that have a queue in pool `p`, and no namespace while there is none. Pod groups go
+//! in project queues only: the scheduler leaves out a group placed directly in a department's
+//! queue (`QueueNotLeaf`), even one with no project queue under it yet.
+//!
 //! # Node pools
 //!
 //! A project queue for pool `p` is meant for pods on nodes labelled `drover.dev/node-pool=p`

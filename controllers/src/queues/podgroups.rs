@@ -34,9 +34,12 @@ pub enum QueueChoice {
     /// The namespace's project's queue for the pod's node pool (its `nodeSelector`'s
     /// [`NODE_POOL_LABEL`], else the project's first pool).
     Project(String),
-    /// [`DEFAULT_QUEUE`]: the namespace belongs to no project.
+    /// [`DEFAULT_QUEUE`]: the namespace belongs to no project, or its project has no node
+    /// pool. The scheduler refuses `default` to a project's namespaces, so a project's group
+    /// waits there (`QueueNotAllowed`) until the project has a queue for it.
     Default,
-    /// [`DEFAULT_QUEUE`]: the pod selects a node pool its project has no quota in.
+    /// [`DEFAULT_QUEUE`], refused to the project's namespaces: the pod selects a node pool its
+    /// project has no quota in, so it waits until the project has one there.
     PoolNotInProject {
         /// The namespace's project.
         project: String,
@@ -100,8 +103,14 @@ async fn labelled_project(client: &Client, namespace: &str) -> Result<Option<Pro
 /// [`choose_queue`]. The namespace's project is the one that owns it by the queue-tree
 /// controller's rule (earliest-created project listing it), from the controller's Project
 /// store, else (the store may lag) the project of the namespace's [`LABEL_PROJECT`] label
-/// read from the API. A pod that arrives before its namespace's project goes to `default`. The pod is then annotated with the group's name (a merge patch
+/// read from the API. The pod is then annotated with the group's name (a merge patch
 /// carrying the resourceVersion read). Pods of the same owner are not grouped together.
+///
+/// A project's work runs in the project's queues only: the scheduler refuses `default` to
+/// namespaces labelled [`LABEL_PROJECT`]. A group this controller put in `default` (the pod
+/// arrived before its namespace's project, selects a pool the project has no quota in, or the
+/// project has no pool) therefore waits, and is moved to the project's queue once there is one
+/// for the pod: whenever the pod or a Project changes, as long as the pod is not bound.
 pub async fn run_pod_groups(client: Client, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
     let shutdown = shutdown_signal(shutdown);
     let (pods, writer) = reflector::store::<Pod>();
@@ -115,11 +124,17 @@ pub async fn run_pod_groups(client: Client, shutdown: impl Future<Output = ()> +
         project_writer,
         watcher(Api::<Project>::all(client.clone()), watcher::Config::default()).backoff(watch_backoff()),
     );
+    let in_project = pods.clone();
     let triggers: Triggers<Pod> = vec![
         trigger_with(changes(pod_events, pod_key), |p: Pod| Some(ObjectRef::from_obj(&p))).boxed(),
-        // Only keeps the project store current.
-        trigger_with(changes(project_events, |p: &Project| digest(&p.metadata.generation)), |_: Project| {
-            None::<ObjectRef<Pod>>
+        // The pods of a project's namespaces: a group waiting in `default` may now have a queue.
+        trigger_with(changes(project_events, |p: &Project| digest(&p.metadata.generation)), move |p: Project| {
+            in_project
+                .state()
+                .iter()
+                .filter(|pod| pod.namespace().is_some_and(|ns| p.spec.namespaces.contains(&ns)))
+                .map(|pod| ObjectRef::from_obj(&**pod))
+                .collect::<Vec<_>>()
         })
         .boxed(),
     ];
@@ -133,7 +148,7 @@ fn pod_key(p: &Pod) -> u64 {
     digest(&(&p.metadata.annotations, &p.metadata.labels, &p.metadata.deletion_timestamp, phase))
 }
 
-/// Whether the controller leaves the pod alone.
+/// Whether the controller leaves the pod alone (apart from its group, if [`grouped`]).
 fn skip(pod: &Pod) -> bool {
     let finished = matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"));
     pod.annotations().contains_key(ANNOTATION_POD_GROUP)
@@ -143,12 +158,67 @@ fn skip(pod: &Pod) -> bool {
         || pod.spec.as_ref().and_then(|s| s.scheduler_name.as_deref()) != Some(SCHEDULER_NAME)
 }
 
+/// Whether the pod is in the one-pod group this controller made for it, chose its queue
+/// (no [`ANNOTATION_QUEUE`]), and is still waiting to be bound.
+fn grouped(pod: &Pod) -> bool {
+    let finished = matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"));
+    let spec = pod.spec.as_ref();
+    pod.annotations().get(ANNOTATION_POD_GROUP) == Some(&format!("{POD_GROUP_PREFIX}{}", pod.name_any()))
+        && pod.annotations().get(ANNOTATION_QUEUE).is_none_or(|q| q.trim().is_empty())
+        && !pod.labels().contains_key(LABEL_JOB_NAME)
+        && pod.metadata.deletion_timestamp.is_none()
+        && !finished
+        && spec.and_then(|s| s.scheduler_name.as_deref()) == Some(SCHEDULER_NAME)
+        && spec.and_then(|s| s.node_name.as_deref()).is_none_or(str::is_empty)
+}
+
+/// The namespace's project: from the store, else (the store may not have seen a project
+/// that the API and the namespace label already have: its watch is not ordered with the
+/// pods' watch) from the API.
+async fn project_of(ctx: &Ctx, namespace: &str) -> Result<Option<Arc<Project>>, Error> {
+    Ok(match namespace_owner(&ctx.projects.state(), namespace) {
+        Some(p) => Some(p.clone()),
+        None => labelled_project(&ctx.client, namespace).await?.map(Arc::new),
+    })
+}
+
+/// The queue of the pod's group ([`choose_queue`] with the pod's annotation and pool).
+fn pod_choice(pod: &Pod, project: Option<&Project>) -> QueueChoice {
+    let pool = pod.spec.as_ref().and_then(|s| s.node_selector.as_ref()).and_then(|s| s.get(NODE_POOL_LABEL));
+    choose_queue(pod.annotations().get(ANNOTATION_QUEUE).map(String::as_str), project, pool.map(String::as_str))
+}
+
+/// Moves the pod's group from `default` to its project's queue once there is one.
+async fn regroup(pod: &Pod, ctx: &Ctx) -> Result<Action, Error> {
+    let (name, namespace) = (pod.name_any(), pod.namespace().unwrap_or_default());
+    // The store only: a project it has not seen yet triggers this again when it arrives.
+    let project = namespace_owner(&ctx.projects.state(), &namespace).cloned();
+    let QueueChoice::Project(queue) = pod_choice(pod, project.as_deref()) else {
+        return Ok(Action::await_change());
+    };
+    let groups: Api<PodGroup> = Api::namespaced(ctx.client.clone(), &namespace);
+    let group = format!("{POD_GROUP_PREFIX}{name}");
+    let Some(mut live) = groups.get_opt(&group).await? else { return Ok(Action::await_change()) };
+    let ours = live.owner_references().iter().any(|r| r.controller == Some(true) && Some(&r.uid) == pod.uid().as_ref());
+    if !ours || live.spec.queue.as_deref() != Some(DEFAULT_QUEUE) {
+        return Ok(Action::await_change());
+    }
+    live.spec.queue = Some(queue.clone());
+    groups.replace(&group, &PostParams::default(), &live).await?;
+    tracing::info!(pod = %name, %namespace, %queue, "moved pod group from the default queue to its project's queue");
+    Ok(Action::await_change())
+}
+
 async fn reconcile(pod: Arc<Pod>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    if skip(&pod) {
+    let move_group = grouped(&pod);
+    if skip(&pod) && !move_group {
         return Ok(Action::await_change());
     }
     if !ready(&ctx.projects) {
         return Ok(Action::requeue(Duration::from_millis(200)));
+    }
+    if move_group {
+        return regroup(&pod, &ctx).await;
     }
     let (name, namespace) = (pod.name_any(), pod.namespace().unwrap_or_default());
     let group = format!("{POD_GROUP_PREFIX}{name}");
@@ -157,21 +227,12 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         events::publish(&ctx.client, CONTROLLER, &*pod, EventType::Warning, "PodGroupNameTooLong", &message).await;
         return Ok(Action::await_change());
     }
-    // The store may not have seen a project that the API (and the namespace label) already
-    // has: its watch is not ordered with the pods' watch. Ask the API when it knows none.
-    let project = match namespace_owner(&ctx.projects.state(), &namespace) {
-        Some(p) => Some(p.clone()),
-        None => labelled_project(&ctx.client, &namespace).await?.map(Arc::new),
-    };
-    let pool = pod.spec.as_ref().and_then(|s| s.node_selector.as_ref()).and_then(|s| s.get(NODE_POOL_LABEL));
-    let choice = choose_queue(
-        pod.annotations().get(ANNOTATION_QUEUE).map(String::as_str),
-        project.as_deref(),
-        pool.map(String::as_str),
-    );
+    let project = project_of(&ctx, &namespace).await?;
+    let choice = pod_choice(&pod, project.as_deref());
     if let QueueChoice::PoolNotInProject { project, pool } = &choice {
         let message = format!(
-            "node pool {pool:?} is not a pool of project {project:?}; the pod's group goes to queue {DEFAULT_QUEUE:?}"
+            "node pool {pool:?} is not a pool of project {project:?}; the pod's group waits in queue \
+             {DEFAULT_QUEUE:?}, which the project's namespaces may not use, until the project has quota in that pool"
         );
         events::publish(
             &ctx.client,

@@ -23,7 +23,7 @@ use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
-use super::runner::{changes, digest, drive, shutdown_signal, ProjectsCtx as Ctx, Retries, Shutdown, Triggers};
+use super::runner::{changes, digest, drive, ready, shutdown_signal, ProjectsCtx as Ctx, Retries, Shutdown, Triggers};
 use super::{
     api_code, department_queue_name, find_valid, project_queue_name, put_condition, reasons, same_condition,
     valid_condition, valid_pool_name, Error, Problem, GPU_RESOURCE, LABEL_DEPARTMENT, LABEL_NODE_POOL, LABEL_PROJECT,
@@ -41,7 +41,9 @@ const RESYNC: Duration = Duration::from_secs(300);
 ///
 /// For every Department `d` and pool `p` of its `spec.nodePools` there is a top-level Queue
 /// `d.p`; for every Project `x` and pool `p` a Queue `x.p` with parent `d.p`. Queues of pools
-/// that are no longer listed are deleted. `status.queues`, `status.observedGeneration` and a
+/// that are no longer listed are deleted. A queue's `namespaceSelector` admits only the
+/// namespaces of the projects it is for: `x.p` those labelled `x`, `d.p` those of `d`'s
+/// projects with a queue in `p` (none while there is no such project). `status.queues`, `status.observedGeneration` and a
 /// `Valid` condition say what exists and what cannot (`DepartmentNotFound`,
 /// `NodePoolNotInDepartment`, `NamespaceClaimed`, `QueueNameConflict`, `InvalidQueueName`);
 /// each new problem also gets a Warning Event.
@@ -128,13 +130,24 @@ async fn run_departments(client: Client, shutdown: Shutdown) {
     );
     let queues = watcher(Api::<Queue>::all(client.clone()), watcher::Config::default().labels(LABEL_DEPARTMENT))
         .backoff(watch_backoff());
+    // Projects decide which namespaces a department's queues admit.
+    let (projects, project_writer) = reflector::store::<Project>();
+    let project_events = reflector::reflector(
+        project_writer,
+        watcher(Api::<Project>::all(client.clone()), watcher::Config::default()).backoff(watch_backoff()),
+    );
+    let every_department = store.clone();
     let triggers: Triggers<Department> = vec![
         trigger_with(changes(departments, spec_key::<Department>), |d: Department| Some(ObjectRef::from_obj(&d)))
             .boxed(),
         trigger_owners::<Department, _>(changes(queues, queue_key), (), ()).boxed(),
+        // A project that joins, leaves or changes pools changes its old and new departments'
+        // selectors; departments are few, so every one is checked.
+        trigger_with(changes(project_events, spec_key::<Project>), move |_: Project| {
+            every_department.state().iter().map(|d| ObjectRef::from_obj(&**d)).collect::<Vec<_>>()
+        })
+        .boxed(),
     ];
-    // The department controller needs no project store; an empty one keeps one context type.
-    let (projects, _) = reflector::store::<Project>();
     let ctx = Arc::new(Ctx { client, projects, retries: Retries::default() });
     drive("departments", store, triggers, reconcile_department, ctx, shutdown).await;
 }
@@ -148,6 +161,36 @@ struct Owner {
     label: &'static str,
 }
 
+/// The namespaces of the projects named in `projects`, by the label the controllers put on a
+/// project's namespaces (tenants cannot label namespaces). With no project it selects no
+/// namespace: the label both absent and present.
+fn projects_selector(projects: &BTreeSet<String>) -> LabelSelector {
+    let requirement = |operator: &str, values: Option<Vec<String>>| LabelSelectorRequirement {
+        key: LABEL_PROJECT.to_string(),
+        operator: operator.to_string(),
+        values,
+    };
+    let match_expressions = if projects.is_empty() {
+        vec![requirement("DoesNotExist", None), requirement("Exists", None)]
+    } else {
+        vec![requirement("In", Some(projects.iter().cloned().collect()))]
+    };
+    LabelSelector { match_expressions: Some(match_expressions), match_labels: None }
+}
+
+/// The projects of department `department` with a queue in `pool` (so below the department's
+/// queue for it), not being deleted. A name longer than a label value (63) is left out: such
+/// a project labels no namespace, and the value would make the selector invalid.
+fn department_projects(projects: &[Arc<Project>], department: &str, pool: &str) -> BTreeSet<String> {
+    projects
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none() && p.spec.department == department)
+        .filter(|p| p.spec.node_pools.iter().any(|np| np.name == pool))
+        .map(|p| p.name_any())
+        .filter(|name| name.len() <= 63)
+        .collect()
+}
+
 impl Owner {
     fn of<K: Resource<DynamicType = ()>>(obj: &K, label: &'static str) -> Result<Self, Error> {
         let reference = obj
@@ -156,24 +199,12 @@ impl Owner {
         Ok(Owner { kind: K::kind(&()).into_owned(), name: obj.name_any(), reference, label })
     }
 
-    /// The namespaces the owner's queues admit: a Project's, by the label the controllers
-    /// put on its namespaces (tenants cannot label namespaces); for a Department, those of
-    /// any project (its own projects' queues, below it, fence each project in).
-    fn namespace_selector(&self) -> LabelSelector {
-        if self.label == LABEL_PROJECT {
-            LabelSelector {
-                match_labels: Some(BTreeMap::from([(LABEL_PROJECT.to_string(), self.name.clone())])),
-                ..LabelSelector::default()
-            }
-        } else {
-            LabelSelector {
-                match_expressions: Some(vec![LabelSelectorRequirement {
-                    key: LABEL_PROJECT.to_string(),
-                    operator: "Exists".into(),
-                    values: None,
-                }]),
-                ..LabelSelector::default()
-            }
+    /// The namespaces a Project's queues admit: the project's, by the label the controllers
+    /// put on its namespaces (tenants cannot label namespaces).
+    fn project_selector(&self) -> LabelSelector {
+        LabelSelector {
+            match_labels: Some(BTreeMap::from([(LABEL_PROJECT.to_string(), self.name.clone())])),
+            ..LabelSelector::default()
         }
     }
 
@@ -195,6 +226,8 @@ struct Desired {
     pool: String,
     parent: Option<String>,
     quota: NodePoolQuota,
+    /// The namespaces the queue admits.
+    selector: LabelSelector,
 }
 
 impl Desired {
@@ -210,7 +243,7 @@ impl Desired {
         q.spec.deserved = deserved(&self.quota);
         q.spec.limit = self.quota.gpu_limit.as_ref().map(|l| BTreeMap::from([(GPU_RESOURCE.to_string(), l.clone())]));
         q.spec.over_quota_weight = self.quota.over_quota_weight;
-        q.spec.namespace_selector = Some(owner.namespace_selector());
+        q.spec.namespace_selector = Some(self.selector.clone());
     }
 
     fn new_queue(&self, owner: &Owner) -> Queue {
@@ -242,6 +275,7 @@ fn check_queue_name(queue: &str, pool: &str) -> Option<Problem> {
 
 async fn reconcile_project(p: Arc<Project>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let name = p.name_any();
+    let owner = Owner::of(&*p, LABEL_PROJECT)?;
     let mut problems = Vec::new();
     let department = Api::<Department>::all(ctx.client.clone()).get_opt(&p.spec.department).await?;
     let mut desired = Vec::new();
@@ -270,12 +304,12 @@ async fn reconcile_project(p: Arc<Project>, ctx: Arc<Ctx>) -> Result<Action, Err
                         pool: pool.name.clone(),
                         parent: Some(department_queue_name(&d.name_any(), &pool.name)),
                         quota: pool.clone(),
+                        selector: owner.project_selector(),
                     });
                 }
             }
         }
     }
-    let owner = Owner::of(&*p, LABEL_PROJECT)?;
     let queues = sync_queues(&ctx.client, &owner, &desired, &mut problems).await?;
     sync_namespaces(&ctx, &p, &mut problems).await?;
     let status = p.status.as_ref().map(|s| (&s.queues[..], s.observed_generation, &s.conditions[..]));
@@ -284,14 +318,25 @@ async fn reconcile_project(p: Arc<Project>, ctx: Arc<Ctx>) -> Result<Action, Err
 }
 
 async fn reconcile_department(d: Arc<Department>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    // Without every project, a selector would shut out some project's namespaces.
+    if !ready(&ctx.projects) {
+        return Ok(Action::requeue(Duration::from_millis(200)));
+    }
     let name = d.name_any();
+    let projects = ctx.projects.state();
     let mut problems = Vec::new();
     let mut desired = Vec::new();
     for pool in &d.spec.node_pools {
         let queue = department_queue_name(&name, &pool.name);
         match check_queue_name(&queue, &pool.name) {
             Some(problem) => problems.push(problem),
-            None => desired.push(Desired { name: queue, pool: pool.name.clone(), parent: None, quota: pool.clone() }),
+            None => desired.push(Desired {
+                name: queue,
+                pool: pool.name.clone(),
+                parent: None,
+                quota: pool.clone(),
+                selector: projects_selector(&department_projects(&projects, &name, &pool.name)),
+            }),
         }
     }
     let owner = Owner::of(&*d, LABEL_DEPARTMENT)?;
