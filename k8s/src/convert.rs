@@ -29,14 +29,15 @@
 //! name) that is bound and carries the scheduler's charge record ([`crate::charge`], a pod
 //! condition tenants cannot write) belongs to the PodGroup the record names, whatever its
 //! annotation says now. Any other pod of this scheduler belongs to the PodGroup named by its
-//! annotation [`POD_GROUP_ANNOTATION`] in its own namespace. Scheduler pods without either
-//! are skipped silently (the controllers create their groups); unbound pods naming a group
-//! that does not exist are skipped and reported (`Pod`/`PodGroupNotFound`). Pods of other
+//! annotation [`POD_GROUP_ANNOTATION`] in its own namespace. Unbound scheduler pods without
+//! either are skipped silently (the controllers create their groups); pods naming a group
+//! that does not exist are reported (`Pod`/`PodGroupNotFound`): unbound ones are skipped,
+//! bound ones stay charged (see "Detached pods"). Pods of other
 //! schedulers are never members, whatever they are annotated with.
 //!
 //! **Detached pods.** A bound pod of this scheduler that no handed-over group holds (its
-//! group was deleted, is left out, or its record names a group that is gone) is still
-//! charged: to the queue of its record, else to the queue its left-out group was admitted to,
+//! group was deleted, is left out, or its record names a group that is gone; or it names no
+//! group at all, when the pod's own name stands for the group) is still charged: to the queue of its record, else to the queue its left-out group was admitted to,
 //! when that queue is a valid leaf; else to its namespace's project queue (the first, by
 //! name, of the valid leaf Queues labelled with the namespace's project); else to `default`.
 //! Such pods form one job per namespace, group and queue, named `<group>#<queue>` (a name no
@@ -123,7 +124,11 @@
 //! `state: Closed`. If no Queue named `default` exists, an implicit `default` top-level
 //! leaf queue is added (no deserved quota, weight 1, reclaimable, BestEffortFIFO) so that
 //! groups without a queue still schedule, as in Volcano, whose `default` queue always
-//! exists; a Queue object named `default` replaces it.
+//! exists; it refuses namespaces of a project (labelled `scheduling.drover.dev/project`),
+//! whose work must use the project's queues so that the project's limit bounds it
+//! (`QueueNotAllowed`, naming those queues). A Queue object named `default` replaces it, with
+//! the selector its admin gives it. A Department's queue (controller ownerReference to a
+//! Department) is never a leaf (`QueueNotLeaf`), even before it has project queues.
 //!
 //! **Problems** carry the kind `Node`, `Pod`, `PodGroup`, `Queue` or `PriorityClass` and
 //! are sorted and deduplicated. Not reported here: a gang larger than the cluster (the core
@@ -320,6 +325,8 @@ pub fn convert(objects: &Objects, scheduler_name: &str) -> Converted {
     let mut members: BTreeMap<(String, String), Vec<PodInfo>> = BTreeMap::new();
     let mut orphans: Vec<(PodInfo, String)> = Vec::new();
     let mut foreign: Vec<PodInfo> = Vec::new();
+    // Bound pods of this scheduler that name no group at all.
+    let mut ungrouped: Vec<PodInfo> = Vec::new();
     for ((namespace, name), pod) in pods {
         let spec = pod.spec.as_ref();
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("");
@@ -363,6 +370,7 @@ pub fn convert(objects: &Objects, scheduler_name: &str) -> Converted {
         match group_key {
             Some(k) if groups.contains_key(&k) => members.entry(k).or_default().push(info),
             Some((_, group)) => orphans.push((info, group)),
+            None if ours && info.node.is_some() => ungrouped.push(info),
             None => foreign.push(info),
         }
     }
@@ -406,12 +414,24 @@ pub fn convert(objects: &Objects, scheduler_name: &str) -> Converted {
         }
     }
     for (info, group) in orphans {
-        let Some(info) = detached.add(&lookup, info, &group, None) else { continue };
-        problems.push(info.problem(
-            "PodGroupNotFound",
-            format!("pod group {group:?} does not exist (yet); the pod is not scheduled until it does"),
-        ));
-        foreign.push(info);
+        let missing = info.problem("PodGroupNotFound", format!("pod group {group:?} does not exist"));
+        match detached.add(&lookup, info, &group, None) {
+            None => problems.push(Problem {
+                message: format!("{}; the bound pod stays charged to its queue as detached work", missing.message),
+                ..missing
+            }),
+            Some(info) => {
+                problems.push(Problem {
+                    message: format!("{} (yet); the pod is not scheduled until it does", missing.message),
+                    ..missing
+                });
+                foreign.push(info);
+            }
+        }
+    }
+    for info in ungrouped {
+        let name = info.name.clone();
+        foreign.extend(detached.add(&lookup, info, &name, None));
     }
     for ((namespace, group, queue), (class, pods)) in detached.0 {
         let charge = Charge { queue, group, priority_class: class };
@@ -526,6 +546,15 @@ struct Lookup<'a> {
 }
 
 impl Lookup<'_> {
+    /// For a namespace of a project: where its work goes instead of `default`.
+    fn project_hint(&self, namespace: &str) -> Option<String> {
+        let project = self.namespaces.get(namespace)?.get(PROJECT_LABEL)?;
+        Some(match self.project_queues.get(project) {
+            Some(queues) => format!("; work of project {project:?} uses its queues ({})", queues.join(", ")),
+            None => format!("; work of project {project:?} uses its queues, and it has none yet"),
+        })
+    }
+
     fn valid_leaf(&self, queue: &str) -> bool {
         matches!(self.queue_state.get(queue), Some(QueueState::Valid { leaf: true, .. }))
     }
@@ -664,13 +693,21 @@ fn group_job<'a>(
         Some(QueueState::Invalid(why)) => {
             Some(problem("QueueInvalid", format!("queue {queue:?} is left out ({why}); the group is not scheduled")))
         }
+        Some(QueueState::Valid { department: true, .. }) => Some(problem(
+            "QueueNotLeaf",
+            format!("queue {queue:?} is a Department's queue; pod groups go in the queues of its projects"),
+        )),
         Some(QueueState::Valid { leaf: false, .. }) => Some(problem(
             "QueueNotLeaf",
             format!("queue {queue:?} has child queues; pod groups must be in a leaf queue"),
         )),
         Some(QueueState::Valid { fences, .. }) if refusal(fences, namespace, lookup.namespaces).is_some() => {
             let why = refusal(fences, namespace, lookup.namespaces).unwrap_or_default();
-            Some(problem("QueueNotAllowed", format!("namespace {namespace:?} may not use queue {queue:?}: {why}")))
+            let hint = lookup.project_hint(namespace).filter(|_| queue == DEFAULT_QUEUE).unwrap_or_default();
+            Some(problem(
+                "QueueNotAllowed",
+                format!("namespace {namespace:?} may not use queue {queue:?}: {why}{hint}"),
+            ))
         }
         Some(QueueState::Valid { closed: true, .. }) if phase == JobPhase::Pending => {
             Some(problem("QueueClosed", format!("queue {queue:?} is closed; the group is not admitted until it opens")))

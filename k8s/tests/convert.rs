@@ -180,9 +180,16 @@ fn usage_of_pods_not_handed_to_the_core_is_subtracted_from_nodes() {
     let c = w.convert();
     let n1 = &c.nodes[0];
     assert_eq!(n1.name, "n1");
-    // 8 - ds 1 - no-group 1 - fin-0 500m; the Drover pod `ours` stays in the core's hands.
-    assert_eq!(n1.allocatable.get("cpu"), 5500);
-    assert_eq!(n1.allocatable.get("pods"), 107);
+    // 8 - ds 1; the Drover pods stay in the core's hands: `ours` in its group, and the bound
+    // `no-group` and `fin-0`, which no handed-over group holds, charged to `default` as
+    // detached work (named after their group, or the pod when it names none).
+    assert_eq!(n1.allocatable.get("cpu"), 7000);
+    assert_eq!(n1.allocatable.get("pods"), 109);
+    for (detached, pod) in [("fin#default", "fin-0"), ("no-group#default", "no-group")] {
+        let job = job(&c, detached);
+        assert_eq!((job.queue.as_str(), job.min_member), ("default", 1), "{detached}");
+        assert_eq!(job.tasks[0].pods, vec![PodPhaseInput::Bound("n1".into())], "{pod}");
+    }
     assert_eq!(n1.allocatable.get("memory"), (64 << 30) - (1 << 30));
     assert_eq!(c.nodes[1].allocatable.get("cpu"), 0, "never below zero");
     assert_eq!(job(&c, "g").tasks[0].pods, vec![PodPhaseInput::Bound("n1".into())]);
@@ -741,6 +748,8 @@ fn a_department_queue_takes_no_group_even_before_it_has_project_queues() {
     assert_eq!(jobs, ["in-plain", "in-project"], "{:?}", c.problems);
     for g in ["in-empty-department", "in-department"] {
         assert!(has_problem(&c, "PodGroup", g, "QueueNotLeaf"), "{g}: {:?}", c.problems);
+        let p = c.problems.iter().find(|p| p.name == g).expect("a problem");
+        assert!(p.message.contains("is a Department's queue"), "{}", p.message);
     }
 }
 
@@ -773,6 +782,7 @@ fn the_implicit_default_queue_refuses_project_namespaces() {
         assert!(has_problem(&c, "PodGroup", g, "QueueNotAllowed"), "{g}: {:?}", c.problems);
         let p = c.problems.iter().find(|p| p.name == g).expect("a problem");
         assert!(p.message.contains("team-a") && p.message.contains("\"default\""), "{}", p.message);
+        assert!(p.message.ends_with("work of project \"a\" uses its queues, and it has none yet"), "{}", p.message);
     }
 
     // An admin's own `default` keeps the selector the admin gives it (here none).
@@ -1014,10 +1024,15 @@ mod random {
                 let (r, j) = (&c.pods[id], &snap.jobs[pod.job]);
                 prop_assert_eq!(&r.namespace, &j.namespace);
                 prop_assert!(seen.insert((r.namespace.clone(), r.name.clone())), "{:?} twice", r);
-                // Some input pod of that name is one of the group's.
+                // Some input pod of that name is one of the group's (a bound pod whose group is
+                // missing or left out is one of the detached job `<group>#<queue>`; one that
+                // names no group, of `<pod>#<queue>`).
+                let detached = j.name.split_once('#').map(|(g, _)| g);
+                let group = detached.unwrap_or(j.name.as_str());
                 prop_assert!(w.pods.iter().any(|p| p["metadata"]["name"] == json!(r.name)
                     && p["metadata"]["namespace"] == json!(r.namespace)
-                    && p["metadata"]["annotations"]["scheduling.drover.dev/pod-group"] == json!(j.name)
+                    && (p["metadata"]["annotations"]["scheduling.drover.dev/pod-group"] == json!(group)
+                        || (detached == Some(r.name.as_str()) && p["spec"]["nodeName"].is_string()))
                     && p["spec"]["schedulerName"] == json!("drover")));
             }
             for n in &c.nodes {

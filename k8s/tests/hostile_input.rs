@@ -1066,8 +1066,13 @@ proptest! {
 // ---------------------------------------------------------------------------------------
 // Named cases
 
-fn with_hostile(extra: World) -> (World, Converted) {
+fn with_hostile(mut extra: World) -> (World, Converted) {
     let mut world = good_world();
+    if extra.namespaces.is_empty() {
+        // The namespace of the hostile objects, known to the scheduler: the implicit `default`
+        // queue admits only namespaces it has seen (and none of a project).
+        extra.namespaces.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bad"}}));
+    }
     extend(&mut world, extra);
     let c = world.convert();
     (world, c)

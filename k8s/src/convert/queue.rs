@@ -26,9 +26,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement, ObjectMeta};
 use kube::Resource;
 
-/// Namespace label naming the namespace's Project, set by the queue-tree controller (tenants
-/// cannot label namespaces).
-const PROJECT_LABEL: &str = "scheduling.drover.dev/project";
+use drover_api::labels::PROJECT_LABEL;
 
 /// What a pod group finds when it looks up its queue.
 #[derive(Debug, Clone, PartialEq)]
@@ -37,6 +35,8 @@ pub(super) enum QueueState {
     Valid {
         /// Has no child queue and is not a Department's queue.
         leaf: bool,
+        /// Is a Department's queue.
+        department: bool,
         /// Closed itself or below a closed queue.
         closed: bool,
         /// The namespace selectors of the queue and its ancestors (queue name, selector):
@@ -118,18 +118,15 @@ pub(super) fn convert(
                         format!("namespaceSelector: {e}; the queue admits no namespace until it is fixed"),
                     ));
                 }
-                state.insert(name.clone(), QueueState::Valid { leaf: true, closed, fences });
+                let department = is_department_queue(&by_name[name.as_str()].metadata);
+                state.insert(name.clone(), QueueState::Valid { leaf: !department, department, closed, fences });
             }
         }
     }
     let valid: Vec<String> =
         state.iter().filter(|(_, s)| matches!(s, QueueState::Valid { .. })).map(|(n, _)| n.clone()).collect();
-    let not_leaves: Vec<&str> = valid
-        .iter()
-        .filter_map(|name| parent_of(name))
-        .chain(by_name.iter().filter(|(_, q)| is_department_queue(&q.metadata)).map(|(n, _)| n.as_str()))
-        .collect();
-    for name in not_leaves {
+    let parents: Vec<&str> = valid.iter().filter_map(|name| parent_of(name)).collect();
+    for name in parents {
         if let Some(QueueState::Valid { leaf, .. }) = state.get_mut(name) {
             *leaf = false;
         }
@@ -172,7 +169,10 @@ pub(super) fn convert(
     if !by_name.contains_key(DEFAULT_QUEUE) {
         inputs.push(implicit_default());
         let fences = vec![(DEFAULT_QUEUE.to_string(), implicit_default_fence())];
-        state.insert(DEFAULT_QUEUE.to_string(), QueueState::Valid { leaf: true, closed: false, fences });
+        state.insert(
+            DEFAULT_QUEUE.to_string(),
+            QueueState::Valid { leaf: true, department: false, closed: false, fences },
+        );
         inputs.sort_by(|a, b| a.name.cmp(&b.name));
     }
     (inputs, state)
