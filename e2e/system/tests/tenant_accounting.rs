@@ -215,7 +215,11 @@ async fn re_annotating_a_jobs_pods_keeps_them_charged() {
     );
     assert_eq!(t.allocated_gpus("team-a").await, "2", "team A's queue status (logs in {})", t.logs);
 
+    // The garbage collector may take half a minute to start on a new control plane: alice
+    // deletes the first Job's pods herself once the Job is gone.
     jobs.delete("first", &DeleteParams::background()).await.expect("alice may delete her Job");
+    eventually(30, "the first Job gone", || async { jobs.get_opt("first").await.ok()?.is_none().then_some(()) }).await;
+    t.delete_pods(&["first-worker-0".to_string(), "first-worker-1".to_string()]).await;
     t.running_job("team-a", "second", 2).await;
 }
 
