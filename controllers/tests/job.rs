@@ -582,7 +582,7 @@ async fn a_queue_fenced_to_other_namespaces_is_refused_until_it_admits_the_jobs(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_job_naming_no_queue_goes_to_its_namespaces_project_queue() {
+async fn a_project_namespaces_job_goes_to_its_project_queue_and_default_is_refused() {
     let Some(c) = Cluster::start(false, false).await else { return };
     let admin = c.client.clone();
     // The project "vision" lists the namespace, which carries its label; its first node
@@ -612,6 +612,11 @@ async fn a_job_naming_no_queue_goes_to_its_namespaces_project_queue() {
         ensure(queue.as_deref() == Some("vision.gpu"), || format!("{group:?}"))
     })
     .await;
+    // Naming `default` (no Queue object has that name) from the project's namespace is refused:
+    // the project's work must stay in its queues, within its limit.
+    c.create_job(job_json("in-default", vec![task("w", 1, json!({}))], json!({"queue": "default"}))).await;
+    wait_invalid(&c, "in-default", "QueueNotAllowed", "may not use queue \"default\"").await;
+    assert!(c.job_pods("in-default").await.is_empty(), "no pods for a Job refused its queue");
     c.stop().await;
 }
 
@@ -781,14 +786,21 @@ async fn a_job_naming_a_parent_or_a_department_queue_is_not_leaf_until_it_is_a_l
     let Some(c) = Cluster::start(false, false).await else { return };
     make_queue(&c, json!({"name": "research"}), json!({})).await;
     make_queue(&c, json!({"name": "vision"}), json!({"parent": "research"})).await;
-    // A Department's queue, as the queue-tree controller makes it, before any project has one.
-    let department = json!({"name": "ml.gpu", "labels": {"scheduling.drover.dev/department": "ml"}});
-    make_queue(&c, department, json!({})).await;
+    // A Department's queue, as the queue-tree controller makes it (owned by the Department),
+    // before any project has one.
+    let department: drover_api::crd::department::Department = serde_json::from_value(json!({
+        "apiVersion": "scheduling.drover.dev/v1alpha1", "kind": "Department", "metadata": {"name": "ml"},
+        "spec": {"nodePools": [{"name": "gpu", "gpu": "8"}]}}))
+    .expect("a Department");
+    let department = Api::all(c.client.clone()).create(&PostParams::default(), &department).await.expect("created");
+    let owner = json!([{"apiVersion": "scheduling.drover.dev/v1alpha1", "kind": "Department", "name": "ml",
+        "uid": department.metadata.uid, "controller": true}]);
+    make_queue(&c, json!({"name": "ml.gpu", "ownerReferences": owner}), json!({})).await;
     c.create_job(job_json("parent", vec![task("w", 1, json!({}))], json!({"queue": "research"}))).await;
     c.create_job(job_json("dept", vec![task("w", 1, json!({}))], json!({"queue": "ml.gpu"}))).await;
     c.create_job(job_json("leaf", vec![task("w", 1, json!({}))], json!({"queue": "vision"}))).await;
     wait_invalid(&c, "parent", "QueueNotLeaf", "queue \"research\" has child queues (\"vision\"").await;
-    wait_invalid(&c, "dept", "QueueNotLeaf", "queue \"ml.gpu\" is the queue of department \"ml\"").await;
+    wait_invalid(&c, "dept", "QueueNotLeaf", "queue \"ml.gpu\" is a Department's queue").await;
     eventually(30, "the job in the leaf queue gets its pod", || async {
         ensure(c.job_pods("leaf").await.len() == 1, || "no pod yet".into())
     })

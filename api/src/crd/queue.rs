@@ -4,8 +4,11 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
-use kube::{CustomResource, KubeSchema};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, LabelSelectorRequirement, ObjectMeta};
+use kube::{CustomResource, KubeSchema, Resource};
+
+use super::department::Department;
+use crate::labels::PROJECT_LABEL;
 use serde::{Deserialize, Serialize};
 
 /// Desired state of a queue.
@@ -135,4 +138,33 @@ pub struct PodGroupCounts {
     /// Finished unsuccessfully.
     #[serde(default)]
     pub failed: u32,
+}
+
+/// Whether a Queue was made from a Department: its controller ownerReference names a
+/// Department of Drover's API group (what the queue-tree controller sets; Queues are
+/// admin-only, so tenants cannot forge one). Such a queue is never a leaf, even before any
+/// project queue is made under it: pod groups go in its projects' queues. The scheduler and
+/// the Job controller both ask this.
+pub fn is_department_queue(meta: &ObjectMeta) -> bool {
+    let group = Department::group(&());
+    meta.owner_references.iter().flatten().any(|r| {
+        r.controller == Some(true)
+            && r.kind == Department::kind(&())
+            && r.api_version.split_once('/').is_some_and(|(g, _)| g == group)
+    })
+}
+
+/// The `namespaceSelector` of the implicit `default` queue (there when no Queue is named
+/// `default`): namespaces of no project. A project's work must use the project's queues, so
+/// that the project's quota and limit bound it. The scheduler and the Job controller both
+/// apply it.
+pub fn implicit_default_selector() -> LabelSelector {
+    LabelSelector {
+        match_expressions: Some(vec![LabelSelectorRequirement {
+            key: PROJECT_LABEL.to_string(),
+            operator: "DoesNotExist".to_string(),
+            values: None,
+        }]),
+        match_labels: None,
+    }
 }

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use drover_api::crd::queue::Queue;
+use drover_api::crd::queue::{implicit_default_selector, is_department_queue, Queue, QueueSpec};
 use drover_api::label_selector;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, ListParams};
@@ -13,7 +13,6 @@ use kube::{Client, ResourceExt};
 
 use super::plan::Validity;
 use super::DEFAULT_QUEUE;
-use crate::queues::{LABEL_DEPARTMENT, LABEL_PROJECT};
 
 /// Queue ancestors read when checking namespace selectors (a parent cycle stops here).
 const MAX_QUEUE_DEPTH: usize = 32;
@@ -21,14 +20,16 @@ const MAX_QUEUE_DEPTH: usize = 32;
 const PAGE: u32 = 500;
 
 /// Checks `queue` for a Job in `namespace`: `QueueNotFound` (a missing queue other than
-/// [`DEFAULT_QUEUE`], which the scheduler adds when no Queue object has its name),
-/// `QueueNotLeaf` or `QueueNotAllowed`.
+/// [`DEFAULT_QUEUE`], which the scheduler adds when no Queue object has its name, with
+/// [`implicit_default_selector`]), `QueueNotLeaf` or `QueueNotAllowed`.
 pub async fn check(client: &Client, namespace: &str, queue: &str) -> Result<Validity, kube::Error> {
-    let Some(found) = Api::<Queue>::all(client.clone()).get_opt(queue).await? else {
-        if queue == DEFAULT_QUEUE {
-            return Ok(Ok(()));
+    let found = match Api::<Queue>::all(client.clone()).get_opt(queue).await? {
+        Some(found) => found,
+        None if queue == DEFAULT_QUEUE => {
+            let spec = QueueSpec { namespace_selector: Some(implicit_default_selector()), ..QueueSpec::default() };
+            Queue::new(DEFAULT_QUEUE, spec)
         }
-        return Ok(Err(("QueueNotFound".into(), format!("queue {queue:?} does not exist"))));
+        None => return Ok(Err(("QueueNotFound".into(), format!("queue {queue:?} does not exist")))),
     };
     if let Some(why) = not_leaf(client, &found).await? {
         return Ok(Err(("QueueNotLeaf".into(), format!("queue {queue:?} {why}; a Job must name a leaf queue"))));
@@ -43,9 +44,8 @@ pub async fn check(client: &Client, namespace: &str, queue: &str) -> Result<Vali
 /// Why `queue` is not a leaf, if it is not: it is a Department's queue (the parent of its
 /// projects' queues, even before it has any), or another queue names it as its parent.
 async fn not_leaf(client: &Client, queue: &Queue) -> Result<Option<String>, kube::Error> {
-    let labels = queue.labels();
-    if let (Some(department), None) = (labels.get(LABEL_DEPARTMENT), labels.get(LABEL_PROJECT)) {
-        return Ok(Some(format!("is the queue of department {department:?} (its projects' queues are the leaves)")));
+    if is_department_queue(&queue.metadata) {
+        return Ok(Some("is a Department's queue (its projects' queues are the leaves)".into()));
     }
     let name = queue.name_any();
     let api: Api<Queue> = Api::all(client.clone());

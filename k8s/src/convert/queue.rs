@@ -4,29 +4,23 @@
 //! Two rules keep project work inside its project's queues, so that a project's quota and
 //! limit bound it:
 //!
-//! - A Department's queue is never a leaf, even before any project queue is made under it: a
-//!   Queue is a Department's when its controller ownerReference names a Department (what the
-//!   queue-tree controller sets, and what it itself uses to tell its Queues from others; Queues
-//!   are admin-only, so tenants cannot forge one). Pod groups go in project queues only.
+//! - A Department's queue ([`is_department_queue`]) is never a leaf, even before any project
+//!   queue is made under it. Pod groups go in project queues only.
 //! - The implicit `default` queue (added when no Queue named `default` exists) refuses
-//!   namespaces labelled [`PROJECT_LABEL`]: a project's work must use the project's queues. An
+//!   namespaces labelled `scheduling.drover.dev/project`: a project's work must use the project's queues. An
 //!   admin's own Queue named `default` keeps the selector the admin gives it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use drover_api::crd::department::Department;
-use drover_api::crd::queue::{Queue, QueueOpenState, QueueingStrategy};
+use drover_api::crd::queue::{implicit_default_selector, is_department_queue, Queue, QueueOpenState, QueueingStrategy};
 use drover_api::label_selector;
 use drover_api::ResourceList;
 use drover_scheduler::snapshot::{QueueInput, QueueingStrategy as CoreStrategy};
 
 use super::{Problem, DEFAULT_QUEUE};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement, ObjectMeta};
-use kube::Resource;
-
-use drover_api::labels::PROJECT_LABEL;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 /// What a pod group finds when it looks up its queue.
 #[derive(Debug, Clone, PartialEq)]
@@ -168,7 +162,7 @@ pub(super) fn convert(
     }
     if !by_name.contains_key(DEFAULT_QUEUE) {
         inputs.push(implicit_default());
-        let fences = vec![(DEFAULT_QUEUE.to_string(), implicit_default_fence())];
+        let fences = vec![(DEFAULT_QUEUE.to_string(), implicit_default_selector())];
         state.insert(
             DEFAULT_QUEUE.to_string(),
             QueueState::Valid { leaf: true, department: false, closed: false, fences },
@@ -189,28 +183,4 @@ fn implicit_default() -> QueueInput {
         reclaimable: true,
         strategy: CoreStrategy::BestEffortFifo,
     }
-}
-
-/// The namespace selector of the implicit `default` queue: namespaces that belong to no
-/// project (no [`PROJECT_LABEL`]).
-fn implicit_default_fence() -> LabelSelector {
-    LabelSelector {
-        match_expressions: Some(vec![LabelSelectorRequirement {
-            key: PROJECT_LABEL.to_string(),
-            operator: "DoesNotExist".to_string(),
-            values: None,
-        }]),
-        match_labels: None,
-    }
-}
-
-/// Whether the Queue was made from a Department: its controller ownerReference names a
-/// Department of Drover's API group.
-fn is_department_queue(meta: &ObjectMeta) -> bool {
-    let group = Department::group(&());
-    meta.owner_references.iter().flatten().any(|r| {
-        r.controller == Some(true)
-            && r.kind == Department::kind(&())
-            && r.api_version.split_once('/').is_some_and(|(g, _)| g == group)
-    })
 }
