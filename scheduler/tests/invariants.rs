@@ -608,11 +608,30 @@ fn gangs_at_or_above_minimum(c: &Cycle) -> Result<(), String> {
 /// No pod of a non-preemptible job is evicted.
 fn only_preemptible_evicted(c: &Cycle) -> Result<(), String> {
     let snap = c.snap;
-    match c.out.decisions.evictions.iter().find(|(p, _)| !snap.jobs[snap.pods[*p].job].preemptible) {
+    // Non-preemptible work beyond its queue's deserved quota is a victim like any other.
+    let mut np = vec![Res::zero(snap.resources.len()); snap.queues.len()];
+    for (p, pod) in snap.pods.iter().enumerate() {
+        let job = &snap.jobs[pod.job];
+        if !job.preemptible && matches!(pod.phase, PodPhase::Bound(_)) {
+            np[job.queue].add(requests(snap, p));
+        }
+    }
+    // A unit is one pod or a whole job: judged here on what any pod of the job asks for.
+    let beyond_deserved = |p: usize| {
+        let job = &snap.jobs[snap.pods[p].job];
+        let (used, deserved) = (&np[job.queue], &snap.queues[job.queue].deserved);
+        let asks = |r: usize| job.tasks.iter().any(|t| t.requests[r] > 0);
+        (0..used.len()).any(|r| snap.quota_resources[r] && asks(r) && used[r] > deserved[r])
+    };
+    let wrong = c.out.decisions.evictions.iter().find(|(p, _)| {
+        let job = &snap.jobs[snap.pods[*p].job];
+        !job.preemptible && !beyond_deserved(*p)
+    });
+    match wrong {
         Some(&(p, reason)) => {
             let job = &snap.jobs[snap.pods[p].job];
             Err(format!(
-                "{reason:?} evicted {} of non-preemptible job {} (priority {})",
+                "{reason:?} evicted {} of non-preemptible job {} (priority {}) within its queue's deserved quota",
                 pod_name(snap, p),
                 job.key(),
                 job.priority
@@ -966,7 +985,7 @@ proptest! {
     }
 
     #[test]
-    fn non_preemptible_pods_are_never_evicted(case in case()) {
+    fn non_preemptible_pods_within_deserved_quota_are_never_evicted(case in case()) {
         run_checked(&case, only_preemptible_evicted)?;
     }
 
