@@ -196,6 +196,8 @@ pub struct PodRef {
 /// Pods of one PodGroup by outcome, for its status.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PodCounts {
+    /// Pods of the group, in any phase (a bound pod counts in the group it was charged as).
+    pub total: u32,
     /// Pods in phase `Running`.
     pub running: u32,
     /// Pods in phase `Succeeded`.
@@ -345,6 +347,7 @@ pub fn convert(objects: &Objects, scheduler_name: &str) -> Converted {
         let group = charge.as_ref().map(|c| c.group.clone()).or(annotated);
         let group_key = group.map(|g| (namespace.clone(), g));
         if let Some(counts) = group_key.as_ref().and_then(|k| pod_counts.get_mut(k)) {
+            counts.total += 1;
             match phase {
                 "Running" => counts.running += 1,
                 "Succeeded" => counts.succeeded += 1,
@@ -400,7 +403,7 @@ pub fn convert(objects: &Objects, scheduler_name: &str) -> Converted {
             .into_iter()
             .partition(|p| p.charge.as_ref().is_none_or(|c| c.queue == queue));
         foreign.extend(strays.into_iter().filter_map(|info| detached.add(&lookup, info, &key.1, None)));
-        match group_job(group, key, pods, &lookup, &mut problems) {
+        match group_job(group, key, queue, pods, &lookup, &mut problems) {
             Ok((job, job_refs)) => {
                 jobs.push(job);
                 refs.extend(job_refs);
@@ -556,7 +559,7 @@ impl Lookup<'_> {
     }
 
     fn valid_leaf(&self, queue: &str) -> bool {
-        matches!(self.queue_state.get(queue), Some(QueueState::Valid { leaf: true, .. }))
+        valid_leaf(self.queue_state, queue)
     }
 
     /// What a bound pod of this scheduler that no handed-over group holds is charged to (see
@@ -617,13 +620,18 @@ fn group_queue(group: &PodGroup) -> String {
     }
 }
 
+/// Whether `queue` is in the tree and takes pod groups.
+fn valid_leaf(state: &BTreeMap<String, QueueState>, queue: &str) -> bool {
+    matches!(state.get(queue), Some(QueueState::Valid { leaf: true, .. }))
+}
+
 /// Per project, its valid leaf queues by name: Queues carry the project label the controllers
 /// set (Queues are admin-only, so the label is trusted).
 fn project_queues(queues: &[Arc<Queue>], state: &BTreeMap<String, QueueState>) -> BTreeMap<String, Vec<String>> {
     let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for ((_, name), q) in unique(queues, |q| &q.metadata) {
         let Some(project) = q.metadata.labels.as_ref().and_then(|l| l.get(PROJECT_LABEL)) else { continue };
-        if matches!(state.get(&name), Some(QueueState::Valid { leaf: true, .. })) {
+        if valid_leaf(state, &name) {
             out.entry(project.clone()).or_default().push(name);
         }
     }
@@ -663,11 +671,13 @@ fn detached_job<'a>(
     build_job(shape, pods, lookup, problems).map_err(|(_, pods)| pods)
 }
 
-/// Builds a group's job, or hands back its pods (those holding a node are charged as detached
-/// pods, or count as foreign usage) when the group is left out.
+/// Builds a group's job in `queue` (its [`group_queue`]), or hands back its pods (those
+/// holding a node are charged as detached pods, or count as foreign usage) when the group is
+/// left out.
 fn group_job<'a>(
     group: &PodGroup,
     (namespace, name): &(String, String),
+    queue: String,
     pods: Vec<PodInfo<'a>>,
     lookup: &Lookup,
     problems: &mut Vec<Problem>,
@@ -687,7 +697,6 @@ fn group_job<'a>(
         PodGroupPhase::Completed | PodGroupPhase::Failed => JobPhase::Pending,
     };
     let admitted = admission(group);
-    let queue = group_queue(group);
     let left_out = match lookup.queue_state.get(&queue) {
         None => Some(problem("QueueNotFound", format!("queue {queue:?} does not exist; the group is not scheduled"))),
         Some(QueueState::Invalid(why)) => {

@@ -277,8 +277,8 @@ fn pod_phases_and_counts() {
     assert_eq!(c.pods[1].resource_version.as_deref(), Some("7"));
     assert_eq!(
         c.pod_counts[&("ns".to_string(), "g".to_string())],
-        PodCounts { running: 3, succeeded: 1, failed: 1 },
-        "p1, p2 and p7 run"
+        PodCounts { total: 8, running: 3, succeeded: 1, failed: 1 },
+        "all 8 pods are the group's; p1, p2 and p7 run"
     );
     assert!(has_problem(&c, "Pod", "p7-lost", "NodeNotFound"));
     build(&c);

@@ -12,7 +12,6 @@ use drover_scheduler::plugins::fairshare::classify;
 use drover_scheduler::res::Res;
 use drover_scheduler::reservation::Reservation;
 use drover_scheduler::snapshot::{JobId, JobPhase, QueueId, Snapshot};
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Patch, PatchParams};
@@ -20,7 +19,7 @@ use kube::Api;
 use serde_json::{json, Map, Value};
 
 use super::cache::{key_of, Gathered, Key, Overlay};
-use super::gang::{group_of, Ctx};
+use super::gang::Ctx;
 use crate::convert::{Converted, PodCounts, Problem};
 use crate::events::{self, EventType};
 
@@ -28,14 +27,6 @@ use crate::events::{self, EventType};
 pub const UNSCHEDULABLE: &str = "Unschedulable";
 /// Condition type saying whether the group could be read.
 pub const VALID: &str = "Valid";
-
-/// Pods of a group by how many exist and how many finished.
-#[derive(Debug, Default, Clone, Copy)]
-struct Members {
-    total: u32,
-    succeeded: u32,
-    failed: u32,
-}
 
 /// What the core decided for a group this cycle.
 #[derive(Clone, Copy)]
@@ -48,22 +39,16 @@ struct Decided<'a> {
 }
 
 /// The status the scheduler wants a group to have.
-fn desired(
-    group: &PodGroup,
-    core: Option<Decided>,
-    counts: PodCounts,
-    members: Members,
-    problem: Option<&Problem>,
-) -> PodGroupStatus {
+fn desired(group: &PodGroup, core: Option<Decided>, counts: PodCounts, problem: Option<&Problem>) -> PodGroupStatus {
     let current = group.status.clone().unwrap_or_default();
     let generation = group.metadata.generation;
     let mut status = current.clone();
-    let all_finished = members.total > 0 && members.succeeded + members.failed == members.total;
+    let all_finished = counts.total > 0 && counts.succeeded + counts.failed == counts.total;
     status.phase = match current.phase {
         // A finished group stays finished unless the core has it again (a restarted job).
         PodGroupPhase::Completed | PodGroupPhase::Failed if core.is_none() => current.phase,
         _ if all_finished => {
-            if members.failed == 0 || members.succeeded >= group.spec.min_member {
+            if counts.failed == 0 || counts.succeeded >= group.spec.min_member {
                 PodGroupPhase::Completed
             } else {
                 PodGroupPhase::Failed
@@ -120,8 +105,6 @@ fn desired(
 /// test can apply them to objects it holds.
 pub fn wanted_group_statuses<'g>(
     pod_groups: &'g [Arc<PodGroup>],
-    pods: &[Arc<Pod>],
-    scheduler_name: &str,
     snap: &Snapshot,
     converted: &Converted,
     outcome: &CycleOutcome,
@@ -149,28 +132,11 @@ pub fn wanted_group_statuses<'g>(
     for p in converted.problems.iter().filter(|p| p.kind == "PodGroup") {
         problems.entry((p.namespace.clone().unwrap_or_default(), p.name.clone())).or_insert(p);
     }
-    let mut members: HashMap<Key, Members> = HashMap::new();
-    for pod in pods {
-        let Some(group) = group_of(pod, scheduler_name) else { continue };
-        let m = members.entry((pod.metadata.namespace.clone().unwrap_or_default(), group.to_string())).or_default();
-        m.total += 1;
-        match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
-            Some("Succeeded") => m.succeeded += 1,
-            Some("Failed") => m.failed += 1,
-            _ => {}
-        }
-    }
     let mut out = Vec::new();
     for group in pod_groups {
         let key = key_of(&group.metadata);
         let counts = converted.pod_counts.get(&key).copied().unwrap_or_default();
-        let want = desired(
-            group,
-            core.get(&key).copied(),
-            counts,
-            members.get(&key).copied().unwrap_or_default(),
-            problems.get(&key).copied(),
-        );
+        let want = desired(group, core.get(&key).copied(), counts, problems.get(&key).copied());
         if group.status.as_ref() != Some(&want) {
             out.push((group, want));
         }
@@ -188,7 +154,7 @@ pub(super) async fn write_groups(
     outcome: &CycleOutcome,
 ) -> usize {
     let mut written = 0;
-    for (group, want) in wanted_group_statuses(&g.pod_groups, &g.pods, ctx.scheduler_name, snap, converted, outcome) {
+    for (group, want) in wanted_group_statuses(&g.pod_groups, snap, converted, outcome) {
         let key = key_of(&group.metadata);
         let Ok(mut status) = serde_json::to_value(&want) else { continue };
         // A merge patch removes only what it sets to null.
@@ -353,14 +319,13 @@ mod tests {
     #[test]
     fn a_finished_group_stays_finished_unless_the_core_schedules_it_again() {
         let group = failed_group();
-        let counts = PodCounts::default();
-        let idle = desired(&group, None, counts, Members::default(), None);
+        let idle = desired(&group, None, PodCounts::default(), None);
         assert_eq!(idle.phase, PodGroupPhase::Failed);
-        let restarted = Members { total: 2, succeeded: 0, failed: 0 };
+        let restarted = PodCounts { total: 2, ..PodCounts::default() };
         let charged = Admission::default();
         let waiting =
             Decided { phase: JobPhase::Pending, reason: Some("waiting"), reservation: None, charged: &charged };
-        let again = desired(&group, Some(waiting), counts, restarted, None);
+        let again = desired(&group, Some(waiting), restarted, None);
         assert_eq!(again.phase, PodGroupPhase::Pending, "a restarted job's group is live again");
         let unschedulable = again.conditions.iter().find(|c| c.type_ == UNSCHEDULABLE).expect("a condition");
         assert_eq!((unschedulable.status.as_str(), unschedulable.message.as_str()), ("True", "waiting"));
