@@ -5,6 +5,7 @@
 //! the simulator, the benchmarks and the tests.
 
 pub mod actions;
+pub mod carry;
 pub mod config;
 pub mod cycle;
 pub mod fair_share;

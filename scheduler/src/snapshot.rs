@@ -24,15 +24,7 @@ pub type PodId = usize;
 /// The implicit root of the queue tree.
 pub const ROOT: QueueId = 0;
 
-/// How a queue orders the start of its jobs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum QueueingStrategy {
-    /// Later jobs may start when an earlier one cannot.
-    #[default]
-    BestEffortFifo,
-    /// Nothing starts while an earlier job of the same class (GPU or CPU-only) waits.
-    StrictFifo,
-}
+pub use drover_api::crd::queue::QueueingStrategy;
 
 /// A node as the scheduler sees it.
 #[derive(Debug, Clone)]

@@ -13,6 +13,7 @@ use drover_api::{
     format_amount, tolerates_all, PriorityClass, ResourceList, Taint, TaintEffect, Toleration, TolerationOperator, CPU,
     GPU, MEMORY, NODE_POOL_LABEL, PODS,
 };
+use drover_scheduler::carry::{carry, Termination};
 use drover_scheduler::config::{
     ActionName, ConfigOverrides, DrfConfig, FairShareMode, PlacementConfig, PlacementOverride, PlacementStrategy,
     PoolPlacement, SchedulerConfig,
@@ -499,29 +500,18 @@ fn run_checked_for(case: &Case, invariant: Invariant, cycles: u32) -> Result<(),
         let out = run_cycle(&snap, &config);
         let cycle = Cycle { case, config: &config, jobs: &jobs, snap: &snap, out: &out, earlier: &earlier };
         invariant(&cycle).map_err(|e| TestCaseError::fail(format!("cycle {number}: {e}")))?;
-        advance(&mut jobs, &snap, &out, case.slow_termination);
+        carry(&mut jobs, &snap, &out, termination(case));
         earlier.push((snap, out));
     }
     Ok(())
 }
 
-/// Carries an outcome into the next cycle's inputs as the simulator does: bound and newly
-/// allocated pods are bound, evicted and pipelined pods pending; job phases as decided.
-/// With `slow_termination`, pods evicted in this cycle are still releasing in the next.
-fn advance(jobs: &mut [JobInput], snap: &Snapshot, out: &CycleOutcome, slow_termination: bool) {
-    for (p, state) in out.pod_state.iter().enumerate() {
-        let pod = &snap.pods[p];
-        let name = |n: usize| snap.nodes[n].name.clone();
-        jobs[pod.job].tasks[pod.task].pods[pod.index as usize] = match *state {
-            PodState::Bound(n) | PodState::Allocated(n) => PodPhaseInput::Bound(name(n)),
-            PodState::Releasing(n) if slow_termination && matches!(pod.phase, PodPhase::Bound(_)) => {
-                PodPhaseInput::Releasing(name(n))
-            }
-            PodState::Releasing(_) | PodState::Pending | PodState::Pipelined(_) => PodPhaseInput::Pending,
-        };
-    }
-    for (j, phase) in out.job_phase.iter().enumerate() {
-        jobs[j].phase = *phase;
+/// How the case's evicted pods terminate.
+fn termination(case: &Case) -> Termination {
+    if case.slow_termination {
+        Termination::Slow
+    } else {
+        Termination::Immediate
     }
 }
 
@@ -1081,7 +1071,7 @@ fn generated_cases_exercise_binding_and_eviction() {
             }
             attributed_reclaims += usize::from(reclaimed_for(&snap, &out).is_some());
             moves += reasons.iter().filter(|&&r| r == EvictReason::Consolidate).count();
-            advance(&mut jobs, &snap, &out, case.slow_termination);
+            carry(&mut jobs, &snap, &out, termination(case));
         }
     }
     eprintln!(

@@ -3,15 +3,15 @@
 //! pipelined behind evictions return to pending (the next cycle places them). Nothing in the
 //! core knows it is simulated.
 
+use drover_scheduler::carry::{carry, Termination};
 use drover_scheduler::config::SchedulerConfig;
 use drover_scheduler::cycle::{run_cycle, CycleOutcome};
 use drover_scheduler::session::{EvictReason, PodState};
 use drover_scheduler::snapshot::{
-    self, Constraints, JobInput, JobPhase, NodeInput, PodPhaseInput, QueueInput, QueueingStrategy as CoreStrategy,
-    Snapshot, SnapshotError, TaskInput,
+    self, Constraints, JobInput, JobPhase, NodeInput, PodPhaseInput, QueueInput, Snapshot, SnapshotError, TaskInput,
 };
 
-use crate::scenario::{QueueingStrategy, Scenario};
+use crate::scenario::Scenario;
 
 /// What happened to a pod in the last cycle.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,7 +94,7 @@ pub fn simulate(scenario: &Scenario, config: &SchedulerConfig, cycles: u32) -> R
         if cycle >= cycles {
             return Ok(SimResult { cycles, snapshot: snap, last: outcome, fates, evictions });
         }
-        advance(&mut jobs, &snap, &outcome);
+        carry(&mut jobs, &snap, &outcome, Termination::Immediate);
     }
 }
 
@@ -103,26 +103,6 @@ pub fn pod_key(snap: &Snapshot, pod: usize) -> String {
     let p = &snap.pods[pod];
     let job = &snap.jobs[p.job];
     format!("{}/{}", job.namespace, crate::scenario::pod_name(&job.name, &job.tasks[p.task].name, p.index))
-}
-
-/// Carries a cycle's outcome into the next cycle's inputs.
-fn advance(jobs: &mut [JobInput], snap: &Snapshot, outcome: &CycleOutcome) {
-    for (p, state) in outcome.pod_state.iter().enumerate() {
-        let pod = &snap.pods[p];
-        jobs[pod.job].tasks[pod.task].pods[pod.index as usize] = match *state {
-            PodState::Bound(n) | PodState::Allocated(n) => PodPhaseInput::Bound(snap.nodes[n].name.clone()),
-            PodState::Releasing(_) | PodState::Pending | PodState::Pipelined(_) => PodPhaseInput::Pending,
-        };
-    }
-    for (j, phase) in outcome.job_phase.iter().enumerate() {
-        jobs[j].phase = *phase;
-        let running = jobs[j].tasks.iter().flat_map(|t| &t.pods).any(|p| matches!(p, PodPhaseInput::Bound(_)));
-        if !running {
-            jobs[j].ends_at = None;
-        } else if jobs[j].ends_at.is_none() {
-            jobs[j].ends_at = jobs[j].run_time.map(|d| snap.now.saturating_add(d));
-        }
-    }
 }
 
 fn node_inputs(s: &Scenario) -> Vec<NodeInput> {
@@ -148,10 +128,7 @@ fn queue_inputs(s: &Scenario) -> Vec<QueueInput> {
             limit: q.limit.clone(),
             over_quota_weight: q.over_quota_weight,
             reclaimable: q.reclaimable,
-            strategy: match q.queueing_strategy {
-                QueueingStrategy::BestEffortFIFO => CoreStrategy::BestEffortFifo,
-                QueueingStrategy::StrictFIFO => CoreStrategy::StrictFifo,
-            },
+            strategy: q.queueing_strategy,
         })
         .collect()
 }

@@ -14,8 +14,8 @@ use drover_api::{
     NodeSelectorRequirement, PriorityClass, ResourceList, Taint, Toleration, BUILTIN_PRIORITY_CLASSES, PODS,
 };
 use drover_scheduler::config::ConfigOverrides;
+pub use drover_scheduler::snapshot::QueueingStrategy;
 use serde::de::{self, DeserializeOwned, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Unexpected, Visitor};
-use serde::{Deserialize, Serialize};
 use serde_yaml::{Mapping, Value};
 
 /// A validated scenario: everything the simulator needs, with defaults applied.
@@ -76,16 +76,6 @@ pub struct QueueSpec {
     pub reclaimable: bool,
     /// Whether a waiting job blocks later jobs of the queue.
     pub queueing_strategy: QueueingStrategy,
-}
-
-/// How a queue orders the start of its jobs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub enum QueueingStrategy {
-    /// Later jobs may start while an earlier one waits.
-    #[default]
-    BestEffortFIFO,
-    /// Nothing starts while an earlier job of the queue (priority, then FIFO order) waits.
-    StrictFIFO,
 }
 
 /// A job: one pod group and its pods.

@@ -167,7 +167,7 @@ fn the_contract_example_parses() {
     assert_eq!(dept.deserved, resources(&[("nvidia.com/gpu", 4)]));
     assert_eq!(dept.limit, Some(resources(&[("nvidia.com/gpu", 8)])));
     assert_eq!((dept.over_quota_weight, dept.reclaimable), (1, true));
-    assert_eq!(dept.queueing_strategy, QueueingStrategy::BestEffortFIFO);
+    assert_eq!(dept.queueing_strategy, QueueingStrategy::BestEffortFifo);
     assert_eq!((proj.name.as_str(), proj.parent.as_deref()), ("proj-1", Some("dept-a")));
     assert_eq!(proj.deserved, resources(&[("nvidia.com/gpu", 2)]));
     assert_eq!(proj.limit, None);
@@ -218,7 +218,7 @@ jobs:
     assert!(s.nodes[0].labels.is_empty() && s.nodes[0].taints.is_empty() && !s.nodes[0].unschedulable);
     let q = &s.queues[0];
     assert_eq!((q.parent.clone(), q.deserved.clone(), q.limit.clone()), (None, ResourceList::default(), None));
-    assert_eq!((q.over_quota_weight, q.reclaimable, q.queueing_strategy), (1, true, QueueingStrategy::BestEffortFIFO));
+    assert_eq!((q.over_quota_weight, q.reclaimable, q.queueing_strategy), (1, true, QueueingStrategy::BestEffortFifo));
     let builtins: Vec<PriorityClass> =
         [("train", 50), ("interactive-preemptible", 75), ("build", 100), ("inference", 125)]
             .iter()
@@ -275,7 +275,7 @@ jobs:
     );
     assert!(s.nodes[0].unschedulable);
     let q = &s.queues[0];
-    assert_eq!((q.over_quota_weight, q.reclaimable, q.queueing_strategy), (0, false, QueueingStrategy::StrictFIFO));
+    assert_eq!((q.over_quota_weight, q.reclaimable, q.queueing_strategy), (0, false, QueueingStrategy::StrictFifo));
     assert!(!s.priority_classes[0].preemptible && !s.priority_classes[2].preemptible);
     let j = &s.jobs[0];
     assert_eq!((j.namespace.as_str(), j.priority_class.as_str()), ("team", "low"), "lowest-valued class by default");

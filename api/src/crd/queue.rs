@@ -72,14 +72,18 @@ fn yes() -> bool {
     true
 }
 
-/// How a queue orders the start of its jobs.
+/// How a queue orders the start of its jobs: the one definition the Queue object, the
+/// scheduling core and scenario files share (written `BestEffortFIFO` and `StrictFIFO`).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, schemars::JsonSchema)]
 pub enum QueueingStrategy {
     /// Later jobs may start when an earlier one cannot (Volcano's behaviour).
     #[default]
-    BestEffortFIFO,
-    /// Nothing starts while an earlier job of the same class waits (Determined's priority scheduler).
-    StrictFIFO,
+    #[serde(rename = "BestEffortFIFO")]
+    BestEffortFifo,
+    /// Nothing starts while an earlier job of the same class (GPU or CPU-only) waits
+    /// (Determined's priority scheduler).
+    #[serde(rename = "StrictFIFO")]
+    StrictFifo,
 }
 
 /// Whether a queue accepts new work.

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use drover_api::crd::queue::{implicit_default_selector, is_department_queue, Queue, QueueOpenState, QueueingStrategy};
 use drover_api::label_selector;
 use drover_api::ResourceList;
-use drover_scheduler::snapshot::{QueueInput, QueueingStrategy as CoreStrategy};
+use drover_scheduler::snapshot::QueueInput;
 
 use super::{Problem, DEFAULT_QUEUE};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -154,10 +154,7 @@ pub(super) fn convert(
             limit,
             over_quota_weight: q.spec.over_quota_weight,
             reclaimable: q.spec.reclaimable,
-            strategy: match q.spec.queueing_strategy {
-                QueueingStrategy::BestEffortFIFO => CoreStrategy::BestEffortFifo,
-                QueueingStrategy::StrictFIFO => CoreStrategy::StrictFifo,
-            },
+            strategy: q.spec.queueing_strategy,
         });
     }
     if !by_name.contains_key(DEFAULT_QUEUE) {
@@ -181,6 +178,6 @@ fn implicit_default() -> QueueInput {
         limit: None,
         over_quota_weight: 1,
         reclaimable: true,
-        strategy: CoreStrategy::BestEffortFifo,
+        strategy: QueueingStrategy::BestEffortFifo,
     }
 }

@@ -267,6 +267,11 @@ fn account(out: &mut Replay, live: &[Live], fair: &BTreeMap<String, i64>, dt: i6
 /// and pipelined pods pending again, as if evictions ended at once) and records the leaf
 /// queues' GPU fair shares in `fair`; true when evictions or pipelined pods need another
 /// cycle to settle.
+///
+/// Not [`drover_scheduler::carry::carry`]: the replay keeps one snapshot and writes into it
+/// (rebuilding it from inputs each cycle would dominate a long trace), and a trace job's run
+/// time starts when all its pods run, not when the first one does, so its end comes from the
+/// replay's own clock.
 fn cycle(
     live: &mut [Live],
     world: &mut World,

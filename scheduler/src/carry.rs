@@ -1,0 +1,44 @@
+//! Carrying a cycle's outcome into the next cycle's inputs, for callers that rebuild the
+//! snapshot from inputs each cycle (the simulator, the property tests). In a cluster the
+//! API server does this: bindings take effect, evicted pods terminate.
+
+use crate::cycle::CycleOutcome;
+use crate::session::PodState;
+use crate::snapshot::{JobInput, PodPhase, PodPhaseInput, Snapshot};
+
+/// How long pods evicted in a cycle take to terminate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Termination {
+    /// At once: they are pending again in the next cycle.
+    Immediate,
+    /// Over a cycle: pods that were bound are still releasing their node in the next cycle.
+    Slow,
+}
+
+/// Writes `outcome` (of the cycle that ran on `snap`, built from `jobs`) into `jobs`: bound
+/// and newly allocated pods are bound, pipelined pods pending again (the next cycle places
+/// them), evicted pods pending or releasing as `termination` says; each job takes the phase
+/// the cycle decided, and a job with a declared run time that starts running now is expected
+/// to end that long after the cycle's time (one that stops running has no end).
+pub fn carry(jobs: &mut [JobInput], snap: &Snapshot, outcome: &CycleOutcome, termination: Termination) {
+    for (p, state) in outcome.pod_state.iter().enumerate() {
+        let pod = &snap.pods[p];
+        let name = |n: usize| snap.nodes[n].name.clone();
+        jobs[pod.job].tasks[pod.task].pods[pod.index as usize] = match *state {
+            PodState::Bound(n) | PodState::Allocated(n) => PodPhaseInput::Bound(name(n)),
+            PodState::Releasing(n) if termination == Termination::Slow && matches!(pod.phase, PodPhase::Bound(_)) => {
+                PodPhaseInput::Releasing(name(n))
+            }
+            PodState::Releasing(_) | PodState::Pending | PodState::Pipelined(_) => PodPhaseInput::Pending,
+        };
+    }
+    for (job, phase) in jobs.iter_mut().zip(&outcome.job_phase) {
+        job.phase = *phase;
+        let running = job.tasks.iter().flat_map(|t| &t.pods).any(|p| matches!(p, PodPhaseInput::Bound(_)));
+        if !running {
+            job.ends_at = None;
+        } else if job.ends_at.is_none() {
+            job.ends_at = job.run_time.map(|d| snap.now.saturating_add(d));
+        }
+    }
+}
