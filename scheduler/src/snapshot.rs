@@ -298,6 +298,13 @@ pub struct JobInput {
     pub ends_at: Option<i64>,
 }
 
+impl JobInput {
+    /// `namespace/name`.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
 /// A task as handed to the builder.
 #[derive(Debug, Clone)]
 pub struct TaskInput {

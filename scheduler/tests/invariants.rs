@@ -1071,7 +1071,7 @@ fn generated_cases_exercise_binding_and_eviction() {
             }
             attributed_reclaims += usize::from(reclaimed_for(&snap, &out).is_some());
             moves += reasons.iter().filter(|&&r| r == EvictReason::Consolidate).count();
-            carry(&mut jobs, &snap, &out, termination(case));
+            carry(&mut jobs, &snap, &out, termination(&case));
         }
     }
     eprintln!(

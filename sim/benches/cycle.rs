@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use drover_scheduler::config::SchedulerConfig;
 use drover_scheduler::cycle::{run_cycle, run_cycle_observed};
 use drover_scheduler::snapshot::{self, Snapshot};
-use drover_sim::{run, scenario, synthetic};
+use drover_sim::{scenario, synthetic};
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
@@ -60,7 +60,7 @@ fn bench(size: &Size, config: &SchedulerConfig) -> f64 {
     let plan = synthetic::plan(size.nodes, size.running, size.pending).expect("the sizes fit");
     let text = plan.to_yaml(&format!("bench-{}", size.label));
     let parsed = scenario::parse(&text, "synthetic").expect("the synthetic scenario is valid");
-    let inputs = run::inputs(&parsed);
+    let inputs = parsed;
     println!(
         "size {}: {} nodes x {} GPUs, {} queues, {} jobs, {} running pods, {} pending pods \
          (generated and parsed in {:.1} ms)",

@@ -8,6 +8,7 @@ use drover_api::{
     TolerationOperator,
 };
 use drover_scheduler::config::{ActionName, ConfigOverrides, FairShareMode, PlacementOverride, PlacementStrategy};
+use drover_scheduler::snapshot::{Constraints, PodPhaseInput};
 use drover_sim::scenario::{load, parse, pod_name, QueueingStrategy, Scenario, ScenarioError};
 use proptest::prelude::*;
 use serde_yaml::Value;
@@ -167,7 +168,7 @@ fn the_contract_example_parses() {
     assert_eq!(dept.deserved, resources(&[("nvidia.com/gpu", 4)]));
     assert_eq!(dept.limit, Some(resources(&[("nvidia.com/gpu", 8)])));
     assert_eq!((dept.over_quota_weight, dept.reclaimable), (1, true));
-    assert_eq!(dept.queueing_strategy, QueueingStrategy::BestEffortFifo);
+    assert_eq!(dept.strategy, QueueingStrategy::BestEffortFifo);
     assert_eq!((proj.name.as_str(), proj.parent.as_deref()), ("proj-1", Some("dept-a")));
     assert_eq!(proj.deserved, resources(&[("nvidia.com/gpu", 2)]));
     assert_eq!(proj.limit, None);
@@ -177,12 +178,13 @@ fn the_contract_example_parses() {
     let [j1] = s.jobs.as_slice() else { panic!("one job expected") };
     assert_eq!((j1.name.as_str(), j1.namespace.as_str(), j1.queue.as_str()), ("j1", "default", "proj-1"));
     assert_eq!((j1.priority_class.as_str(), j1.min_member, j1.created_at), ("train", 4, 0));
-    assert_eq!(j1.duration, Some(3600));
+    assert_eq!(j1.run_time, Some(3600));
     let [worker] = j1.tasks.as_slice() else { panic!("one task expected") };
-    assert_eq!((worker.name.as_str(), worker.replicas, worker.min_available), ("worker", 4, None));
+    assert_eq!((worker.name.as_str(), worker.pods.len(), worker.min_available), ("worker", 4, 0));
     assert_eq!(worker.requests, resources(&[("nvidia.com/gpu", 1), ("cpu", 1000)]));
-    assert!(worker.node_selector.is_empty() && worker.tolerations.is_empty() && worker.affinity.is_empty());
-    assert_eq!(worker.running, ["n1", "n1"]);
+    assert_eq!(worker.constraints, Constraints::default());
+    let n1 = || PodPhaseInput::Bound("n1".into());
+    assert_eq!(worker.pods, [n1(), n1(), PodPhaseInput::Pending, PodPhaseInput::Pending]);
 
     let expect = s.expect.expect("the example has expectations");
     assert_eq!(expect.jobs["j1"].running, Some(4));
@@ -218,7 +220,7 @@ jobs:
     assert!(s.nodes[0].labels.is_empty() && s.nodes[0].taints.is_empty() && !s.nodes[0].unschedulable);
     let q = &s.queues[0];
     assert_eq!((q.parent.clone(), q.deserved.clone(), q.limit.clone()), (None, ResourceList::default(), None));
-    assert_eq!((q.over_quota_weight, q.reclaimable, q.queueing_strategy), (1, true, QueueingStrategy::BestEffortFifo));
+    assert_eq!((q.over_quota_weight, q.reclaimable, q.strategy), (1, true, QueueingStrategy::BestEffortFifo));
     let builtins: Vec<PriorityClass> =
         [("train", 50), ("interactive-preemptible", 75), ("build", 100), ("inference", 125)]
             .iter()
@@ -227,10 +229,11 @@ jobs:
     assert_eq!(s.priority_classes, builtins);
     let j = &s.jobs[0];
     assert_eq!((j.namespace.as_str(), j.priority_class.as_str()), ("default", "train"));
-    assert_eq!((j.min_member, j.created_at, j.duration), (5, 0, None));
+    assert_eq!((j.min_member, j.created_at, j.run_time), (5, 0, None));
     let a = &j.tasks[0];
-    assert!(a.requests.0.is_empty() && a.node_selector.is_empty() && a.running.is_empty());
-    assert_eq!(a.min_available, None);
+    assert!(a.requests.0.is_empty() && a.constraints.node_selector.is_empty());
+    assert!(a.pods.iter().all(|p| *p == PodPhaseInput::Pending));
+    assert_eq!(a.min_available, 0);
     assert_eq!(s.expect, None);
 }
 
@@ -275,17 +278,17 @@ jobs:
     );
     assert!(s.nodes[0].unschedulable);
     let q = &s.queues[0];
-    assert_eq!((q.over_quota_weight, q.reclaimable, q.queueing_strategy), (0, false, QueueingStrategy::StrictFifo));
+    assert_eq!((q.over_quota_weight, q.reclaimable, q.strategy), (0, false, QueueingStrategy::StrictFifo));
     assert!(!s.priority_classes[0].preemptible && !s.priority_classes[2].preemptible);
     let j = &s.jobs[0];
     assert_eq!((j.namespace.as_str(), j.priority_class.as_str()), ("team", "low"), "lowest-valued class by default");
     assert_eq!((j.min_member, j.created_at), (2, -7));
     let t = &j.tasks[0];
-    assert_eq!(t.min_available, Some(1));
-    assert_eq!(t.node_selector, BTreeMap::from([("zone".to_string(), "a".to_string())]));
-    assert_eq!(t.tolerations, [Toleration { operator: TolerationOperator::Exists, ..Default::default() }]);
+    assert_eq!(t.min_available, 1);
+    assert_eq!(t.constraints.node_selector, BTreeMap::from([("zone".to_string(), "a".to_string())]));
+    assert_eq!(t.constraints.tolerations, [Toleration { operator: TolerationOperator::Exists, ..Default::default() }]);
     assert_eq!(
-        t.affinity,
+        t.constraints.affinity,
         [
             NodeSelectorRequirement { key: "gen".into(), operator: NodeSelectorOperator::Gt, values: vec!["4".into()] },
             NodeSelectorRequirement { key: "zone".into(), operator: NodeSelectorOperator::Exists, values: vec![] },
@@ -1117,9 +1120,8 @@ fn parse_checked(text: &str) {
         Ok(s) => {
             assert!(s.cycles >= 1 && !s.name.is_empty());
             for job in &s.jobs {
-                let total: u64 = job.tasks.iter().map(|t| u64::from(t.replicas)).sum();
-                assert!(!job.tasks.is_empty() && u64::from(job.min_member) <= total);
-                assert!(job.tasks.iter().all(|t| t.running.len() <= t.replicas as usize));
+                let total: usize = job.tasks.iter().map(|t| t.pods.len()).sum();
+                assert!(!job.tasks.is_empty() && job.min_member as usize <= total);
             }
         }
         Err(e) => {

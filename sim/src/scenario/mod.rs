@@ -1,0 +1,163 @@
+//! Scenario files: a cluster, its queue tree and its workloads at one moment, and optionally
+//! what the scheduler must decide (the contract is `scenario-format.md`).
+//!
+//! The cluster is read straight into the core's inputs ([`NodeInput`], [`QueueInput`],
+//! [`JobInput`]); [`Scenario`] adds only what is not cluster state. The text is first read as
+//! a `serde_yaml::Value`, then every object (node, queue, job, task, ...) is read on its own
+//! ([`model`], [`expect`], with the readers of [`read`]), so that each error can name the
+//! file, the object (`job default/j1`) and the field (`requests.cpu`), and the line and
+//! column of that field.
+
+use std::fmt;
+use std::path::Path;
+
+use drover_api::PriorityClass;
+use drover_scheduler::config::ConfigOverrides;
+pub use drover_scheduler::snapshot::QueueingStrategy;
+use drover_scheduler::snapshot::{JobInput, NodeInput, QueueInput, TaskInput};
+use serde_yaml::Value;
+
+mod expect;
+mod model;
+mod read;
+
+pub use expect::{Expect, JobExpect, QueueExpect};
+
+/// A validated scenario: the cluster as the core's inputs, with defaults applied, and what
+/// the simulator needs beyond it.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    /// The scenario's name, printed in reports.
+    pub name: String,
+    /// Free text for people; empty when absent.
+    pub description: String,
+    /// Scheduling cycles to run (at least 1).
+    pub cycles: u32,
+    /// The time of the cycles, in seconds on the clock of `createdAt` and `startedAt`
+    /// (Drover's extension; default 0).
+    pub now: i64,
+    /// Overrides of the default scheduler configuration.
+    pub config: ConfigOverrides,
+    /// The cluster's nodes (`pods` is 110 where the file does not say).
+    pub nodes: Vec<NodeInput>,
+    /// The queue tree, as a flat list with parent links.
+    pub queues: Vec<QueueInput>,
+    /// The priority classes jobs may use (the built-in ones when the file lists none).
+    pub priority_classes: Vec<PriorityClass>,
+    /// The workloads, one job per pod group; `running` pods are bound, the rest pending, and
+    /// a running job with a `duration` ends that long after `startedAt` (default `now`).
+    pub jobs: Vec<JobInput>,
+    /// What the scheduler must decide, if the file says.
+    pub expect: Option<Expect>,
+}
+
+/// One pod of a scenario, as expectations name it.
+#[derive(Debug, Clone, Copy)]
+pub struct PodRef<'s> {
+    /// The pod's job.
+    pub job: &'s JobInput,
+    /// The pod's task.
+    pub task: &'s TaskInput,
+    /// The pod's index in its task.
+    pub index: u32,
+}
+
+/// Why a scenario file cannot be used: which file, which object, which field, and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScenarioError {
+    /// The file name given to [`parse`] or the path given to [`load`].
+    pub file: String,
+    /// The object, such as `node n1` or `job default/j1 task worker`; empty for file-level errors.
+    pub object: String,
+    /// The field path inside the object, such as `requests.cpu`; empty when the object itself is wrong.
+    pub field: String,
+    /// What is wrong, with the line and column when known.
+    pub message: String,
+}
+
+impl fmt::Display for ScenarioError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: ", self.file)?;
+        if !self.object.is_empty() {
+            write!(f, "{}: ", self.object)?;
+        }
+        if !self.field.is_empty() {
+            write!(f, "field `{}`: ", self.field)?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ScenarioError {}
+
+/// The name of a pod of a job's task, as Drover creates it and expectations refer to it.
+pub fn pod_name(job: &str, task: &str, index: u32) -> String {
+    format!("{job}-{task}-{index}")
+}
+
+/// Reads and validates a scenario file.
+pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| ScenarioError {
+        file: file.clone(),
+        object: String::new(),
+        field: String::new(),
+        message: format!("cannot read the file: {e}"),
+    })?;
+    parse(&text, &file)
+}
+
+/// Parses and validates scenario text; `file` names the text in errors.
+pub fn parse(text: &str, file: &str) -> Result<Scenario, ScenarioError> {
+    let doc = read::Doc { text, file };
+    let root: Value = serde_yaml::from_str(text).map_err(|e| doc.error(e))?;
+    if root.is_null() {
+        return Err(doc.error("the file is empty; a scenario needs at least a `name`"));
+    }
+    let mut scenario = model::scenario(&doc, &root)?;
+    if let Some(v) = root.get("expect").filter(|v| !v.is_null()) {
+        scenario.expect = Some(expect::read(&doc, v, &scenario)?);
+    }
+    Ok(scenario)
+}
+
+impl PodRef<'_> {
+    /// The pod's `namespace/name`, unique in a scenario (the form reports use).
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.job.namespace, pod_name(&self.job.name, &self.task.name, self.index))
+    }
+}
+
+impl Scenario {
+    /// The jobs an expectation key (`name` or `namespace/name`) can mean; several only when
+    /// a bare name exists in more than one namespace.
+    pub fn find_jobs(&self, key: &str) -> Vec<&JobInput> {
+        let (namespace, name) = split_key(key);
+        self.jobs.iter().filter(|j| j.name == name && namespace.is_none_or(|ns| ns == j.namespace)).collect()
+    }
+
+    /// The pods an expectation key (`<job>-<task>-<index>`, optionally `namespace/`-prefixed)
+    /// can mean; several only when a bare name exists in more than one namespace.
+    pub fn find_pods(&self, key: &str) -> Vec<PodRef<'_>> {
+        let (namespace, name) = split_key(key);
+        let mut found = Vec::new();
+        for job in self.jobs.iter().filter(|j| namespace.is_none_or(|ns| ns == j.namespace)) {
+            for task in &job.tasks {
+                let index = name
+                    .strip_prefix(&format!("{}-{}-", job.name, task.name))
+                    .and_then(|i| i.parse::<u32>().ok().filter(|n| n.to_string() == i));
+                if let Some(index) = index.filter(|i| (*i as usize) < task.pods.len()) {
+                    found.push(PodRef { job, task, index });
+                }
+            }
+        }
+        found
+    }
+}
+
+fn split_key(key: &str) -> (Option<&str>, &str) {
+    match key.split_once('/') {
+        Some((namespace, name)) => (Some(namespace), name),
+        None => (None, key),
+    }
+}
