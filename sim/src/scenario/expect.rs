@@ -56,8 +56,6 @@ pub struct QueueExpect {
     pub deserved: Option<ResourceList>,
 }
 
-/// One pod of a scenario, as expectations name it.
-
 /// Reads the `expect` block of a scenario whose cluster is read.
 pub(super) fn read(doc: &Doc, v: &Value, scenario: &Scenario) -> Result<Expect, ScenarioError> {
     let object = Object::new(doc, "expect", vec![Step::Key("expect".into())]);
