@@ -115,8 +115,8 @@ pub use plan::action_for;
 pub use plan::{plan, Phase, Plan, PodView, Validity};
 pub use tracker::Eviction;
 
-use crate::events::{self, EventType};
-use drover_k8s::watch_backoff::watch_backoff;
+use drover_kubeutil::events::{self, EventType};
+use drover_kubeutil::watch_backoff::watch_backoff;
 use tracker::Tracker;
 
 /// The controller's name: field manager and Event source.

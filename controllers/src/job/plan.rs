@@ -18,7 +18,7 @@ use super::{
     CONDITION_FINISHED, CONDITION_RESTARTING, CONDITION_VALID, INVALID_REQUEUE, RETRY_ANNOTATION, TASK_INDEX_LABEL,
     TASK_LABEL,
 };
-use crate::events::EventType;
+use drover_kubeutil::events::EventType;
 
 /// A pod's phase as the controller counts it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

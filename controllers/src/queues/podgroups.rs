@@ -21,8 +21,8 @@ use super::{
     api_code, project_queue_name, reasons, Error, ANNOTATION_POD_GROUP, ANNOTATION_QUEUE, DEFAULT_QUEUE,
     LABEL_JOB_NAME, LABEL_PROJECT, NODE_POOL_LABEL, POD_GROUP_PREFIX, SCHEDULER_NAME,
 };
-use crate::events::{self, EventType};
-use drover_k8s::watch_backoff::watch_backoff;
+use drover_kubeutil::events::{self, EventType};
+use drover_kubeutil::watch_backoff::watch_backoff;
 
 const CONTROLLER: &str = "drover-pod-groups";
 

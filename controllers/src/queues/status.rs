@@ -19,8 +19,8 @@ use serde_json::json;
 
 use super::runner::{changes, digest, drive, ready, shutdown_signal, Context, Retries, Triggers};
 use super::{find_valid, put_condition, reasons, same_condition, valid_condition, Error, Problem};
-use crate::events::{self, EventType};
-use drover_k8s::watch_backoff::watch_backoff;
+use drover_kubeutil::events::{self, EventType};
+use drover_kubeutil::watch_backoff::watch_backoff;
 
 const CONTROLLER: &str = "drover-queue-status";
 const RESYNC: Duration = Duration::from_secs(300);

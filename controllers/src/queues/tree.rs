@@ -28,8 +28,8 @@ use super::{
     api_code, department_queue_name, find_valid, project_queue_name, put_condition, reasons, same_condition,
     valid_condition, valid_pool_name, Error, Problem, GPU_RESOURCE, LABEL_DEPARTMENT, LABEL_NODE_POOL, LABEL_PROJECT,
 };
-use crate::events::{self, EventType};
-use drover_k8s::watch_backoff::watch_backoff;
+use drover_kubeutil::events::{self, EventType};
+use drover_kubeutil::watch_backoff::watch_backoff;
 
 /// The name Events are reported under.
 const CONTROLLER: &str = "drover-queue-tree";

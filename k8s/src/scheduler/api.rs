@@ -10,7 +10,7 @@ use serde_json::json;
 
 use crate::charge::Charge;
 use crate::convert::PodRef;
-use crate::events::{self, EventType};
+use drover_kubeutil::events::{self, EventType};
 
 /// The HTTP status of an API error, if the server answered one.
 pub(super) fn code(e: &kube::Error) -> Option<u16> {

@@ -19,7 +19,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use crate::convert::{Objects, PodRef};
-use crate::watch_backoff::watch_backoff;
+use drover_kubeutil::watch_backoff::watch_backoff;
 
 /// `(namespace, name)`; namespace is empty for cluster-scoped objects.
 pub(super) type Key = (String, String);
