@@ -7,6 +7,7 @@ use std::sync::Arc;
 use drover_api::crd::conditions;
 use drover_api::crd::podgroup::{Admission, PodGroup, PodGroupPhase, PodGroupStatus, ReservationStatus};
 use drover_api::crd::queue::Queue;
+use drover_kubeutil::events::{self, EventType};
 use drover_scheduler::cycle::CycleOutcome;
 use drover_scheduler::plugins::fairshare::classify;
 use drover_scheduler::res::Res;
@@ -21,7 +22,6 @@ use serde_json::{json, Map, Value};
 use super::cache::{key_of, Gathered, Key, Overlay};
 use super::Writer;
 use crate::convert::{Converted, PodCounts, Problem};
-use drover_kubeutil::events::{self, EventType};
 
 /// Condition type carrying the reason a group waits.
 pub const UNSCHEDULABLE: &str = "Unschedulable";
