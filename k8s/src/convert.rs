@@ -617,10 +617,6 @@ impl Lookup<'_> {
         })
     }
 
-    fn valid_leaf(&self, queue: &str) -> bool {
-        valid_leaf(self.queue_state, queue)
-    }
-
     /// What a bound pod of this scheduler that no handed-over group holds is charged to (see
     /// "Detached pods" in the module docs): its own record, else the admission of the group it
     /// was left out with, else its namespace's project queue, else `default`. `None` for pods
@@ -636,14 +632,14 @@ impl Lookup<'_> {
                 priority_class: class.clone(),
             })
         });
-        if let Some(charge) = recorded.as_ref().filter(|c| self.valid_leaf(&c.queue)) {
+        if let Some(charge) = recorded.as_ref().filter(|c| valid_leaf(self.queue_state, &c.queue)) {
             return Some(charge.clone());
         }
         let project = self.namespaces.get(info.namespace.as_str()).and_then(|l| l.get(PROJECT_LABEL));
         let queue = project
             .and_then(|p| self.project_queues.get(p))
             .and_then(|qs| qs.first().cloned())
-            .or_else(|| self.valid_leaf(DEFAULT_QUEUE).then(|| DEFAULT_QUEUE.to_string()))?;
+            .or_else(|| valid_leaf(self.queue_state, DEFAULT_QUEUE).then(|| DEFAULT_QUEUE.to_string()))?;
         let priority_class = recorded.map(|c| c.priority_class).unwrap_or_default();
         Some(Charge { queue, group: group.to_string(), priority_class })
     }

@@ -16,9 +16,9 @@ pub const IGNORED_BIND_INTENT_ANNOTATION: &str = "scheduling.drover.dev/bind-int
 #[derive(Debug, Default)]
 pub(super) struct Intents {
     /// Written, but some binding failed: recover next cycle, whatever their age.
-    own_pending: HashSet<String>,
+    pub(super) own_pending: HashSet<String>,
     /// Completed and removed: if the store still shows them, it is behind.
-    cleared: HashSet<String>,
+    pub(super) cleared: HashSet<String>,
     cleared_order: VecDeque<String>,
     /// Groups (uid and annotation value) already reported for the ignored annotation.
     reported: HashSet<String>,
@@ -37,16 +37,6 @@ impl Intents {
     /// Notes that intent `id` is left with a failed binding.
     pub(super) fn pending(&mut self, id: &str) {
         self.own_pending.insert(id.to_string());
-    }
-
-    /// Whether this process removed intent `id` (a store that still shows it is behind).
-    pub(super) fn was_cleared(&self, id: &str) -> bool {
-        self.cleared.contains(id)
-    }
-
-    /// Whether intent `id` is this process's, with a binding that failed.
-    pub(super) fn is_own_pending(&self, id: &str) -> bool {
-        self.own_pending.contains(id)
     }
 
     /// Notes that intent `id` was removed.

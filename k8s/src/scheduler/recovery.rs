@@ -181,10 +181,10 @@ pub(super) async fn recover(
     let mut found = Vec::new();
     for pg in &g.pod_groups {
         let Some(intent) = pg.status.as_ref().and_then(|s| s.bind_intent.as_ref()) else { continue };
-        if intent.id.as_ref().is_some_and(|id| intents.was_cleared(id)) {
+        if intent.id.as_ref().is_some_and(|id| intents.cleared.contains(id)) {
             continue; // removed by this process; the store has not caught up
         }
-        let own = intent.id.as_ref().is_some_and(|id| intents.is_own_pending(id));
+        let own = intent.id.as_ref().is_some_and(|id| intents.own_pending.contains(id));
         if !own && young(intent.at.as_deref(), writer.period) {
             out.blocked.insert(key_of(&pg.metadata));
             continue;
@@ -270,7 +270,6 @@ fn note_in_snapshot(snap: &mut Snapshot, converted: &Converted, placed: &[(PodRe
             phases.push((p, PodPhase::Releasing(n)));
         }
     }
-    drop(node_ids);
     for (p, phase) in phases {
         snap.pods[p].phase = phase;
     }
@@ -304,4 +303,38 @@ async fn roll_back(writer: &Writer<'_>, overlay: &mut Overlay, bound: Vec<PodRef
         }
     }
     all
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::convert::{convert, Objects, POD_GROUP_ANNOTATION};
+    use serde_json::json;
+
+    fn object<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> Arc<T> {
+        Arc::new(serde_json::from_value(v).expect("a valid object"))
+    }
+
+    #[test]
+    fn the_snapshot_shows_what_recovery_bound_and_deleted() {
+        let meta = |name: &str| json!({"name": name, "namespace": "ns", "annotations": {POD_GROUP_ANNOTATION: "g"}});
+        let pod = |name, node: Option<&str>| {
+            object(
+                json!({"metadata": meta(name), "spec": {"schedulerName": "drover", "nodeName": node, "containers": []}}),
+            )
+        };
+        let objects = Objects {
+            nodes: &[object(json!({"metadata": {"name": "n1"}, "status": {"allocatable": {"cpu": "4", "pods": "9"}}}))],
+            pods: &[pod("a", None), pod("b", Some("n1"))],
+            pod_groups: &[object(json!({"metadata": {"name": "g", "namespace": "ns"}, "spec": {"minMember": 2}}))],
+            namespaces: &[object(json!({"metadata": {"name": "ns"}}))],
+            queues: &[],
+            priority_classes: &[],
+        };
+        let converted = convert(&objects, "drover");
+        let mut snap = drover_scheduler::snapshot::build(&converted.nodes, &converted.queues, &converted.jobs).unwrap();
+        let (a, b) = (converted.pods[0].clone(), converted.pods[1].clone());
+        note_in_snapshot(&mut snap, &converted, &[(a, "n1".into())], &[b]);
+        assert_eq!(snap.pods.iter().map(|p| p.phase).collect::<Vec<_>>(), [PodPhase::Bound(0), PodPhase::Releasing(0)]);
+    }
 }
