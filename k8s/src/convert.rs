@@ -3,7 +3,8 @@
 //! [`convert`] turns the contents of the scheduler's reflector stores (Nodes, Pods,
 //! PodGroups, Queues, PriorityClasses) into the name-based inputs of
 //! [`drover_scheduler::snapshot::build`], plus a [`PodRef`] for every pod it hands over (to
-//! write decisions back), pod counts per group (for PodGroup status) and a list of
+//! write decisions back), the facts of every PodGroup (its members, pod counts and gang
+//! minimums, for its status, its bindings and the recovery of bind intents) and a list of
 //! [`Problem`]s: objects it had to leave out or read only in part, with a CamelCase reason
 //! for Events and conditions. It is pure and synchronous, never panics on any object, and
 //! never produces inputs that `snapshot::build` rejects: one bad object is reported and left
@@ -57,7 +58,7 @@
 //! **Pod phases.** Unbound → `Pending`; bound (`spec.nodeName`) → `Bound(node)`; bound with
 //! `metadata.deletionTimestamp` → `Releasing(node)` (it still holds the node). Left out of
 //! the job: `Succeeded`/`Failed` pods (they hold nothing, but are counted in
-//! [`Converted::pod_counts`]), unbound pods being deleted, unbound pods with
+//! [`Converted::groups`]), unbound pods being deleted, unbound pods with
 //! `spec.schedulingGates` (kube-scheduler does not schedule them either), and pods bound to
 //! a node the store does not hold (`Pod`/`NodeNotFound`, until the store catches up).
 //!
@@ -143,13 +144,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use drover_api::crd::podgroup::{Admission, PodGroup, PodGroupPhase};
-use drover_api::crd::queue::Queue;
+use drover_api::crd::queue::{namespace_refusal, Queue};
 use drover_api::labels::PROJECT_LABEL;
-use drover_api::{label_selector, ResourceList};
+use drover_api::ResourceList;
 use drover_scheduler::snapshot::{Constraints, JobInput, JobPhase, NodeInput, PodPhaseInput, QueueInput, TaskInput};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
 
 use crate::charge::Charge;
@@ -193,6 +194,18 @@ pub struct PodRef {
     pub resource_version: Option<String>,
 }
 
+impl PodRef {
+    /// The reference to `pod`.
+    pub fn of(pod: &Pod) -> PodRef {
+        PodRef {
+            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+            name: pod.metadata.name.clone().unwrap_or_default(),
+            uid: pod.metadata.uid.clone(),
+            resource_version: pod.metadata.resource_version.clone(),
+        }
+    }
+}
+
 /// Pods of one PodGroup by outcome, for its status.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PodCounts {
@@ -204,6 +217,78 @@ pub struct PodCounts {
     pub succeeded: u32,
     /// Pods in phase `Failed`.
     pub failed: u32,
+}
+
+/// One PodGroup as the conversion found it: its members (by the membership rule above, the
+/// only one), their counts and its gang minimums. The status writer, the bindings and the
+/// recovery of bind intents read it instead of looking at pods again.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GroupFacts {
+    /// Its pods by outcome.
+    pub counts: PodCounts,
+    /// Its pods, in any phase, by name.
+    pub members: BTreeMap<String, GroupMember>,
+    /// `spec.minMember`.
+    min_member: u32,
+    /// `spec.minTaskMember`.
+    min_task_member: BTreeMap<String, u32>,
+}
+
+/// A pod of a PodGroup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupMember {
+    /// The pod.
+    pub pod: PodRef,
+    /// Its task (see "Tasks").
+    pub task: String,
+    /// The node it is bound to.
+    pub node: Option<String>,
+    /// Finished (`Succeeded`/`Failed`) or being deleted.
+    pub ended: bool,
+}
+
+impl GroupFacts {
+    fn of(group: &PodGroup) -> GroupFacts {
+        GroupFacts {
+            min_member: group.spec.min_member,
+            min_task_member: group.spec.min_task_member.clone(),
+            ..GroupFacts::default()
+        }
+    }
+
+    fn add(&mut self, pod: &Pod, node: Option<&String>, phase: &str) {
+        self.counts.total += 1;
+        match phase {
+            "Running" => self.counts.running += 1,
+            "Succeeded" => self.counts.succeeded += 1,
+            "Failed" => self.counts.failed += 1,
+            _ => {}
+        }
+        let ended = pod.metadata.deletion_timestamp.is_some() || matches!(phase, "Succeeded" | "Failed");
+        let member = GroupMember { pod: PodRef::of(pod), task: task_of(pod), node: node.cloned(), ended };
+        self.members.insert(member.pod.name.clone(), member);
+    }
+
+    /// Whether the group has its gang minimum (overall and per task) of bound members that
+    /// have not ended, when the members named in `adding` are bound too.
+    pub fn ready_with(&self, adding: &BTreeSet<&str>) -> bool {
+        let mut total = 0u32;
+        let mut per_task: BTreeMap<&str, u32> = BTreeMap::new();
+        for (name, m) in &self.members {
+            if (m.node.is_some() && !m.ended) || adding.contains(name.as_str()) {
+                total += 1;
+                *per_task.entry(m.task.as_str()).or_default() += 1;
+            }
+        }
+        total >= self.min_member
+            && self.min_task_member.iter().all(|(task, min)| per_task.get(task.as_str()).copied().unwrap_or(0) >= *min)
+    }
+}
+
+/// A pod's task: its label [`TASK_LABEL`], else [`DEFAULT_TASK`].
+fn task_of(pod: &Pod) -> String {
+    let label = pod.metadata.labels.as_ref().and_then(|l| l.get(TASK_LABEL)).filter(|t| !t.is_empty());
+    label.cloned().unwrap_or_else(|| DEFAULT_TASK.to_string())
 }
 
 /// Something about an object that the conversion could not take as written.
@@ -232,8 +317,8 @@ pub struct Converted {
     pub jobs: Vec<JobInput>,
     /// One per pod of `jobs`, in job, task, index order: index `i` is the snapshot's pod `i`.
     pub pods: Vec<PodRef>,
-    /// Pod counts of every existing PodGroup (handed over or not), by (namespace, name).
-    pub pod_counts: BTreeMap<(String, String), PodCounts>,
+    /// Every existing PodGroup (handed over or not), by (namespace, name).
+    pub groups: BTreeMap<(String, String), GroupFacts>,
     /// Problems, sorted.
     pub problems: Vec<Problem>,
 }
@@ -322,8 +407,8 @@ pub fn convert(objects: &Objects, scheduler_name: &str) -> Converted {
     let groups = unique(objects.pod_groups, |g| &g.metadata);
     let pods = unique(objects.pods, |p| &p.metadata);
 
-    let mut pod_counts: BTreeMap<(String, String), PodCounts> =
-        groups.keys().map(|k| (k.clone(), PodCounts::default())).collect();
+    let mut facts: BTreeMap<(String, String), GroupFacts> =
+        groups.iter().map(|(k, g)| (k.clone(), GroupFacts::of(g))).collect();
     let mut members: BTreeMap<(String, String), Vec<PodInfo>> = BTreeMap::new();
     let mut orphans: Vec<(PodInfo, String)> = Vec::new();
     let mut foreign: Vec<PodInfo> = Vec::new();
@@ -346,14 +431,8 @@ pub fn convert(objects: &Objects, scheduler_name: &str) -> Converted {
             .cloned();
         let group = charge.as_ref().map(|c| c.group.clone()).or(annotated);
         let group_key = group.map(|g| (namespace.clone(), g));
-        if let Some(counts) = group_key.as_ref().and_then(|k| pod_counts.get_mut(k)) {
-            counts.total += 1;
-            match phase {
-                "Running" => counts.running += 1,
-                "Succeeded" => counts.succeeded += 1,
-                "Failed" => counts.failed += 1,
-                _ => {}
-            }
+        if let Some(group) = group_key.as_ref().and_then(|k| facts.get_mut(k)) {
+            group.add(pod, node.as_ref(), phase);
         }
         if phase == "Succeeded" || phase == "Failed" {
             continue;
@@ -403,7 +482,8 @@ pub fn convert(objects: &Objects, scheduler_name: &str) -> Converted {
             .into_iter()
             .partition(|p| p.charge.as_ref().is_none_or(|c| c.queue == queue));
         foreign.extend(strays.into_iter().filter_map(|info| detached.add(&lookup, info, &key.1, None)));
-        match group_job(group, key, queue, pods, &lookup, &mut problems) {
+        let at = GroupAt { group, namespace: &key.0, name: &key.1, queue, pods };
+        match group_job(at, &lookup, &mut problems) {
             Ok((job, job_refs)) => {
                 jobs.push(job);
                 refs.extend(job_refs);
@@ -475,7 +555,7 @@ pub fn convert(objects: &Objects, scheduler_name: &str) -> Converted {
         queues,
         jobs,
         pods: refs,
-        pod_counts,
+        groups: facts,
         problems,
     }
 }
@@ -517,27 +597,6 @@ struct Member<'a> {
     created: i64,
 }
 
-/// Why the queue fences keep work of `namespace` out, if they do: the first selector (of the
-/// queue or an ancestor) that does not select the namespace's labels, or is malformed. A
-/// namespace not seen yet is kept out until it is.
-fn refusal(
-    fences: &[(String, LabelSelector)],
-    namespace: &str,
-    namespaces: &BTreeMap<&str, &BTreeMap<String, String>>,
-) -> Option<String> {
-    if fences.is_empty() {
-        return None;
-    }
-    let Some(labels) = namespaces.get(namespace) else {
-        return Some("the namespace is not known to the scheduler yet".into());
-    };
-    fences.iter().find_map(|(queue, selector)| match label_selector::selects(selector, labels) {
-        Ok(true) => None,
-        Ok(false) => Some(format!("the namespaceSelector of queue {queue:?} does not select it")),
-        Err(e) => Some(format!("the namespaceSelector of queue {queue:?} is malformed ({e})")),
-    })
-}
-
 /// What the conversion of one group looks things up in.
 struct Lookup<'a> {
     nodes: &'a BTreeMap<String, NodeDraft>,
@@ -558,10 +617,6 @@ impl Lookup<'_> {
         })
     }
 
-    fn valid_leaf(&self, queue: &str) -> bool {
-        valid_leaf(self.queue_state, queue)
-    }
-
     /// What a bound pod of this scheduler that no handed-over group holds is charged to (see
     /// "Detached pods" in the module docs): its own record, else the admission of the group it
     /// was left out with, else its namespace's project queue, else `default`. `None` for pods
@@ -577,14 +632,14 @@ impl Lookup<'_> {
                 priority_class: class.clone(),
             })
         });
-        if let Some(charge) = recorded.as_ref().filter(|c| self.valid_leaf(&c.queue)) {
+        if let Some(charge) = recorded.as_ref().filter(|c| valid_leaf(self.queue_state, &c.queue)) {
             return Some(charge.clone());
         }
         let project = self.namespaces.get(info.namespace.as_str()).and_then(|l| l.get(PROJECT_LABEL));
         let queue = project
             .and_then(|p| self.project_queues.get(p))
             .and_then(|qs| qs.first().cloned())
-            .or_else(|| self.valid_leaf(DEFAULT_QUEUE).then(|| DEFAULT_QUEUE.to_string()))?;
+            .or_else(|| valid_leaf(self.queue_state, DEFAULT_QUEUE).then(|| DEFAULT_QUEUE.to_string()))?;
         let priority_class = recorded.map(|c| c.priority_class).unwrap_or_default();
         Some(Charge { queue, group: group.to_string(), priority_class })
     }
@@ -671,82 +726,113 @@ fn detached_job<'a>(
     build_job(shape, pods, lookup, problems).map_err(|(_, pods)| pods)
 }
 
-/// Builds a group's job in `queue` (its [`group_queue`]), or hands back its pods (those
-/// holding a node are charged as detached pods, or count as foreign usage) when the group is
-/// left out.
-fn group_job<'a>(
-    group: &PodGroup,
-    (namespace, name): &(String, String),
+/// One PodGroup to convert: the group, its key, the queue its pods are charged to (its
+/// [`group_queue`]) and the pods it holds.
+struct GroupAt<'g, 'a> {
+    group: &'g PodGroup,
+    namespace: &'g str,
+    name: &'g str,
     queue: String,
     pods: Vec<PodInfo<'a>>,
+}
+
+impl GroupAt<'_, '_> {
+    fn problem(&self, reason: &str, message: String) -> Problem {
+        Problem {
+            kind: "PodGroup",
+            namespace: Some(self.namespace.to_string()),
+            name: self.name.to_string(),
+            reason: reason.to_string(),
+            message,
+        }
+    }
+
+    /// The job's phase from the group's; `None` for a finished group that was not restarted.
+    fn phase(&self) -> Option<JobPhase> {
+        Some(match self.group.status.as_ref().map(|s| s.phase).unwrap_or_default() {
+            PodGroupPhase::Pending => JobPhase::Pending,
+            PodGroupPhase::Inqueue => JobPhase::Inqueue,
+            PodGroupPhase::Running => JobPhase::Running,
+            PodGroupPhase::Completed | PodGroupPhase::Failed if !restarted(&self.pods) => return None,
+            PodGroupPhase::Completed | PodGroupPhase::Failed => JobPhase::Pending,
+        })
+    }
+
+    /// Why the group's queue leaves it out, if it does (see "PodGroups → jobs").
+    fn queue_refusal(&self, phase: JobPhase, lookup: &Lookup) -> Option<Problem> {
+        let (queue, namespace) = (&self.queue, self.namespace);
+        match lookup.queue_state.get(queue) {
+            None => Some(
+                self.problem("QueueNotFound", format!("queue {queue:?} does not exist; the group is not scheduled")),
+            ),
+            Some(QueueState::Invalid(why)) => {
+                Some(self.problem(
+                    "QueueInvalid",
+                    format!("queue {queue:?} is left out ({why}); the group is not scheduled"),
+                ))
+            }
+            Some(QueueState::Valid { department: true, .. }) => Some(self.problem(
+                "QueueNotLeaf",
+                format!("queue {queue:?} is a Department's queue; pod groups go in the queues of its projects"),
+            )),
+            Some(QueueState::Valid { leaf: false, .. }) => Some(self.problem(
+                "QueueNotLeaf",
+                format!("queue {queue:?} has child queues; pod groups must be in a leaf queue"),
+            )),
+            Some(QueueState::Valid { fences, closed, .. }) => {
+                let fences = fences.iter().map(|(q, selector)| (q.as_str(), selector));
+                if let Some(why) = namespace_refusal(fences, lookup.namespaces.get(namespace).copied()) {
+                    let hint = lookup.project_hint(namespace).filter(|_| queue == DEFAULT_QUEUE).unwrap_or_default();
+                    let message = format!("namespace {namespace:?} may not use queue {queue:?}: {why}{hint}");
+                    return Some(self.problem("QueueNotAllowed", message));
+                }
+                (*closed && phase == JobPhase::Pending).then(|| {
+                    let message = format!("queue {queue:?} is closed; the group is not admitted until it opens");
+                    self.problem("QueueClosed", message)
+                })
+            }
+        }
+    }
+
+    /// What the group's job is apart from its pods: its admission's priority while that
+    /// holds, else the group's own.
+    fn shape(&self, phase: JobPhase) -> Shape<'_> {
+        let priority = match admission(self.group) {
+            Some(a) => PriorityFrom::Decided(Resolved {
+                class: a.priority_class_name.clone(),
+                value: a.priority,
+                preemptible: a.preemptible,
+            }),
+            None => PriorityFrom::Group(self.group),
+        };
+        Shape {
+            name: self.name.to_string(),
+            namespace: self.namespace.to_string(),
+            queue: self.queue.clone(),
+            priority,
+            min_member: self.group.spec.min_member,
+            min_task_member: &self.group.spec.min_task_member,
+            created_at: created(&self.group.metadata),
+            phase,
+        }
+    }
+}
+
+/// Builds a group's job, or hands back its pods (those holding a node are charged as
+/// detached pods, or count as foreign usage) when the group is left out.
+fn group_job<'a>(
+    mut at: GroupAt<'_, 'a>,
     lookup: &Lookup,
     problems: &mut Vec<Problem>,
 ) -> Result<(JobInput, Vec<PodRef>), Vec<PodInfo<'a>>> {
-    let problem = |reason: &str, message: String| Problem {
-        kind: "PodGroup",
-        namespace: Some(namespace.clone()),
-        name: name.clone(),
-        reason: reason.to_string(),
-        message,
-    };
-    let phase = match group.status.as_ref().map(|s| s.phase).unwrap_or_default() {
-        PodGroupPhase::Pending => JobPhase::Pending,
-        PodGroupPhase::Inqueue => JobPhase::Inqueue,
-        PodGroupPhase::Running => JobPhase::Running,
-        PodGroupPhase::Completed | PodGroupPhase::Failed if !restarted(&pods) => return Err(pods),
-        PodGroupPhase::Completed | PodGroupPhase::Failed => JobPhase::Pending,
-    };
-    let admitted = admission(group);
-    let left_out = match lookup.queue_state.get(&queue) {
-        None => Some(problem("QueueNotFound", format!("queue {queue:?} does not exist; the group is not scheduled"))),
-        Some(QueueState::Invalid(why)) => {
-            Some(problem("QueueInvalid", format!("queue {queue:?} is left out ({why}); the group is not scheduled")))
-        }
-        Some(QueueState::Valid { department: true, .. }) => Some(problem(
-            "QueueNotLeaf",
-            format!("queue {queue:?} is a Department's queue; pod groups go in the queues of its projects"),
-        )),
-        Some(QueueState::Valid { leaf: false, .. }) => Some(problem(
-            "QueueNotLeaf",
-            format!("queue {queue:?} has child queues; pod groups must be in a leaf queue"),
-        )),
-        Some(QueueState::Valid { fences, .. }) if refusal(fences, namespace, lookup.namespaces).is_some() => {
-            let why = refusal(fences, namespace, lookup.namespaces).unwrap_or_default();
-            let hint = lookup.project_hint(namespace).filter(|_| queue == DEFAULT_QUEUE).unwrap_or_default();
-            Some(problem(
-                "QueueNotAllowed",
-                format!("namespace {namespace:?} may not use queue {queue:?}: {why}{hint}"),
-            ))
-        }
-        Some(QueueState::Valid { closed: true, .. }) if phase == JobPhase::Pending => {
-            Some(problem("QueueClosed", format!("queue {queue:?} is closed; the group is not admitted until it opens")))
-        }
-        Some(QueueState::Valid { .. }) => None,
-    };
-    if let Some(p) = left_out {
+    let Some(phase) = at.phase() else { return Err(at.pods) };
+    let pods = std::mem::take(&mut at.pods);
+    if let Some(p) = at.queue_refusal(phase, lookup) {
         problems.push(p);
         return Err(pods);
     }
-    let priority = match admitted {
-        Some(a) => PriorityFrom::Decided(Resolved {
-            class: a.priority_class_name.clone(),
-            value: a.priority,
-            preemptible: a.preemptible,
-        }),
-        None => PriorityFrom::Group(group),
-    };
-    let shape = Shape {
-        name: name.clone(),
-        namespace: namespace.clone(),
-        queue,
-        priority,
-        min_member: group.spec.min_member,
-        min_task_member: &group.spec.min_task_member,
-        created_at: created(&group.metadata),
-        phase,
-    };
-    build_job(shape, pods, lookup, problems).map_err(|(message, members)| {
-        problems.push(problem("PriorityClassNotFound", message));
+    build_job(at.shape(phase), pods, lookup, problems).map_err(|(message, members)| {
+        problems.push(at.problem("PriorityClassNotFound", message));
         members
     })
 }
@@ -801,9 +887,7 @@ fn build_job<'a>(
             None if spec.and_then(|s| s.scheduling_gates.as_ref()).is_some_and(|g| !g.is_empty()) => continue,
             None => PodPhaseInput::Pending,
         };
-        let labels = info.pod.metadata.labels.as_ref();
-        let task = labels.and_then(|l| l.get(TASK_LABEL)).filter(|t| !t.is_empty()).cloned();
-        let index_label = labels.and_then(|l| l.get(TASK_INDEX_LABEL));
+        let index_label = info.pod.metadata.labels.as_ref().and_then(|l| l.get(TASK_INDEX_LABEL));
         let index = index_label.and_then(|i| i.trim().parse::<u32>().ok());
         if let (Some(text), None) = (index_label, index) {
             problems.push(info.problem(
@@ -813,7 +897,7 @@ fn build_job<'a>(
         }
         let created = created(&info.pod.metadata);
         let member = Member { info, phase, index, created };
-        by_task.entry(task.unwrap_or_else(|| DEFAULT_TASK.to_string())).or_default().push(member);
+        by_task.entry(task_of(member.info.pod)).or_default().push(member);
     }
 
     // Tasks: order, split by requests and constraints, spread minimums.
@@ -894,15 +978,7 @@ fn build_job<'a>(
         },
     };
     let (run_time, ends_at) = run_times(&members);
-    let refs = members
-        .into_iter()
-        .map(|m| PodRef {
-            namespace: m.info.namespace,
-            name: m.info.name,
-            uid: m.info.pod.metadata.uid.clone(),
-            resource_version: m.info.pod.metadata.resource_version.clone(),
-        })
-        .collect();
+    let refs = members.into_iter().map(|m| PodRef::of(m.info.pod)).collect();
     let job = JobInput {
         name: shape.name,
         namespace: shape.namespace,

@@ -5,12 +5,13 @@
 //! PodGroups, Queues and PriorityClasses into reflector stores and waits until every store
 //! has listed once. Then, every [`SchedulerOptions::period`], and about 50 ms after a pending
 //! pod of the scheduler, a new PodGroup or a new Node appears, it runs a cycle — only while
-//! `is_leader()` says so. A cycle never lists the API: it converts the store contents
-//! ([`crate::convert`]), builds a snapshot, runs the core synchronously and then writes, in
-//! this order:
+//! `is_leader()` says so. A cycle never lists the API: it converts the store contents once
+//! ([`crate::convert`]: jobs, and each PodGroup's members and counts), builds a snapshot,
+//! runs the core synchronously (after recovery) and writes, in this order:
 //!
 //! 1. **Recovery** of bind intents (see below) left by a previous leader, a crash, or an
-//!    earlier cycle whose bindings failed.
+//!    earlier cycle whose bindings failed, on the cycle's conversion and snapshot, before the
+//!    core runs: the snapshot then shows what recovery bound and deleted.
 //! 2. **Evictions** through `pods/{name}/eviction` (policy/v1, uid precondition), with a
 //!    `Preempted` or `Reclaimed` Event on the pod. 404 is fine (already gone).
 //! 3. **Bindings, gang-safe.** Half of `bind_concurrency` gangs at a time; for each, first
@@ -49,8 +50,11 @@
 //! condition.
 
 mod api;
+mod bind;
 mod cache;
-mod gang;
+mod evict;
+mod intents;
+mod recovery;
 mod status;
 
 use std::collections::BTreeSet;
@@ -66,13 +70,24 @@ use tokio::sync::Notify;
 
 use crate::convert;
 use cache::{Cache, Overlay};
-use gang::{Ctx, Intents};
+use intents::Intents;
 
-pub use gang::IGNORED_BIND_INTENT_ANNOTATION;
+pub use intents::IGNORED_BIND_INTENT_ANNOTATION;
 pub use status::{wanted_group_statuses, UNSCHEDULABLE, VALID};
 
 /// The leadership check, shared.
 type Leader = Arc<dyn Fn() -> bool + Send + Sync>;
+
+/// The API client and the settings every write of a cycle needs.
+struct Writer<'a> {
+    client: &'a Client,
+    config: &'a SchedulerConfig,
+    scheduler_name: &'a str,
+    /// API writes in flight at once.
+    concurrency: usize,
+    /// How old another process's bind intent must be before recovery takes it over.
+    period: Duration,
+}
 
 /// How long after a trigger the cycle starts, so that a burst of objects makes one cycle.
 const DEBOUNCE: Duration = Duration::from_millis(50);
@@ -194,7 +209,7 @@ impl State {
         observer: &dyn CycleObserver,
     ) {
         let started = Instant::now();
-        let ctx = Ctx {
+        let writer = Writer {
             client,
             config: &options.config,
             scheduler_name: &options.scheduler_name,
@@ -202,10 +217,6 @@ impl State {
             period: options.period,
         };
         let mut g = cache.gather(&mut self.overlay);
-        let recovery = gang::recover(&ctx, &mut self.intents, &mut self.overlay, &g, is_leader).await;
-        if recovery.wrote {
-            g = cache.gather(&mut self.overlay);
-        }
         let converted = convert::convert(&g.objects(), &options.scheduler_name);
         let problems: BTreeSet<convert::Problem> = converted.problems.iter().cloned().collect();
         for p in problems.difference(&self.reported) {
@@ -213,13 +224,18 @@ impl State {
             tracing::warn!(kind = p.kind, namespace, name = %p.name, reason = %p.reason, "{}", p.message);
         }
         self.reported = problems;
-        let snap = match snapshot::build(&converted.nodes, &converted.queues, &converted.jobs) {
+        let mut snap = match snapshot::build(&converted.nodes, &converted.queues, &converted.jobs) {
             Ok(s) => s.at(jiff::Timestamp::now().as_second()),
             Err(e) => {
                 tracing::error!(error = %e, "could not build the snapshot; skipping the cycle");
                 return;
             }
         };
+        let (intents, overlay) = (&mut self.intents, &mut self.overlay);
+        let recovery = recovery::recover(&writer, intents, overlay, &g, &converted, &mut snap, is_leader).await;
+        if recovery.wrote {
+            g = cache.gather(&mut self.overlay);
+        }
         let mut actions = Vec::new();
         let outcome = run_cycle_observed(&snap, &options.config, &mut |a, d, _| actions.push((a, d)));
         let mut evictions = 0;
@@ -227,11 +243,11 @@ impl State {
         if is_leader() {
             let d = &outcome.decisions;
             evictions =
-                gang::evict_decisions(&ctx, &mut self.overlay, &snap, &converted, &d.evictions, &d.pipelined).await;
+                evict::evict_decisions(&writer, &mut self.overlay, &snap, &converted, &d.evictions, &d.pipelined).await;
         }
         if is_leader() {
-            binds += gang::bind_decisions(
-                &ctx,
+            binds += bind::bind_decisions(
+                &writer,
                 &mut self.intents,
                 &mut self.overlay,
                 &g,
@@ -249,8 +265,8 @@ impl State {
             if binds > 0 || evictions > 0 {
                 g = cache.gather(&mut self.overlay);
             }
-            status::write_groups(&ctx, &mut self.overlay, &g, &snap, &converted, &outcome).await;
-            status::write_queues(&ctx, &g, &snap, &outcome).await;
+            status::write_groups(&writer, &mut self.overlay, &g, &snap, &converted, &outcome).await;
+            status::write_queues(&writer, &g, &snap, &outcome).await;
             let report = CycleReport {
                 duration: started.elapsed(),
                 actions: &actions,

@@ -2,14 +2,15 @@
 
 mod common;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use common::World;
 use drover_api::{
     NodeSelectorOperator, NodeSelectorRequirement, ResourceList, TaintEffect, Toleration, TolerationOperator,
 };
 use drover_k8s::convert::{
-    Converted, PodCounts, DEFAULT_QUEUE, POD_GROUP_ANNOTATION, PREEMPTIBLE_ANNOTATION, TASK_INDEX_LABEL, TASK_LABEL,
+    Converted, PodCounts, DEFAULT_QUEUE, DEFAULT_TASK, POD_GROUP_ANNOTATION, PREEMPTIBLE_ANNOTATION, TASK_INDEX_LABEL,
+    TASK_LABEL,
 };
 use drover_scheduler::config::SchedulerConfig;
 use drover_scheduler::cycle::run_cycle;
@@ -276,12 +277,55 @@ fn pod_phases_and_counts() {
     assert_eq!(c.pods[1].uid.as_deref(), Some("uid-p1-bound"));
     assert_eq!(c.pods[1].resource_version.as_deref(), Some("7"));
     assert_eq!(
-        c.pod_counts[&("ns".to_string(), "g".to_string())],
+        c.groups[&("ns".to_string(), "g".to_string())].counts,
         PodCounts { total: 8, running: 3, succeeded: 1, failed: 1 },
         "all 8 pods are the group's; p1, p2 and p7 run"
     );
     assert!(has_problem(&c, "Pod", "p7-lost", "NodeNotFound"));
     build(&c);
+}
+
+/// A group's facts: every pod the conversion made its member (a bound pod by its charge
+/// record, whatever its annotation says now), and its gang minimum reached by bound members
+/// that have not ended, with the pods a binding would add.
+#[test]
+fn group_facts_hold_the_members_and_answer_for_the_gang_minimum() {
+    let bound = |name: &str, task: &str| {
+        let mut p = labels(dpod(name, "g", "1"), task, None);
+        p["spec"]["nodeName"] = json!("n1");
+        p["status"] = json!({"phase": "Running"});
+        p
+    };
+    let mut moved = bound("w1", "worker");
+    moved["metadata"]["annotations"]["scheduling.drover.dev/pod-group"] = json!("other");
+    moved["status"]["conditions"] = json!([{"type": "scheduling.drover.dev/Charged", "status": "True",
+        "message": "queue=default podGroup=g priorityClass=train"}]);
+    let mut ended = bound("w2", "worker");
+    ended["metadata"]["deletionTimestamp"] = json!("2024-01-01T01:00:00Z");
+    let mut g = group("g", 3);
+    g["spec"]["minTaskMember"] = json!({"worker": 2});
+    let w = World {
+        nodes: vec![node("n1", "8", "0")],
+        pods: vec![
+            bound("w0", "worker"),
+            moved,
+            ended,
+            labels(dpod("w3", "g", "1"), "worker", None),
+            dpod("m0", "g", "1"),
+        ],
+        groups: vec![g, group("other", 1)],
+        ..world()
+    };
+    let c = w.convert();
+    let facts = &c.groups[&("ns".to_string(), "g".to_string())];
+    let members: Vec<&str> = facts.members.keys().map(String::as_str).collect();
+    assert_eq!(members, ["m0", "w0", "w1", "w2", "w3"], "w1 stays g's by its charge record");
+    assert!(c.groups[&("ns".to_string(), "other".to_string())].members.is_empty());
+    assert_eq!((facts.members["w1"].task.as_str(), facts.members["m0"].task.as_str()), ("worker", DEFAULT_TASK));
+    assert!(facts.members["w2"].ended && !facts.members["w0"].ended);
+    assert!(!facts.ready_with(&BTreeSet::new()), "w0 and w1 are 2 of 3: w2 is being deleted");
+    assert!(facts.ready_with(&BTreeSet::from(["m0"])), "3 of 3, 2 of them workers");
+    assert!(facts.ready_with(&BTreeSet::from(["w3"])));
 }
 
 #[test]
@@ -809,7 +853,7 @@ fn group_fields_and_other_schedulers_pods() {
     assert_eq!(j.tasks.iter().map(|t| t.pods.len()).sum::<usize>(), 1, "pods of other schedulers are never members");
     assert!(job(&c, "empty").tasks.is_empty(), "groups without pods are handed over for admission");
     assert_eq!(c.pods.len(), 1);
-    assert_eq!(c.pod_counts.len(), 2);
+    assert_eq!(c.groups.len(), 2);
 }
 
 fn cluster() -> World {
@@ -866,7 +910,7 @@ fn shuffle<T: Clone>(v: &[T], mut seed: u64) -> Vec<T> {
 }
 
 fn fingerprint(c: &Converted) -> String {
-    format!("{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}", c.nodes, c.queues, c.jobs, c.pods, c.pod_counts, c.problems)
+    format!("{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}", c.nodes, c.queues, c.jobs, c.pods, c.groups, c.problems)
 }
 
 fn shuffled(w: &World, seed: u64) -> World {

@@ -915,7 +915,7 @@ fn check_conversion(world: &World, hostile: &World, c: &Converted) -> Result<(),
 
 /// A stable rendering of a conversion.
 fn fingerprint(c: &Converted) -> String {
-    format!("{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}", c.nodes, c.queues, c.jobs, c.pods, c.pod_counts, c.problems)
+    format!("{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}", c.nodes, c.queues, c.jobs, c.pods, c.groups, c.problems)
 }
 
 /// The world with every field the scheduler is documented not to read removed.

@@ -8,6 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, L
 use kube::{CustomResource, KubeSchema, Resource};
 
 use super::department::Department;
+use crate::label_selector;
 use crate::labels::PROJECT_LABEL;
 use serde::{Deserialize, Serialize};
 
@@ -170,5 +171,62 @@ pub fn implicit_default_selector() -> LabelSelector {
             values: None,
         }]),
         match_labels: None,
+    }
+}
+
+/// Why the namespace fences of a queue keep the work of a namespace out, if they do: the
+/// first `namespaceSelector` in `fences` (the queue's, then its ancestors', as `(queue name,
+/// selector)`) that does not select the namespace's `labels`, or is malformed. `labels` is
+/// `None` for a namespace not known yet, which any fence keeps out until it is. The
+/// scheduler and the Job controller both apply it.
+pub fn namespace_refusal<'a>(
+    fences: impl IntoIterator<Item = (&'a str, &'a LabelSelector)>,
+    labels: Option<&BTreeMap<String, String>>,
+) -> Option<String> {
+    let mut fences = fences.into_iter().peekable();
+    fences.peek()?;
+    let Some(labels) = labels else {
+        return Some("the namespace is not known to the scheduler yet".into());
+    };
+    fences.find_map(|(queue, selector)| match label_selector::selects(selector, labels) {
+        Ok(true) => None,
+        Ok(false) => Some(format!("the namespaceSelector of queue {queue:?} does not select it")),
+        Err(e) => Some(format!("the namespaceSelector of queue {queue:?} is malformed ({e})")),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn selector(label: &str) -> LabelSelector {
+        LabelSelector {
+            match_labels: Some(BTreeMap::from([(label.to_string(), "yes".to_string())])),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_first_fence_that_does_not_select_the_namespace_refuses_it() {
+        let (a, b) = (selector("a"), selector("b"));
+        let labels = BTreeMap::from([("a".to_string(), "yes".to_string())]);
+        let fences = || [("leaf", &a), ("parent", &b)];
+        let why = namespace_refusal(fences(), Some(&labels));
+        assert_eq!(why.as_deref(), Some("the namespaceSelector of queue \"parent\" does not select it"));
+        let both = BTreeMap::from([("a".to_string(), "yes".to_string()), ("b".to_string(), "yes".to_string())]);
+        assert_eq!(namespace_refusal(fences(), Some(&both)), None);
+        let unknown = namespace_refusal(fences(), None);
+        assert_eq!(unknown.as_deref(), Some("the namespace is not known to the scheduler yet"));
+        assert_eq!(namespace_refusal([], None), None, "a queue without fences admits every namespace");
+        let bad = LabelSelector {
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: "a".into(),
+                operator: "Sideways".into(),
+                values: None,
+            }]),
+            match_labels: None,
+        };
+        let why = namespace_refusal([("odd", &bad)], Some(&labels)).unwrap_or_default();
+        assert!(why.starts_with("the namespaceSelector of queue \"odd\" is malformed ("), "{why}");
     }
 }

@@ -99,6 +99,8 @@ use std::time::Duration;
 use drover_api::crd::job::Job;
 use drover_api::crd::podgroup::PodGroup;
 use drover_api::crd::queue::Queue;
+use drover_kubeutil::events::{self, EventType};
+use drover_kubeutil::watch_backoff::watch_backoff;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
@@ -115,8 +117,6 @@ pub use plan::action_for;
 pub use plan::{plan, Phase, Plan, PodView, Validity};
 pub use tracker::Eviction;
 
-use crate::events::{self, EventType};
-use drover_k8s::watch_backoff::watch_backoff;
 use tracker::Tracker;
 
 /// The controller's name: field manager and Event source.

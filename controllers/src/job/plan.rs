@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use drover_api::crd::conditions;
 use drover_api::crd::job::{Job, JobAction, JobEvent, JobState, JobStatus};
+use drover_kubeutil::events::EventType;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
@@ -18,7 +19,6 @@ use super::{
     CONDITION_FINISHED, CONDITION_RESTARTING, CONDITION_VALID, INVALID_REQUEUE, RETRY_ANNOTATION, TASK_INDEX_LABEL,
     TASK_LABEL,
 };
-use crate::events::EventType;
 
 /// A pod's phase as the controller counts it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

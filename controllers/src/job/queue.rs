@@ -5,9 +5,9 @@
 
 use std::collections::BTreeMap;
 
-use drover_api::crd::queue::{implicit_default_selector, is_department_queue, Queue, QueueSpec};
-use drover_api::label_selector;
+use drover_api::crd::queue::{implicit_default_selector, is_department_queue, namespace_refusal, Queue, QueueSpec};
 use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 
@@ -62,30 +62,26 @@ async fn not_leaf(client: &Client, queue: &Queue) -> Result<Option<String>, kube
     }
 }
 
-/// Why `namespace` may not use `queue`, if it may not: the first `namespaceSelector` on the
-/// queue or an ancestor that does not select the namespace (or is malformed). The scheduler
-/// applies the same rule; this puts the reason on the Job before its pods exist.
+/// Why `namespace` may not use `queue`, if it may not, by [`namespace_refusal`] over the
+/// `namespaceSelector`s of the queue and its ancestors. The scheduler applies the same rule;
+/// this puts the reason on the Job before its pods exist.
 async fn refusal(client: &Client, namespace: &str, queue: Queue) -> Result<Option<String>, kube::Error> {
     let queues: Api<Queue> = Api::all(client.clone());
-    let mut labels: Option<BTreeMap<String, String>> = None;
+    let mut fences: Vec<(String, LabelSelector)> = Vec::new();
     let mut current = Some(queue);
     for _ in 0..MAX_QUEUE_DEPTH {
-        let Some(q) = current.take() else { return Ok(None) };
+        let Some(q) = current.take() else { break };
         if let Some(selector) = &q.spec.namespace_selector {
-            if labels.is_none() {
-                let ns = Api::<Namespace>::all(client.clone()).get_opt(namespace).await?;
-                labels = Some(ns.and_then(|n| n.metadata.labels).unwrap_or_default());
-            }
-            let name = q.name_any();
-            match label_selector::selects(selector, labels.as_ref().expect("read above")) {
-                Ok(true) => {}
-                Ok(false) => return Ok(Some(format!("the namespaceSelector of queue {name:?} does not select it"))),
-                Err(e) => return Ok(Some(format!("the namespaceSelector of queue {name:?} is malformed ({e})"))),
-            }
+            fences.push((q.name_any(), selector.clone()));
         }
         if let Some(parent) = q.spec.parent.as_deref() {
             current = queues.get_opt(parent).await?;
         }
     }
-    Ok(None)
+    if fences.is_empty() {
+        return Ok(None);
+    }
+    let ns = Api::<Namespace>::all(client.clone()).get_opt(namespace).await?;
+    let labels: BTreeMap<String, String> = ns.and_then(|n| n.metadata.labels).unwrap_or_default();
+    Ok(namespace_refusal(fences.iter().map(|(name, selector)| (name.as_str(), selector)), Some(&labels)))
 }

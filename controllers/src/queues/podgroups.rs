@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use drover_api::crd::podgroup::{PodGroup, PodGroupSpec};
 use drover_api::crd::project::Project;
+use drover_kubeutil::events::{self, EventType};
+use drover_kubeutil::watch_backoff::watch_backoff;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
@@ -21,8 +23,6 @@ use super::{
     api_code, project_queue_name, reasons, Error, ANNOTATION_POD_GROUP, ANNOTATION_QUEUE, DEFAULT_QUEUE,
     LABEL_JOB_NAME, LABEL_PROJECT, NODE_POOL_LABEL, POD_GROUP_PREFIX, SCHEDULER_NAME,
 };
-use crate::events::{self, EventType};
-use drover_k8s::watch_backoff::watch_backoff;
 
 const CONTROLLER: &str = "drover-pod-groups";
 

@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use drover_api::crd::podgroup::{PodGroup, PodGroupPhase};
 use drover_api::crd::queue::{PodGroupCounts, Queue};
+use drover_kubeutil::events::{self, EventType};
+use drover_kubeutil::watch_backoff::watch_backoff;
 use futures::StreamExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{trigger_with, Action};
@@ -19,8 +21,6 @@ use serde_json::json;
 
 use super::runner::{changes, digest, drive, ready, shutdown_signal, Context, Retries, Triggers};
 use super::{find_valid, put_condition, reasons, same_condition, valid_condition, Error, Problem};
-use crate::events::{self, EventType};
-use drover_k8s::watch_backoff::watch_backoff;
 
 const CONTROLLER: &str = "drover-queue-status";
 const RESYNC: Duration = Duration::from_secs(300);

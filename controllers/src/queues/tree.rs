@@ -9,6 +9,8 @@ use std::time::Duration;
 use drover_api::crd::department::Department;
 use drover_api::crd::project::{NodePoolQuota, Project};
 use drover_api::crd::queue::{Queue, QueueSpec};
+use drover_kubeutil::events::{self, EventType};
+use drover_kubeutil::watch_backoff::watch_backoff;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -28,8 +30,6 @@ use super::{
     api_code, department_queue_name, find_valid, project_queue_name, put_condition, reasons, same_condition,
     valid_condition, valid_pool_name, Error, Problem, GPU_RESOURCE, LABEL_DEPARTMENT, LABEL_NODE_POOL, LABEL_PROJECT,
 };
-use crate::events::{self, EventType};
-use drover_k8s::watch_backoff::watch_backoff;
 
 /// The name Events are reported under.
 const CONTROLLER: &str = "drover-queue-tree";

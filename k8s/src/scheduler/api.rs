@@ -3,6 +3,7 @@
 //! (the next cycle does).
 
 use drover_api::crd::podgroup::{BindIntent, PodGroup};
+use drover_kubeutil::events::{self, EventType};
 use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
 use kube::api::{DeleteParams, EvictParams, ObjectMeta, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, Client};
@@ -10,7 +11,6 @@ use serde_json::json;
 
 use crate::charge::Charge;
 use crate::convert::PodRef;
-use crate::events::{self, EventType};
 
 /// The HTTP status of an API error, if the server answered one.
 pub(super) fn code(e: &kube::Error) -> Option<u16> {

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use drover_api::crd::podgroup::PodGroup;
 use drover_api::crd::queue::Queue;
+use drover_kubeutil::watch_backoff::watch_backoff;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
@@ -19,7 +20,6 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use crate::convert::{Objects, PodRef};
-use crate::watch_backoff::watch_backoff;
 
 /// `(namespace, name)`; namespace is empty for cluster-scoped objects.
 pub(super) type Key = (String, String);

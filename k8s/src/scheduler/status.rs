@@ -7,6 +7,7 @@ use std::sync::Arc;
 use drover_api::crd::conditions;
 use drover_api::crd::podgroup::{Admission, PodGroup, PodGroupPhase, PodGroupStatus, ReservationStatus};
 use drover_api::crd::queue::Queue;
+use drover_kubeutil::events::{self, EventType};
 use drover_scheduler::cycle::CycleOutcome;
 use drover_scheduler::plugins::fairshare::classify;
 use drover_scheduler::res::Res;
@@ -19,9 +20,8 @@ use kube::Api;
 use serde_json::{json, Map, Value};
 
 use super::cache::{key_of, Gathered, Key, Overlay};
-use super::gang::Ctx;
+use super::Writer;
 use crate::convert::{Converted, PodCounts, Problem};
-use crate::events::{self, EventType};
 
 /// Condition type carrying the reason a group waits.
 pub const UNSCHEDULABLE: &str = "Unschedulable";
@@ -135,7 +135,7 @@ pub fn wanted_group_statuses<'g>(
     let mut out = Vec::new();
     for group in pod_groups {
         let key = key_of(&group.metadata);
-        let counts = converted.pod_counts.get(&key).copied().unwrap_or_default();
+        let counts = converted.groups.get(&key).map(|f| f.counts).unwrap_or_default();
         let want = desired(group, core.get(&key).copied(), counts, problems.get(&key).copied());
         if group.status.as_ref() != Some(&want) {
             out.push((group, want));
@@ -146,7 +146,7 @@ pub fn wanted_group_statuses<'g>(
 
 /// Writes every PodGroup status that changed. Returns the number written.
 pub(super) async fn write_groups(
-    ctx: &Ctx<'_>,
+    writer: &Writer<'_>,
     overlay: &mut Overlay,
     g: &Gathered,
     snap: &Snapshot,
@@ -165,12 +165,12 @@ pub(super) async fn write_groups(
             status["admission"] = Value::Null;
         }
         let patch = json!({"metadata": {"resourceVersion": group.metadata.resource_version}, "status": status});
-        let api: Api<PodGroup> = Api::namespaced(ctx.client.clone(), &key.0);
+        let api: Api<PodGroup> = Api::namespaced(writer.client.clone(), &key.0);
         match api.patch_status(&key.1, &PatchParams::default(), &Patch::Merge(&patch)).await {
             Ok(new) => {
                 if let Some((reason, message)) = newly_failing(group.status.as_ref(), &want) {
                     events::publish(
-                        ctx.client,
+                        writer.client,
                         "drover-scheduler",
                         group.as_ref(),
                         EventType::Warning,
@@ -259,10 +259,10 @@ fn map_patch(current: &BTreeMap<String, Quantity>, want: &BTreeMap<String, Strin
 
 /// Writes the scheduler's fields of every Queue status that changed (`allocated`,
 /// `deserved`, `fairShare`, `queueState`). Returns the number written.
-pub(super) async fn write_queues(ctx: &Ctx<'_>, g: &Gathered, snap: &Snapshot, outcome: &CycleOutcome) -> usize {
+pub(super) async fn write_queues(writer: &Writer<'_>, g: &Gathered, snap: &Snapshot, outcome: &CycleOutcome) -> usize {
     let ids: HashMap<&str, QueueId> =
         snap.queues.iter().enumerate().skip(1).map(|(i, q)| (q.name.as_str(), i)).collect();
-    let api: Api<Queue> = Api::all(ctx.client.clone());
+    let api: Api<Queue> = Api::all(writer.client.clone());
     let mut written = 0;
     for queue in &g.queues {
         let Some(name) = queue.metadata.name.as_deref() else { continue };

@@ -1,0 +1,340 @@
+//! Recovery of the bind intents a previous leader (or an earlier cycle) left behind: each is
+//! completed, its bindings checked again against the predicates and the queue bounds, or
+//! rolled back when the gang cannot reach its minimum. It works on the cycle's conversion
+//! and snapshot, and brings the snapshot up to date with what it wrote.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use drover_api::crd::podgroup::{BindIntent, PodGroup};
+use drover_kubeutil::events::{self, EventType};
+use drover_scheduler::framework::{Framework, ShareBound};
+use drover_scheduler::session::{PodState, Session, Statement};
+use drover_scheduler::snapshot::{NodeId, PodId, PodPhase, Snapshot};
+use futures::StreamExt;
+
+use super::api::{self, Removal};
+use super::bind::{bind_many, note_binds, Bind};
+use super::cache::{key_of, Gathered, Key, Overlay};
+use super::intents::{report_ignored_annotations, Intents};
+use super::{Leader, Writer};
+use crate::charge::Charge;
+use crate::convert::{Converted, PodRef};
+
+/// What recovery left.
+#[derive(Debug, Default)]
+pub(super) struct Recovery {
+    /// Groups whose intent is still unresolved: the cycle must not bind their pods.
+    pub blocked: BTreeSet<Key>,
+    /// Whether recovery wrote anything (the objects must be gathered again before they are
+    /// written to).
+    pub wrote: bool,
+    /// Pods bound.
+    pub bound: usize,
+}
+
+fn young(at: Option<&str>, period: Duration) -> bool {
+    let Some(at) = at.and_then(|a| a.parse::<jiff::Timestamp>().ok()) else { return false };
+    let age = jiff::Timestamp::now().duration_since(at);
+    age < jiff::SignedDuration::try_from(period).unwrap_or(jiff::SignedDuration::ZERO)
+}
+
+/// Whether the pod `p` may be bound to node `n` now, by the same rules as a new decision:
+/// a pending member of its gang, every predicate (cordon, taints, selectors, affinity, node
+/// pool), the node's idle capacity and every queue bound up the tree (limits, the deserved
+/// quota of non-preemptible work).
+fn may_bind(fw: &Framework, ssn: &Session, p: PodId, n: NodeId) -> Result<(), String> {
+    let snap = ssn.snap;
+    let pod = &snap.pods[p];
+    let node = &snap.nodes[n].name;
+    if ssn.pod_state[p] != PodState::Pending {
+        return Err("it is not pending".into());
+    }
+    fw.node_filter(snap, pod.job, pod.task, n).map_err(|e| format!("node {node}: {e}"))?;
+    if !ssn.fits_idle(n, ssn.requests(p), None) {
+        return Err(format!("it no longer fits node {node}"));
+    }
+    fw.allocatable(ssn, pod.job, ssn.requests(p), ShareBound::Idle)
+}
+
+/// Removes the intent; `false` if that failed (it is tried again next cycle).
+async fn clear_intent(writer: &Writer<'_>, overlay: &mut Overlay, group: &PodGroup) -> bool {
+    match api::write_intent(writer.client, group, None).await {
+        Ok(written) => {
+            overlay.group_written(group.metadata.resource_version.clone(), written);
+            true
+        }
+        Err(e) => {
+            let (ns, name) = key_of(&group.metadata);
+            tracing::warn!(namespace = %ns, group = %name, error = %e, "could not remove the bind intent; retrying next cycle");
+            false
+        }
+    }
+}
+
+/// What recovery does with one intent, decided before any write.
+enum IntentPlan {
+    /// Bind these pods: the gang has its minimum with them.
+    Complete(Vec<Bind>),
+    /// Delete the pods bound per the intent: the gang cannot reach its minimum.
+    RollBack { bound: Vec<PodRef>, lost: Vec<String> },
+}
+
+/// One intent to resolve.
+struct Resolution<'g> {
+    key: Key,
+    group: &'g Arc<PodGroup>,
+    id: Option<String>,
+    plan: IntentPlan,
+    /// Bindings refused by a rule, to report.
+    refused: Vec<String>,
+}
+
+/// Decides every intent against one session, in order, so that the bindings one intent
+/// completes count against the capacity and queue bounds the next is checked with.
+fn resolve<'g>(
+    writer: &Writer<'_>,
+    g: &Gathered,
+    snap: &Snapshot,
+    converted: &Converted,
+    found: Vec<(Key, &'g Arc<PodGroup>, &'g BindIntent)>,
+) -> Vec<Resolution<'g>> {
+    let mut ssn = Session::open(snap);
+    let mut fw = Framework::new(writer.config);
+    fw.open(&mut ssn);
+    let pod_ids = pod_ids(converted);
+    let node_ids = node_ids(snap);
+    let pods = g.pods_by_key();
+    let mut out = Vec::new();
+    for (key, group, intent) in found {
+        let facts = converted.groups.get(&key);
+        let mut st = Statement::new();
+        let mut to_bind: Vec<Bind> = Vec::new();
+        let mut bound: Vec<PodRef> = Vec::new();
+        let mut lost: Vec<String> = Vec::new();
+        let mut refused: Vec<String> = Vec::new();
+        for (pod_name, node) in &intent.pods {
+            if !pods.contains_key(&(key.0.clone(), pod_name.clone())) {
+                lost.push(format!("pod {pod_name} is gone"));
+                continue;
+            }
+            let Some(member) = facts.and_then(|f| f.members.get(pod_name)) else {
+                refused.push(format!("pod {pod_name} is not a member of the group"));
+                continue;
+            };
+            match member.node.as_deref() {
+                Some(n) if n == node => bound.push(member.pod.clone()),
+                Some(_) => {} // bound elsewhere, not by this intent
+                None if member.ended => lost.push(format!("pod {pod_name} is terminating")),
+                None => match (node_ids.get(node.as_str()), pod_ids.get(&(key.0.as_str(), pod_name.as_str()))) {
+                    (None, _) => lost.push(format!("node {node} of pod {pod_name} is gone")),
+                    (_, None) => lost.push(format!("pod {pod_name} cannot be scheduled now")),
+                    (Some(&n), Some(&p)) => match may_bind(&fw, &ssn, p, n) {
+                        Ok(()) => {
+                            ssn.allocate(&mut st, p, n);
+                            to_bind.push((member.pod.clone(), node.clone(), Charge::for_job(snap, snap.pods[p].job)));
+                        }
+                        Err(why) => refused.push(format!("pod {pod_name}: {why}")),
+                    },
+                },
+            }
+        }
+        lost.extend(refused.iter().cloned());
+        let adding: BTreeSet<&str> = to_bind.iter().map(|(p, _, _)| p.name.as_str()).collect();
+        let plan = if lost.is_empty() || facts.is_some_and(|f| f.ready_with(&adding)) {
+            ssn.commit(st);
+            IntentPlan::Complete(to_bind)
+        } else {
+            ssn.discard(st);
+            IntentPlan::RollBack { bound, lost }
+        };
+        out.push(Resolution { key, group, id: intent.id.clone(), plan, refused });
+    }
+    out
+}
+
+/// Completes or rolls back every bind intent found in the groups' status: pods of the intent
+/// still unbound are bound where the intent says if [`may_bind`] allows it; if some cannot be
+/// and the gang would stay below its minimum, the pods bound per the intent are deleted at
+/// once. Then the intent is removed. A binding refused by a predicate or a queue bound is
+/// reported (Warning Event `BindIntentRefused` and a log line), never written.
+///
+/// Intents of this process whose bindings failed are recovered at once; others (a previous
+/// leader's) once they are older than one period, or at once when they carry no time.
+///
+/// Decided on the cycle's `converted` objects and `snap`shot, which then shows the pods
+/// recovery bound as bound and those it deleted as releasing their nodes.
+pub(super) async fn recover(
+    writer: &Writer<'_>,
+    intents: &mut Intents,
+    overlay: &mut Overlay,
+    g: &Gathered,
+    converted: &Converted,
+    snap: &mut Snapshot,
+    is_leader: &Leader,
+) -> Recovery {
+    let mut out = Recovery::default();
+    if is_leader() {
+        report_ignored_annotations(writer, intents, g).await;
+    }
+    let mut found = Vec::new();
+    for pg in &g.pod_groups {
+        let Some(intent) = pg.status.as_ref().and_then(|s| s.bind_intent.as_ref()) else { continue };
+        if intent.id.as_ref().is_some_and(|id| intents.cleared.contains(id)) {
+            continue; // removed by this process; the store has not caught up
+        }
+        let own = intent.id.as_ref().is_some_and(|id| intents.own_pending.contains(id));
+        if !own && young(intent.at.as_deref(), writer.period) {
+            out.blocked.insert(key_of(&pg.metadata));
+            continue;
+        }
+        found.push((key_of(&pg.metadata), pg, intent));
+    }
+    if found.is_empty() {
+        return out;
+    }
+    let mut placed: Vec<(PodRef, String)> = Vec::new();
+    let mut deleted: Vec<PodRef> = Vec::new();
+    for Resolution { key, group, id, plan, refused } in resolve(writer, g, snap, converted, found) {
+        if !is_leader() {
+            out.blocked.insert(key);
+            continue;
+        }
+        if !refused.is_empty() {
+            let message = format!("bind intent not followed: {}", refused.join("; "));
+            tracing::warn!(namespace = %key.0, group = %key.1, %message, "refusing bindings of a bind intent");
+            events::publish(
+                writer.client,
+                "drover-scheduler",
+                group.as_ref(),
+                EventType::Warning,
+                "BindIntentRefused",
+                &message,
+            )
+            .await;
+        }
+        out.wrote = true;
+        let resolved = match plan {
+            IntentPlan::Complete(to_bind) => {
+                if !to_bind.is_empty() {
+                    tracing::info!(namespace = %key.0, group = %key.1, pods = to_bind.len(), "completing a bind intent");
+                }
+                let results = bind_many(writer, to_bind).await;
+                let (ok, errors) = note_binds(overlay, &results);
+                out.bound += ok;
+                placed.extend(results.into_iter().filter(|(_, _, r)| r.is_ok()).map(|(pod, node, _)| (pod, node)));
+                if !errors.is_empty() {
+                    tracing::warn!(namespace = %key.0, group = %key.1, ?errors, "recovery could not bind every pod; retrying next cycle");
+                }
+                errors.is_empty()
+            }
+            IntentPlan::RollBack { bound, lost } => {
+                tracing::warn!(namespace = %key.0, group = %key.1, ?lost, "bind intent cannot be completed; rolling the gang back");
+                roll_back(writer, overlay, bound, &mut deleted).await
+            }
+        };
+        if resolved && clear_intent(writer, overlay, group).await {
+            intents.cleared(id.as_deref());
+            continue;
+        }
+        if let Some(id) = &id {
+            intents.pending(id);
+        }
+        out.blocked.insert(key);
+    }
+    note_in_snapshot(snap, converted, &placed, &deleted);
+    out
+}
+
+fn pod_ids(converted: &Converted) -> HashMap<(&str, &str), PodId> {
+    converted.pods.iter().enumerate().map(|(i, r)| ((r.namespace.as_str(), r.name.as_str()), i)).collect()
+}
+
+fn node_ids(snap: &Snapshot) -> HashMap<&str, NodeId> {
+    snap.nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect()
+}
+
+/// Brings the snapshot up to date with recovery's writes, as the overlay does the stores:
+/// the pods it bound hold their nodes, and those it deleted release theirs.
+fn note_in_snapshot(snap: &mut Snapshot, converted: &Converted, placed: &[(PodRef, String)], deleted: &[PodRef]) {
+    let pod_ids = pod_ids(converted);
+    let node_ids = node_ids(snap);
+    let id = |pod: &PodRef| pod_ids.get(&(pod.namespace.as_str(), pod.name.as_str())).copied();
+    let mut phases: Vec<(PodId, PodPhase)> = placed
+        .iter()
+        .filter_map(|(pod, node)| Some((id(pod)?, PodPhase::Bound(*node_ids.get(node.as_str())?))))
+        .collect();
+    for p in deleted.iter().filter_map(id) {
+        if let PodPhase::Bound(n) | PodPhase::Releasing(n) = snap.pods[p].phase {
+            phases.push((p, PodPhase::Releasing(n)));
+        }
+    }
+    for (p, phase) in phases {
+        snap.pods[p].phase = phase;
+    }
+}
+
+/// Deletes the pods a gang's intent bound; `false` if some deletion failed.
+async fn roll_back(writer: &Writer<'_>, overlay: &mut Overlay, bound: Vec<PodRef>, deleted: &mut Vec<PodRef>) -> bool {
+    let client = writer.client.clone();
+    let results: Vec<(PodRef, Result<Removal, String>)> = futures::stream::iter(bound)
+        .map(move |pod| {
+            let client = client.clone();
+            async move {
+                let r = api::delete_now(&client, &pod).await;
+                (pod, r)
+            }
+        })
+        .buffer_unordered(writer.concurrency)
+        .collect()
+        .await;
+    let mut all = true;
+    for (pod, r) in results {
+        match r {
+            Ok(_) => {
+                overlay.pod_deleted(&pod);
+                deleted.push(pod);
+            }
+            Err(e) => {
+                all = false;
+                tracing::warn!(error = %e, "rollback could not delete a pod; retrying next cycle");
+            }
+        }
+    }
+    all
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::convert::{convert, Objects, POD_GROUP_ANNOTATION};
+    use serde_json::json;
+
+    fn object<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> Arc<T> {
+        Arc::new(serde_json::from_value(v).expect("a valid object"))
+    }
+
+    #[test]
+    fn the_snapshot_shows_what_recovery_bound_and_deleted() {
+        let meta = |name: &str| json!({"name": name, "namespace": "ns", "annotations": {POD_GROUP_ANNOTATION: "g"}});
+        let pod = |name, node: Option<&str>| {
+            object(
+                json!({"metadata": meta(name), "spec": {"schedulerName": "drover", "nodeName": node, "containers": []}}),
+            )
+        };
+        let objects = Objects {
+            nodes: &[object(json!({"metadata": {"name": "n1"}, "status": {"allocatable": {"cpu": "4", "pods": "9"}}}))],
+            pods: &[pod("a", None), pod("b", Some("n1"))],
+            pod_groups: &[object(json!({"metadata": {"name": "g", "namespace": "ns"}, "spec": {"minMember": 2}}))],
+            namespaces: &[object(json!({"metadata": {"name": "ns"}}))],
+            queues: &[],
+            priority_classes: &[],
+        };
+        let converted = convert(&objects, "drover");
+        let mut snap = drover_scheduler::snapshot::build(&converted.nodes, &converted.queues, &converted.jobs).unwrap();
+        let (a, b) = (converted.pods[0].clone(), converted.pods[1].clone());
+        note_in_snapshot(&mut snap, &converted, &[(a, "n1".into())], &[b]);
+        assert_eq!(snap.pods.iter().map(|p| p.phase).collect::<Vec<_>>(), [PodPhase::Bound(0), PodPhase::Releasing(0)]);
+    }
+}
