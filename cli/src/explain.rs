@@ -161,7 +161,7 @@ where
     match Api::<K>::all(client.clone()).list(&ListParams::default()).await {
         Ok(list) => Ok(list.items.into_iter().map(Arc::new).collect()),
         Err(kube::Error::Api(status)) if status.code == 403 => {
-            refused.push(format!("list {kind} in all namespaces (the scheduler reads them all): {}", status.message));
+            refused.push(format!("list {kind} cluster-wide (the scheduler reads them all): {}", status.message));
             Ok(Vec::new())
         }
         Err(e) => Err(Failure::from_api(kind, e)),
