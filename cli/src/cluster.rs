@@ -11,7 +11,6 @@ use anyhow::Context;
 use drover_k8s::leader::{self, LeaderConfig, LeaderStatus};
 use drover_k8s::metrics::{self, Health, Metrics};
 use drover_k8s::scheduler::{self, SchedulerOptions};
-use drover_scheduler::config::SchedulerConfig;
 use futures::future::{FutureExt, Shared};
 
 /// Options both processes share.
@@ -133,13 +132,7 @@ impl Election {
 /// Runs `drover scheduler` until SIGTERM.
 pub async fn scheduler(args: SchedulerArgs) -> anyhow::Result<()> {
     init_logging();
-    let config = match &args.config {
-        None => SchedulerConfig::default(),
-        Some(path) => {
-            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-            SchedulerConfig::from_yaml(&text).with_context(|| path.display().to_string())?
-        }
-    };
+    let config = crate::scheduler_config(args.config.as_deref()).map_err(anyhow::Error::msg)?;
     let client = kube::Client::try_default().await.context("connecting to Kubernetes")?;
     let metrics = Arc::new(Metrics::new());
     let health = Health::new();

@@ -1,27 +1,32 @@
-//! `drover explain job NS/NAME`: why a job waits. It reads the Job, its PodGroup and the
-//! queue tree, and puts side by side what the scheduler said (the PodGroup's conditions),
-//! the gang's minimum request and each queue's figures on the way up the tree (allocated,
-//! deserved, fair share, limit), then says which of them blocks the job and what would let
-//! it start. It reads only; every figure comes from what the scheduler and the controllers
-//! last wrote.
+//! `drover explain job NS/NAME`: why a job waits and what would let it start, as the scheduler
+//! itself answers it. It lists the objects the scheduler's cache holds, converts them with the
+//! scheduler's conversion, and runs one real cycle of the scheduler's configuration on them
+//! ([`drover_scheduler::explain`]); what it says of the job's queues and blockers is the
+//! core's answer, not a copy of its rules. What is not a scheduling rule — the Job is invalid
+//! or finished, its PodGroup is missing, the conversion left the group out — comes from the
+//! objects and the conversion's problems. A user who may not list what the scheduler reads is
+//! told which permission is missing and shown what the PodGroup's status says. It reads only.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::sync::Arc;
 
 use drover_api::crd::job::{Job, JobState};
 use drover_api::crd::podgroup::{PodGroup, PodGroupPhase};
 use drover_api::crd::queue::{Queue, QueueOpenState};
-use drover_api::resources::{format_amount, ResourceList};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use drover_k8s::convert::{self, Objects, DEFAULT_QUEUE};
+use drover_scheduler::config::SchedulerConfig;
+use drover_scheduler::explain::Verdict;
+use drover_scheduler::res::UNLIMITED;
+use drover_scheduler::snapshot::{self, Snapshot};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::api::Api;
-use kube::{Client, ResourceExt};
+use kube::api::{Api, ListParams};
+use kube::{Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::connect::Failure;
 use crate::output::columns;
-
-/// The queue of work that names none (the scheduler's and the Job controller's default).
-const DEFAULT_QUEUE: &str = "default";
 
 /// Everything `explain` found, and its conclusions.
 #[derive(Serialize, Debug)]
@@ -29,7 +34,7 @@ const DEFAULT_QUEUE: &str = "default";
 pub struct Explanation {
     /// `namespace/name` of the Job.
     pub job: String,
-    /// `Waiting`, `Running`, `Finished` or `Invalid`.
+    /// `Waiting`, `Starting`, `Running`, `Finished` or `Invalid`.
     pub verdict: String,
     /// The Job's lifecycle state.
     pub state: String,
@@ -40,12 +45,16 @@ pub struct Explanation {
     pub pod_group: Option<GroupSummary>,
     /// The queue the job is in.
     pub queue: String,
-    /// The job's queue and its ancestors, leaf first.
+    /// The job's queue and its ancestors, leaf first, as the scheduler's cycle left them.
     pub queue_path: Vec<PathQueue>,
     /// What keeps the job from starting (empty when nothing does).
     pub blockers: Vec<String>,
     /// What would let it start.
     pub to_start: Vec<String>,
+    /// Permissions the user lacks to see what the scheduler sees (then the verdict is the
+    /// PodGroup's status, as the scheduler last wrote it).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub missing_permissions: Vec<String>,
 }
 
 /// A Job's pods by state.
@@ -61,7 +70,7 @@ pub struct PodCounts {
     pub failed: u32,
 }
 
-/// The PodGroup as the scheduler sees it.
+/// The PodGroup as the scheduler last wrote it.
 #[derive(Serialize, Debug)]
 #[serde(rename_all = "camelCase")]
 pub struct GroupSummary {
@@ -71,8 +80,6 @@ pub struct GroupSummary {
     pub min_member: u32,
     /// Running pods.
     pub running: u32,
-    /// The minimum's resources (`spec.minResources`).
-    pub min_resources: BTreeMap<String, String>,
     /// The scheduler's reason for the wait (the `Unschedulable` condition).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub scheduler_says: Option<String>,
@@ -84,28 +91,27 @@ pub struct GroupSummary {
 pub struct PathQueue {
     /// The queue.
     pub name: String,
-    /// `Open` or `Closed`.
-    pub state: String,
-    /// `InQuota`, `OverQuota` or `OverFairShare`.
+    /// `InQuota`, `OverQuota` or `OverFairShare`, as the cycle leaves it.
+    pub queue_state: String,
+    /// The resource that decided the queue state.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub queue_state: Option<String>,
-    /// Figures for each resource the gang requests.
+    pub state_resource: Option<String>,
+    /// Figures for each resource the job asks for.
     pub resources: BTreeMap<String, PathFigures>,
 }
 
-/// A queue's figures for one resource, beside what the gang needs.
+/// A queue's figures for one resource, beside what the job asks for.
 #[derive(Serialize, Debug)]
 #[serde(rename_all = "camelCase")]
 pub struct PathFigures {
-    /// The gang minimum's request.
+    /// The job's next request: its gang minimum, or one more pod once that runs.
     pub needs: String,
     /// In use by the queue and its descendants.
     pub allocated: String,
     /// Guaranteed quota.
     pub deserved: String,
-    /// What the queue may use now.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub fair_share: Option<String>,
+    /// What the queue may use in this cycle.
+    pub fair_share: String,
     /// The hard cap.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub limit: Option<String>,
@@ -123,9 +129,53 @@ pub fn parse_target(target: &str) -> Result<(String, String), Failure> {
     Ok((ns.to_string(), name.to_string()))
 }
 
-/// Reads the Job, its PodGroup and the queues, and explains. Queues a user may not list are
-/// left out of the figures with a note, not a failure.
-pub async fn fetch(client: &Client, namespace: &str, name: &str) -> Result<Explanation, Failure> {
+/// The objects the scheduler's cache holds, listed once.
+#[derive(Default)]
+pub struct Listed {
+    nodes: Vec<Arc<k8s_openapi::api::core::v1::Node>>,
+    pods: Vec<Arc<k8s_openapi::api::core::v1::Pod>>,
+    pod_groups: Vec<Arc<PodGroup>>,
+    queues: Vec<Arc<Queue>>,
+    classes: Vec<Arc<k8s_openapi::api::scheduling::v1::PriorityClass>>,
+    namespaces: Vec<Arc<k8s_openapi::api::core::v1::Namespace>>,
+}
+
+impl Listed {
+    fn objects(&self) -> Objects<'_> {
+        Objects {
+            nodes: &self.nodes,
+            pods: &self.pods,
+            pod_groups: &self.pod_groups,
+            queues: &self.queues,
+            priority_classes: &self.classes,
+            namespaces: &self.namespaces,
+        }
+    }
+}
+
+/// Lists every `K` in the cluster; a refusal is recorded in `refused`, not a failure.
+async fn list<K>(client: &Client, kind: &str, refused: &mut Vec<String>) -> Result<Vec<Arc<K>>, Failure>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    match Api::<K>::all(client.clone()).list(&ListParams::default()).await {
+        Ok(list) => Ok(list.items.into_iter().map(Arc::new).collect()),
+        Err(kube::Error::Api(status)) if status.code == 403 => {
+            refused.push(format!("list {kind} cluster-wide (the scheduler reads them all): {}", status.message));
+            Ok(Vec::new())
+        }
+        Err(e) => Err(Failure::from_api(kind, e)),
+    }
+}
+
+/// Reads the Job, its PodGroup and what the scheduler reads, and explains.
+pub async fn fetch(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    config: &SchedulerConfig,
+    scheduler_name: &str,
+) -> Result<Explanation, Failure> {
     let object = format!("job {namespace}/{name}");
     let job =
         Api::<Job>::namespaced(client.clone(), namespace).get(name).await.map_err(|e| Failure::from_api(&object, e))?;
@@ -133,28 +183,33 @@ pub async fn fetch(client: &Client, namespace: &str, name: &str) -> Result<Expla
         .get_opt(name)
         .await
         .map_err(|e| Failure::from_api(&format!("podgroup {namespace}/{name}"), e))?;
-    let (queues, unreadable) = match crate::queue_tree::fetch(client).await {
-        Ok(q) => (q, None),
-        Err(Failure::Cluster(why)) => (Vec::new(), Some(why)),
-        Err(other) => return Err(other),
+    let mut refused = Vec::new();
+    let listed = Listed {
+        nodes: list(client, "nodes", &mut refused).await?,
+        pods: list(client, "pods", &mut refused).await?,
+        pod_groups: list(client, "podgroups", &mut refused).await?,
+        queues: list(client, "queues", &mut refused).await?,
+        classes: list(client, "priorityclasses", &mut refused).await?,
+        namespaces: list(client, "namespaces", &mut refused).await?,
     };
-    let mut explanation = explain(&job, group.as_ref(), &queues);
-    if let Some(why) = unreadable {
-        explanation.blockers.push(format!("the queue figures are missing: {why}"));
-    }
+    let cluster = refused.is_empty().then_some(&listed);
+    let mut explanation = explain(&job, group.as_ref(), cluster, config, scheduler_name);
+    explanation.missing_permissions = refused;
     Ok(explanation)
 }
 
-/// Explains `job` from its group and the queue tree.
-pub fn explain(job: &Job, group: Option<&PodGroup>, queues: &[Queue]) -> Explanation {
+/// Explains `job` from its group and, when the user may read it, what the scheduler reads.
+pub fn explain(
+    job: &Job,
+    group: Option<&PodGroup>,
+    cluster: Option<&Listed>,
+    config: &SchedulerConfig,
+    scheduler_name: &str,
+) -> Explanation {
     let status = job.status.clone().unwrap_or_default();
-    let queue = group
-        .and_then(|g| g.spec.queue.clone())
-        .or_else(|| job.spec.queue.clone())
-        .filter(|q| !q.is_empty())
-        .unwrap_or_else(|| DEFAULT_QUEUE.to_string());
+    let (namespace, name) = (job.namespace().unwrap_or_default(), job.name_any());
     let mut out = Explanation {
-        job: format!("{}/{}", job.namespace().unwrap_or_default(), job.name_any()),
+        job: format!("{namespace}/{name}"),
         verdict: String::new(),
         state: format!("{:?}", status.state),
         pods: PodCounts {
@@ -164,10 +219,15 @@ pub fn explain(job: &Job, group: Option<&PodGroup>, queues: &[Queue]) -> Explana
             failed: status.failed,
         },
         pod_group: group.map(summary),
-        queue: queue.clone(),
+        queue: group
+            .and_then(|g| g.spec.queue.clone())
+            .or_else(|| job.spec.queue.clone())
+            .filter(|q| !q.is_empty())
+            .unwrap_or_else(|| DEFAULT_QUEUE.to_string()),
         queue_path: Vec::new(),
         blockers: Vec::new(),
         to_start: Vec::new(),
+        missing_permissions: Vec::new(),
     };
     if matches!(status.state, JobState::Completed | JobState::Aborted | JobState::Failed) {
         out.verdict = "Finished".into();
@@ -186,50 +246,81 @@ pub fn explain(job: &Job, group: Option<&PodGroup>, queues: &[Queue]) -> Explana
         out.to_start.push("the controllers create it: check that `drover controllers` runs".into());
         return out;
     };
-    let group_status = group.status.clone().unwrap_or_default();
-    // A closed queue is a wait, not a fault: the queue path below names which queue is closed.
-    if let Some(c) = invalid(&group_status.conditions).filter(|c| c.reason != "QueueClosed") {
+    let Some(listed) = cluster else {
+        return from_status(out, group);
+    };
+    let objects = listed.objects();
+    let converted = convert::convert(&objects, scheduler_name);
+    let snap = match snapshot::build(&converted.nodes, &converted.queues, &converted.jobs) {
+        Ok(s) => s.at(k8s_openapi::jiff::Timestamp::now().as_second()),
+        Err(e) => {
+            out.verdict = "Waiting".into();
+            out.blockers.push(format!("the scheduler cannot build its snapshot of the cluster: {e}"));
+            return out;
+        }
+    };
+    let Some(j) = snap.jobs.iter().position(|j| j.namespace == namespace && j.name == name) else {
+        return left_out(out, &converted.problems, listed, &snap);
+    };
+    let core = drover_scheduler::explain::explain(&snap, config, j);
+    out.verdict = core.verdict.as_str().into();
+    out.queue = snap.queues[snap.jobs[j].queue].name.clone();
+    let shown: Vec<usize> =
+        (0..snap.resources.len()).filter(|&r| r != snap.pods_resource && core.needs[r] > 0).collect();
+    out.queue_path = core.path.iter().map(|q| path_queue(&snap, &core.needs, &shown, q)).collect();
+    if let Some(reason) = core.reason {
+        out.blockers.push(match core.verdict {
+            Verdict::Waiting => reason,
+            _ => format!("pods above the gang minimum wait: {reason}"),
+        });
+    }
+    out.to_start = core.to_start;
+    out
+}
+
+/// The explanation of a group the conversion left out: its problem says why.
+fn left_out(mut out: Explanation, problems: &[convert::Problem], listed: &Listed, snap: &Snapshot) -> Explanation {
+    let (namespace, name) = out.job.split_once('/').unwrap_or_default();
+    let Some(p) =
+        problems.iter().find(|p| p.kind == "PodGroup" && p.namespace.as_deref() == Some(namespace) && p.name == name)
+    else {
+        out.verdict = "Finished".into();
+        out.blockers.push("the scheduler no longer schedules the group: it has finished".into());
+        return out;
+    };
+    out.blockers.push(p.message.clone());
+    if p.reason != "QueueClosed" {
         out.verdict = "Invalid".into();
-        out.blockers.push(format!("the scheduler cannot use podgroup {}: {}: {}", out.job, c.reason, c.message));
-        out.to_start.push(invalid_remedy(&c.reason, &queue));
+        out.to_start.push(invalid_remedy(&p.reason, &out.queue));
         return out;
     }
-    let running = group_status.phase == PodGroupPhase::Running || status.state == JobState::Running;
-    let needs = requests(group);
-    out.queue_path = queue_path(&queue, queues, &needs, &mut out.blockers);
-    if running {
-        out.verdict = "Running".into();
-        if status.pending > 0 {
-            let why = out.pod_group.as_ref().and_then(|g| g.scheduler_says.clone());
-            out.blockers.push(format!(
-                "{} pod(s) above the gang minimum wait{}",
-                status.pending,
-                why.map(|w| format!(": {w}")).unwrap_or_default()
-            ));
-        }
-        return out;
-    }
+    // A closed queue is a wait, not a fault: name the closed queues on the way up.
     out.verdict = "Waiting".into();
-    closed_queues(&out.queue_path, &mut out.blockers, &mut out.to_start);
-    quota_blockers(queues, &out.queue_path, &needs, &mut out.blockers, &mut out.to_start);
-    match out.pod_group.as_ref().and_then(|g| g.scheduler_says.clone()) {
-        Some(says) => {
-            if out.to_start.is_empty() {
-                out.to_start.push(
-                    "no queue bound blocks it: it starts when the cluster has room for the whole gang on nodes its pods \
-                     may use (running work ends, or is preempted or reclaimed by the rules above)"
-                        .into(),
-                );
-            }
-            out.blockers.insert(0, format!("scheduler: {says}"));
+    let closed = |q: &str| listed.queues.iter().any(|o| o.name_any() == q && o.spec.state == QueueOpenState::Closed);
+    let leaf = snap.queues.iter().position(|q| q.name == out.queue);
+    for q in leaf.into_iter().flat_map(|l| snap.ancestry(l)).map(|q| &snap.queues[q].name) {
+        if closed(q) {
+            out.to_start.push(format!("a cluster admin opens queue {q}: `drover queue open {q}`"));
         }
-        None if out.blockers.is_empty() => {
-            out.blockers.push("the scheduler has not judged the group yet".into());
-            out.to_start
-                .push("check that `drover scheduler` runs and that the Job's pods have `schedulerName: drover`".into());
-        }
-        None => {}
     }
+    out
+}
+
+/// The explanation from the PodGroup's status alone, for a user who may not read the rest.
+fn from_status(mut out: Explanation, group: &PodGroup) -> Explanation {
+    let status = group.status.clone().unwrap_or_default();
+    out.verdict = if status.phase == PodGroupPhase::Running { "Running" } else { "Waiting" }.into();
+    if let Some(c) = invalid(&status.conditions) {
+        out.blockers.push(format!("the scheduler cannot use the group: {}: {}", c.reason, c.message));
+    }
+    if let Some(says) = out.pod_group.as_ref().and_then(|g| g.scheduler_says.clone()) {
+        out.blockers.push(format!("the scheduler said in its last cycle: {says}"));
+    }
+    out.to_start.push(
+        "to see what the scheduler sees and what would let the job start, ask a cluster admin for the permissions \
+         named below (or ask them to run `drover explain`)"
+            .into(),
+    );
     out
 }
 
@@ -262,166 +353,36 @@ fn summary(group: &PodGroup) -> GroupSummary {
         phase: format!("{:?}", status.phase),
         min_member: group.spec.min_member,
         running: status.running,
-        min_resources: group
-            .spec
-            .min_resources
-            .clone()
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(k, v)| (k, v.0))
-            .collect(),
         scheduler_says,
     }
 }
 
-/// The gang minimum's request per resource, in the scheduler's units.
-fn requests(group: &PodGroup) -> BTreeMap<String, i64> {
-    group
-        .spec
-        .min_resources
+/// One queue of the core's path, with its figures in `shown` resources.
+fn path_queue(
+    snap: &Snapshot,
+    needs: &drover_scheduler::res::Res,
+    shown: &[usize],
+    q: &drover_scheduler::explain::PathQueue,
+) -> PathQueue {
+    let amount = |r: usize, v: i64| snap.amount(r, v);
+    let resources = shown
         .iter()
-        .flatten()
-        .filter(|(name, _)| name.as_str() != "pods")
-        .filter_map(|(name, q)| Some((name.clone(), ResourceList::parse_amount(name, &q.0).ok()?)))
-        .filter(|(_, amount)| *amount > 0)
-        .collect()
-}
-
-fn amount(list: &BTreeMap<String, Quantity>, resource: &str) -> Option<i64> {
-    list.get(resource).and_then(|q| ResourceList::parse_amount(resource, &q.0).ok())
-}
-
-/// The job's queue and its ancestors, leaf first, with their figures for the resources
-/// the gang requests. A missing queue ends the path with a blocker.
-fn queue_path(
-    leaf: &str,
-    queues: &[Queue],
-    needs: &BTreeMap<String, i64>,
-    blockers: &mut Vec<String>,
-) -> Vec<PathQueue> {
-    let by_name: BTreeMap<String, &Queue> = queues.iter().map(|q| (q.name_any(), q)).collect();
-    let mut path = Vec::new();
-    let mut seen = BTreeSet::new();
-    let mut next = Some(leaf.to_string());
-    while let Some(name) = next.take() {
-        if !seen.insert(name.clone()) {
-            blockers.push(format!("queue {name:?} is on a parent cycle"));
-            break;
-        }
-        let Some(q) = by_name.get(&name) else {
-            if name != DEFAULT_QUEUE && !queues.is_empty() {
-                blockers.push(format!("queue {name:?} does not exist"));
-            }
-            break;
-        };
-        let status = q.status.clone().unwrap_or_default();
-        let limit = q.spec.limit.clone().unwrap_or_default();
-        let shown = |list: &BTreeMap<String, Quantity>, r: &str| amount(list, r).map(|a| format_amount(r, a));
-        let resources = needs
-            .iter()
-            .map(|(r, need)| {
-                let figures = PathFigures {
-                    needs: format_amount(r, *need),
-                    allocated: shown(&status.allocated, r).unwrap_or_else(|| "0".into()),
-                    deserved: shown(&status.deserved, r)
-                        .or_else(|| shown(&q.spec.deserved, r))
-                        .unwrap_or_else(|| "0".into()),
-                    fair_share: shown(&status.fair_share, r),
-                    limit: shown(&limit, r),
-                };
-                (r.clone(), figures)
-            })
-            .collect();
-        path.push(PathQueue {
-            name: name.clone(),
-            state: match q.spec.state {
-                QueueOpenState::Open => "Open",
-                QueueOpenState::Closed => "Closed",
-            }
-            .into(),
-            queue_state: status.queue_state.clone(),
-            resources,
-        });
-        next = q.spec.parent.clone();
-    }
-    path
-}
-
-fn closed_queues(path: &[PathQueue], blockers: &mut Vec<String>, to_start: &mut Vec<String>) {
-    for q in path.iter().filter(|q| q.state == "Closed") {
-        blockers.push(format!("queue {} is closed: it admits no new pod groups", q.name));
-        to_start.push(format!("a cluster admin opens it: `drover queue open {}`", q.name));
-    }
-}
-
-/// Compares the gang's request with each queue's limit and fair share on the path.
-fn quota_blockers(
-    queues: &[Queue],
-    path: &[PathQueue],
-    needs: &BTreeMap<String, i64>,
-    blockers: &mut Vec<String>,
-    to_start: &mut Vec<String>,
-) {
-    let by_name: BTreeMap<String, &Queue> = queues.iter().map(|q| (q.name_any(), q)).collect();
-    for pq in path {
-        let Some(q) = by_name.get(&pq.name) else { continue };
-        let status = q.status.clone().unwrap_or_default();
-        let limits = q.spec.limit.clone().unwrap_or_default();
-        for (r, &need) in needs {
-            let used = amount(&status.allocated, r).unwrap_or(0);
-            let show = |a: i64| format_amount(r, a);
-            if let Some(limit) = amount(&limits, r).filter(|&l| used + need > l) {
-                if need > limit {
-                    blockers.push(format!(
-                        "the gang minimum needs more {r} than queue {}'s limit ({} > {})",
-                        pq.name,
-                        show(need),
-                        show(limit)
-                    ));
-                    to_start.push(format!(
-                        "it can never start in queue {}: lower the Job's minAvailable, or a cluster admin raises the \
-                         queue's limit on {r}",
-                        pq.name
-                    ));
-                } else {
-                    blockers.push(format!(
-                        "queue {} would exceed its limit ({r} {} in use + {} needed > {})",
-                        pq.name,
-                        show(used),
-                        show(need),
-                        show(limit)
-                    ));
-                    to_start.push(format!(
-                        "work in queue {} frees {} {r} (its use must drop to {})",
-                        pq.name,
-                        show(used + need - limit),
-                        show(limit - need)
-                    ));
-                }
-                continue;
-            }
-            let Some(fair) = amount(&status.fair_share, r).filter(|&f| used + need > f) else { continue };
-            let deserved = amount(&status.deserved, r).or_else(|| amount(&q.spec.deserved, r)).unwrap_or(0);
-            blockers.push(format!(
-                "queue {} would exceed its fair share ({r} {} in use + {} needed > {})",
-                pq.name,
-                show(used),
-                show(need),
-                show(fair)
-            ));
-            let mut step = format!(
-                "work in queue {} frees {} {r}, or other queues leave more {r} unused (its fair share grows)",
-                pq.name,
-                show(used + need - fair)
-            );
-            if used + need <= deserved {
-                step.push_str(&format!(
-                    "; within its deserved quota ({}), the queue reclaims it from queues above theirs",
-                    show(deserved)
-                ));
-            }
-            to_start.push(step);
-        }
+        .map(|&r| {
+            let figures = PathFigures {
+                needs: amount(r, needs[r]),
+                allocated: amount(r, q.allocated[r]),
+                deserved: amount(r, q.deserved[r]),
+                fair_share: amount(r, q.fair_share[r]),
+                limit: (q.limit[r] != UNLIMITED).then(|| amount(r, q.limit[r])),
+            };
+            (snap.resources[r].clone(), figures)
+        })
+        .collect();
+    PathQueue {
+        name: snap.queues[q.queue].name.clone(),
+        queue_state: q.state.0.as_str().into(),
+        state_resource: q.state.1.map(|r| snap.resources[r].clone()),
+        resources,
     }
 }
 
@@ -433,47 +394,35 @@ pub fn table(e: &Explanation) -> String {
         e.pods.running, e.pods.pending, e.pods.succeeded, e.pods.failed
     ));
     if let Some(g) = &e.pod_group {
-        let request: Vec<String> = g.min_resources.iter().map(|(k, v)| format!("{k} {v}")).collect();
-        out.push_str(&format!(
-            "PodGroup:  {}, gang minimum {} pod(s){}\n",
-            g.phase,
-            g.min_member,
-            if request.is_empty() { String::new() } else { format!(" requesting {}", request.join(", ")) }
-        ));
+        out.push_str(&format!("PodGroup:  {}, gang minimum {} pod(s)\n", g.phase, g.min_member));
     }
     out.push_str(&format!("Queue:     {}\n", e.queue));
-    if e.queue_path.iter().any(|q| !q.resources.is_empty()) {
-        let mut rows = Vec::new();
-        for q in &e.queue_path {
-            for (r, f) in &q.resources {
-                rows.push(vec![
-                    q.name.clone(),
-                    q.state.clone(),
-                    q.queue_state.clone().unwrap_or_else(|| "-".into()),
-                    r.clone(),
-                    f.needs.clone(),
-                    f.allocated.clone(),
-                    f.deserved.clone(),
-                    f.fair_share.clone().unwrap_or_else(|| "-".into()),
-                    f.limit.clone().unwrap_or_else(|| "-".into()),
-                ]);
-            }
-        }
-        let header =
-            ["QUEUE", "STATE", "QUEUE STATE", "RESOURCE", "NEEDS", "ALLOCATED", "DESERVED", "FAIR SHARE", "LIMIT"];
+    let rows: Vec<Vec<String>> = e
+        .queue_path
+        .iter()
+        .flat_map(|q| {
+            q.resources.iter().map(|(r, f)| {
+                let limit = f.limit.clone().unwrap_or_else(|| "-".into());
+                let cells = [&q.name, &q.queue_state, r, &f.needs, &f.allocated, &f.deserved, &f.fair_share, &limit];
+                cells.map(String::clone).to_vec()
+            })
+        })
+        .collect();
+    if !rows.is_empty() {
+        let header = ["QUEUE", "QUEUE STATE", "RESOURCE", "NEEDS", "ALLOCATED", "DESERVED", "FAIR SHARE", "LIMIT"];
         out.push_str("\nQueues, the job's first:\n");
         out.push_str(&columns(&header, &rows));
     }
-    if !e.blockers.is_empty() {
-        out.push_str("\nWhy it waits:\n");
-        for b in &e.blockers {
-            out.push_str(&format!("  - {b}\n"));
-        }
-    }
-    if !e.to_start.is_empty() {
-        out.push_str("\nWhat would let it start:\n");
-        for s in &e.to_start {
-            out.push_str(&format!("  - {s}\n"));
+    for (title, lines) in [
+        ("Why it waits", &e.blockers),
+        ("What would let it start", &e.to_start),
+        ("Missing permissions", &e.missing_permissions),
+    ] {
+        if !lines.is_empty() {
+            out.push_str(&format!("\n{title}:\n"));
+            for l in lines {
+                out.push_str(&format!("  - {l}\n"));
+            }
         }
     }
     out
@@ -482,136 +431,6 @@ pub fn table(e: &Explanation) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use drover_api::crd::job::{JobSpec, JobStatus};
-    use drover_api::crd::podgroup::{PodGroupSpec, PodGroupStatus};
-    use drover_api::crd::queue::{QueueSpec, QueueStatus};
-
-    fn gpus(v: &str) -> BTreeMap<String, Quantity> {
-        BTreeMap::from([("nvidia.com/gpu".to_string(), Quantity(v.into()))])
-    }
-
-    fn job(queue: &str) -> Job {
-        let mut j = Job::new("train", JobSpec { queue: Some(queue.into()), ..JobSpec::default() });
-        j.metadata.namespace = Some("team-a".into());
-        j.status = Some(JobStatus { pending: 4, ..JobStatus::default() });
-        j
-    }
-
-    fn group(queue: &str, need: &str, says: &str) -> PodGroup {
-        let mut g = PodGroup::new(
-            "train",
-            PodGroupSpec {
-                min_member: 4,
-                min_resources: Some(gpus(need)),
-                queue: Some(queue.into()),
-                ..PodGroupSpec::default()
-            },
-        );
-        let mut status = PodGroupStatus { phase: PodGroupPhase::Inqueue, ..PodGroupStatus::default() };
-        drover_api::crd::conditions::set(
-            &mut status.conditions,
-            "Unschedulable",
-            true,
-            "Unschedulable",
-            says,
-            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
-            None,
-        );
-        g.status = Some(status);
-        g
-    }
-
-    fn queue(name: &str, parent: Option<&str>, allocated: &str, fair: &str, limit: Option<&str>) -> Queue {
-        let mut q = Queue::new(
-            name,
-            QueueSpec {
-                parent: parent.map(String::from),
-                deserved: gpus("4"),
-                limit: limit.map(gpus),
-                ..QueueSpec::default()
-            },
-        );
-        q.status = Some(QueueStatus {
-            allocated: gpus(allocated),
-            deserved: gpus("4"),
-            fair_share: gpus(fair),
-            ..QueueStatus::default()
-        });
-        q
-    }
-
-    #[test]
-    fn a_gang_over_its_queues_fair_share_is_told_how_much_must_be_freed() {
-        let queues = [queue("vision", Some("research"), "6", "8", None), queue("research", None, "8", "12", None)];
-        let e = explain(&job("vision"), Some(&group("vision", "4", "queue vision is over its fair share")), &queues);
-        assert_eq!(e.verdict, "Waiting");
-        assert_eq!(e.queue_path.iter().map(|q| q.name.as_str()).collect::<Vec<_>>(), ["vision", "research"]);
-        assert_eq!(e.blockers[0], "scheduler: queue vision is over its fair share");
-        assert!(
-            e.blockers
-                .contains(&"queue vision would exceed its fair share (nvidia.com/gpu 6 in use + 4 needed > 8)".into()),
-            "{:?}",
-            e.blockers
-        );
-        assert!(
-            e.to_start.iter().any(|s| s.starts_with("work in queue vision frees 2 nvidia.com/gpu")),
-            "{:?}",
-            e.to_start
-        );
-        assert!(!e.blockers.iter().any(|b| b.contains("research")), "the parent has room: {:?}", e.blockers);
-    }
-
-    #[test]
-    fn a_gang_larger_than_a_limit_is_told_it_can_never_start() {
-        let queues = [queue("vision", None, "0", "8", Some("2"))];
-        let e = explain(&job("vision"), Some(&group("vision", "4", "over the limit")), &queues);
-        assert!(e.blockers.iter().any(|b| b.contains("needs more nvidia.com/gpu than queue vision's limit (4 > 2)")));
-        assert!(e.to_start.iter().any(|s| s.contains("can never start")));
-    }
-
-    #[test]
-    fn a_closed_ancestor_a_missing_queue_and_a_refused_namespace_are_named() {
-        let mut research = queue("research", None, "0", "12", None);
-        research.spec.state = QueueOpenState::Closed;
-        let queues = [queue("vision", Some("research"), "0", "8", None), research];
-        let mut g = group("vision", "1", "");
-        let status = g.status.as_mut().unwrap();
-        drover_api::crd::conditions::set(
-            &mut status.conditions,
-            "Valid",
-            false,
-            "QueueClosed",
-            "queue \"vision\" is closed; the group is not admitted until it opens",
-            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
-            None,
-        );
-        let e = explain(&job("vision"), Some(&g), &queues);
-        assert_eq!(e.verdict, "Waiting");
-        assert!(
-            e.blockers.contains(&"queue research is closed: it admits no new pod groups".into()),
-            "{:?}",
-            e.blockers
-        );
-        assert!(e.to_start.contains(&"a cluster admin opens it: `drover queue open research`".into()));
-
-        let e = explain(&job("nope"), Some(&group("nope", "1", "no such queue")), &queues);
-        assert!(e.blockers.contains(&"queue \"nope\" does not exist".into()), "{:?}", e.blockers);
-
-        let mut g = group("vision", "1", "");
-        let status = g.status.as_mut().unwrap();
-        drover_api::crd::conditions::set(
-            &mut status.conditions,
-            "Valid",
-            false,
-            "QueueNotAllowed",
-            "queue vision does not admit namespace team-a",
-            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
-            None,
-        );
-        let e = explain(&job("vision"), Some(&g), &queues);
-        assert_eq!(e.verdict, "Invalid");
-        assert!(e.to_start[0].contains("namespaceSelector"), "{:?}", e.to_start);
-    }
 
     #[test]
     fn targets_need_a_namespace_and_a_name() {

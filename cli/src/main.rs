@@ -53,6 +53,13 @@ struct ExplainArgs {
     /// Output format.
     #[arg(short, long, value_enum, default_value_t = output::Format::Table, global = true)]
     output: output::Format,
+    /// The scheduler's configuration file, as `drover scheduler --config` (default: the bundled
+    /// config/scheduler.yaml).
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    /// The `spec.schedulerName` of the scheduler's pods, as `drover scheduler --scheduler-name`.
+    #[arg(long, default_value = "drover", global = true)]
+    scheduler_name: String,
 }
 
 #[derive(Subcommand)]
@@ -172,8 +179,9 @@ fn user_command(command: impl std::future::Future<Output = Result<(), connect::F
 async fn explain_job(args: ExplainArgs) -> Result<(), connect::Failure> {
     let ExplainWhat::Job { target } = &args.what;
     let (namespace, name) = explain::parse_target(target)?;
+    let config = scheduler_config(args.config.as_deref()).map_err(connect::Failure::BadInput)?;
     let client = connect::client(&args.kube).await?;
-    let explanation = explain::fetch(&client, &namespace, &name).await?;
+    let explanation = explain::fetch(&client, &namespace, &name, &config, &args.scheduler_name).await?;
     output::print(args.output, &explanation, explain::table);
     Ok(())
 }
@@ -206,19 +214,23 @@ fn serve(process: impl std::future::Future<Output = anyhow::Result<()>>) -> Exit
     }
 }
 
+/// The scheduler configuration in `path`, or the bundled config/scheduler.yaml: what
+/// `drover scheduler`, `drover sim` and `drover explain` run.
+fn scheduler_config(path: Option<&std::path::Path>) -> Result<SchedulerConfig, String> {
+    let Some(path) = path else { return Ok(SchedulerConfig::default()) };
+    std::fs::read_to_string(path)
+        .map_err(|e| e.to_string())
+        .and_then(|t| SchedulerConfig::from_yaml(&t).map_err(|e| e.to_string()))
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
 fn sim(args: SimArgs) -> ExitCode {
-    let mut config = match &args.config {
-        None => SchedulerConfig::default(),
-        Some(path) => match std::fs::read_to_string(path)
-            .map_err(|e| e.to_string())
-            .and_then(|t| SchedulerConfig::from_yaml(&t).map_err(|e| e.to_string()))
-        {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!("error: {}: {e}", path.display());
-                return ExitCode::from(2);
-            }
-        },
+    let mut config = match scheduler_config(args.config.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
     };
     if let Some(trace) = &args.trace {
         return trace_replay(&args, trace, config);

@@ -9,12 +9,13 @@ use std::process::{Command, Output};
 
 use drover_api::crd::job::{Job, JobSpec, JobStatus, TaskSpec};
 use drover_api::crd::podgroup::{PodGroup, PodGroupPhase, PodGroupSpec, PodGroupStatus};
-use drover_api::crd::queue::{Queue, QueueOpenState, QueueSpec, QueueStatus};
+use drover_api::crd::queue::{Queue, QueueOpenState, QueueSpec};
 use drover_envtest::{install_crds, Server};
+use drover_k8s::convert::POD_GROUP_ANNOTATION;
 use k8s_openapi::api::authentication::v1::TokenRequest;
-use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::Client;
 use serde_json::{json, Value};
@@ -38,58 +39,65 @@ fn gpus(v: &str) -> BTreeMap<String, Quantity> {
     BTreeMap::from([("nvidia.com/gpu".to_string(), Quantity(v.into()))])
 }
 
-/// Creates a queue and writes the status the scheduler would have written.
-async fn queue(client: &Client, name: &str, parent: Option<&str>, figures: [&str; 3], limit: Option<&str>) {
+/// Creates a queue.
+async fn queue(client: &Client, name: &str, parent: Option<&str>, deserved: &str, limit: Option<&str>) {
     let api: Api<Queue> = Api::all(client.clone());
     let spec = QueueSpec {
         parent: parent.map(String::from),
-        deserved: gpus(figures[1]),
+        deserved: gpus(deserved),
         limit: limit.map(gpus),
+        over_quota_weight: 1,
+        reclaimable: true,
         ..QueueSpec::default()
     };
     api.create(&PostParams::default(), &Queue::new(name, spec)).await.unwrap();
-    let status = QueueStatus {
-        allocated: gpus(figures[0]),
-        deserved: gpus(figures[1]),
-        fair_share: gpus(figures[2]),
-        queue_state: Some("OverQuota".into()),
-        ..QueueStatus::default()
-    };
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(json!({"status": status}))).await.unwrap();
 }
 
-/// A Job and its PodGroup, waiting as the scheduler reports it.
-async fn waiting_job(client: &Client, namespace: &str, name: &str, queue: &str, gpus_needed: &str) {
+/// A node with 8 GPUs, as a kubelet registers it.
+async fn node(client: &Client, name: &str) {
+    let api: Api<Node> = Api::all(client.clone());
+    let node: Node = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+    api.create(&PostParams::default(), &node).await.unwrap();
+    let status =
+        json!({"status": {"allocatable": {"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": "8", "pods": "110"}}});
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(status)).await.unwrap();
+}
+
+/// A PodGroup of `pods` pods of 1 GPU each in `queue`, in `phase`; the pods are bound to
+/// `node` and running when it is given, else pending.
+async fn group(client: &Client, namespace: &str, name: &str, queue: &str, pods: u32, node: Option<&str>) {
+    let spec = PodGroupSpec { min_member: pods, queue: Some(queue.into()), ..PodGroupSpec::default() };
+    let groups: Api<PodGroup> = Api::namespaced(client.clone(), namespace);
+    groups.create(&PostParams::default(), &PodGroup::new(name, spec)).await.unwrap();
+    let phase = if node.is_some() { PodGroupPhase::Running } else { PodGroupPhase::Inqueue };
+    let status = PodGroupStatus { phase, ..PodGroupStatus::default() };
+    groups.patch_status(name, &PatchParams::default(), &Patch::Merge(json!({"status": status}))).await.unwrap();
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    for i in 0..pods {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": format!("{name}-{i}"), "annotations": {POD_GROUP_ANNOTATION: name}},
+            "spec": {"schedulerName": "drover", "nodeName": node, "containers": [{"name": "w", "image": "trainer",
+                "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}]},
+        }))
+        .unwrap();
+        api.create(&PostParams::default(), &pod).await.unwrap();
+    }
+}
+
+/// A Job and its PodGroup of `pods` pending pods, admitted and waiting.
+async fn waiting_job(client: &Client, namespace: &str, name: &str, queue: &str, pods: u32) {
     let template =
         serde_json::from_value(json!({"spec": {"containers": [{"name": "w", "image": "trainer"}]}})).unwrap();
     let spec = JobSpec {
         queue: Some(queue.into()),
-        tasks: vec![TaskSpec { name: "worker".into(), replicas: 4, template, ..TaskSpec::default() }],
+        tasks: vec![TaskSpec { name: "worker".into(), replicas: pods, template, ..TaskSpec::default() }],
         ..JobSpec::default()
     };
     let jobs: Api<Job> = Api::namespaced(client.clone(), namespace);
     jobs.create(&PostParams::default(), &Job::new(name, spec)).await.unwrap();
-    let status = JobStatus { pending: 4, ..JobStatus::default() };
+    let status = JobStatus { pending: pods, ..JobStatus::default() };
     jobs.patch_status(name, &PatchParams::default(), &Patch::Merge(json!({"status": status}))).await.unwrap();
-    let spec = PodGroupSpec {
-        min_member: 4,
-        min_resources: Some(gpus(gpus_needed)),
-        queue: Some(queue.into()),
-        ..PodGroupSpec::default()
-    };
-    let groups: Api<PodGroup> = Api::namespaced(client.clone(), namespace);
-    groups.create(&PostParams::default(), &PodGroup::new(name, spec)).await.unwrap();
-    let waiting = Condition {
-        type_: "Unschedulable".into(),
-        status: "True".into(),
-        reason: "Unschedulable".into(),
-        message: format!("queue {queue} is over its fair share in nvidia.com/gpu"),
-        last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()),
-        observed_generation: None,
-    };
-    let status =
-        PodGroupStatus { phase: PodGroupPhase::Inqueue, conditions: vec![waiting], ..PodGroupStatus::default() };
-    groups.patch_status(name, &PatchParams::default(), &Patch::Merge(json!({"status": status}))).await.unwrap();
+    group(client, namespace, name, queue, pods, None).await;
 }
 
 /// A kubeconfig for a ServiceAccount that holds no role at all.
@@ -103,6 +111,28 @@ async fn kubeconfig_without_rights(server: &Server, namespace: &str) -> std::pat
     server.kubeconfig_for_token("nobody", &token.status.unwrap().token).unwrap()
 }
 
+/// A kubeconfig for a tenant who may read Jobs and PodGroups in `namespace`, and nothing
+/// cluster-wide.
+async fn tenant_kubeconfig(server: &Server, namespace: &str) -> std::path::PathBuf {
+    let client = server.client();
+    let role: Role = serde_json::from_value(json!({"metadata": {"name": "reader"}, "rules": [{
+        "apiGroups": ["batch.drover.dev", "scheduling.drover.dev"], "resources": ["*"], "verbs": ["get", "list"]}]}))
+    .unwrap();
+    Api::<Role>::namespaced(client.clone(), namespace).create(&PostParams::default(), &role).await.unwrap();
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
+    let mut account = ServiceAccount::default();
+    account.metadata.name = Some("tenant".into());
+    accounts.create(&PostParams::default(), &account).await.unwrap();
+    let binding: RoleBinding = serde_json::from_value(json!({"metadata": {"name": "tenant-reads"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "reader"},
+        "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": namespace}]}))
+    .unwrap();
+    Api::<RoleBinding>::namespaced(client, namespace).create(&PostParams::default(), &binding).await.unwrap();
+    let token =
+        accounts.create_token_request("tenant", &PostParams::default(), &TokenRequest::default()).await.unwrap();
+    server.kubeconfig_for_token("tenant", &token.status.unwrap().token).unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn explain_and_queue_commands_read_and_change_the_cluster_with_documented_exit_codes() {
     let Some(server) = Server::start().await else { return };
@@ -111,23 +141,23 @@ async fn explain_and_queue_commands_read_and_change_the_cluster_with_documented_
     let mut ns = Namespace::default();
     ns.metadata.name = Some("team-a".into());
     Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.unwrap();
-    queue(&client, "research", None, ["8", "8", "12"], None).await;
-    queue(&client, "vision", Some("research"), ["6", "4", "8"], None).await;
-    queue(&client, "nlp", Some("research"), ["2", "4", "4"], Some("2")).await;
-    waiting_job(&client, "team-a", "train", "vision", "4").await;
-    waiting_job(&client, "team-a", "finetune", "nlp", "1").await;
+    node(&client, "gpu-1").await;
+    queue(&client, "research", None, "8", None).await;
+    queue(&client, "vision", Some("research"), "4", None).await;
+    queue(&client, "nlp", Some("research"), "4", Some("2")).await;
+    group(&client, "team-a", "busy", "vision", 6, Some("gpu-1")).await;
+    group(&client, "team-a", "warm", "nlp", 2, Some("gpu-1")).await;
+    waiting_job(&client, "team-a", "train", "vision", 4).await;
+    waiting_job(&client, "team-a", "finetune", "nlp", 1).await;
     let kubeconfig = server.kubeconfig();
 
-    // explain: the fair share of the job's queue blocks it, by how much, and the parent has room.
+    // explain: the core's answer — the fair share of the job's queue blocks it; the queue limit
+    // blocks the other job.
     let table = stdout(&drover(&kubeconfig, &["explain", "job", "team-a/train"]));
-    assert!(
-        table.contains("queue vision would exceed its fair share (nvidia.com/gpu 6 in use + 4 needed > 8)"),
-        "{table}"
-    );
-    assert!(table.contains("work in queue vision frees 2 nvidia.com/gpu"), "{table}");
-    assert!(table.contains("scheduler: queue vision is over its fair share in nvidia.com/gpu"), "{table}");
+    assert!(table.contains("queue vision would exceed its fair share (nvidia.com/gpu 10 > 6)"), "{table}");
+    assert!(table.contains("What would let it start:"), "{table}");
     let limited = stdout(&drover(&kubeconfig, &["explain", "job", "team-a/finetune"]));
-    assert!(limited.contains("queue nlp would exceed its limit (nvidia.com/gpu 2 in use + 1 needed > 2)"), "{limited}");
+    assert!(limited.contains("queue nlp would exceed its limit (nvidia.com/gpu 3 > 2)"), "{limited}");
 
     // -o json and -o yaml carry the same facts.
     let json: Value =
@@ -138,9 +168,17 @@ async fn explain_and_queue_commands_read_and_change_the_cluster_with_documented_
     assert_eq!(json["verdict"], "Waiting");
     assert_eq!(json["queuePath"][0]["name"], "vision");
     assert_eq!(json["queuePath"][1]["name"], "research");
-    assert_eq!(json["queuePath"][0]["resources"]["nvidia.com/gpu"]["fairShare"], "8");
+    assert_eq!(json["queuePath"][0]["resources"]["nvidia.com/gpu"]["fairShare"], "6");
+    assert_eq!(json["queuePath"][0]["resources"]["nvidia.com/gpu"]["needs"], "4");
+    assert_eq!(json["queuePath"][0]["queueState"], "OverQuota");
 
-    // queue tree: the whole tree, children under their parent, per resource.
+    // queue tree: the whole tree, children under their parent, per resource, as the
+    // scheduler wrote it in status.
+    let status = json!({"status": {"allocated": gpus("6"), "deserved": gpus("4"), "fairShare": gpus("6")}});
+    Api::<Queue>::all(client.clone())
+        .patch_status("vision", &PatchParams::default(), &Patch::Merge(status))
+        .await
+        .unwrap();
     let tree: Value = serde_json::from_str(&stdout(&drover(&kubeconfig, &["queue", "tree", "-o", "json"]))).unwrap();
     let names: Vec<(&str, u64)> = tree["queues"]
         .as_array()
@@ -164,8 +202,12 @@ async fn explain_and_queue_commands_read_and_change_the_cluster_with_documented_
     let again: Value =
         serde_json::from_str(&stdout(&drover(&kubeconfig, &["queue", "close", "vision", "-o", "json"]))).unwrap();
     assert_eq!(again, json!({"queue": "vision", "state": "Closed", "changed": false}));
+    // A group not admitted yet waits for the closed queue to open.
+    let pending = json!({"status": {"phase": "Pending"}});
+    let groups: Api<PodGroup> = Api::namespaced(client.clone(), "team-a");
+    groups.patch_status("train", &PatchParams::default(), &Patch::Merge(pending)).await.unwrap();
     let table = stdout(&drover(&kubeconfig, &["explain", "job", "team-a/train"]));
-    assert!(table.contains("`drover queue open vision`"), "{table}");
+    assert!(table.contains("Waiting") && table.contains("`drover queue open vision`"), "{table}");
     let opened = stdout(&drover(&kubeconfig, &["queue", "open", "vision"]));
     assert!(opened.contains("queue vision opened"), "{opened}");
     assert_eq!(queues.get("vision").await.unwrap().spec.state, QueueOpenState::Open);
@@ -201,4 +243,14 @@ async fn explain_and_queue_commands_read_and_change_the_cluster_with_documented_
     assert_eq!(refused.status.code(), Some(4));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("queue \"vision\": access refused"));
     assert_eq!(queues.get("vision").await.unwrap().spec.state, QueueOpenState::Open);
+
+    // A tenant who may not list what the scheduler reads is told which permission is missing
+    // and shown what the PodGroup's status says.
+    let tenant = tenant_kubeconfig(&server, "team-a").await;
+    let out: Value =
+        serde_json::from_str(&stdout(&drover(&tenant, &["explain", "job", "team-a/train", "-o", "json"]))).unwrap();
+    assert_eq!(out["verdict"], "Waiting", "{out}");
+    assert_eq!(out["podGroup"]["phase"], "Pending", "{out}");
+    let missing = out["missingPermissions"].to_string();
+    assert!(missing.contains("list nodes cluster-wide") && missing.contains("list pods cluster-wide"), "{out}");
 }

