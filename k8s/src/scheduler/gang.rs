@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use drover_api::crd::podgroup::{BindIntent, PodGroup};
 use drover_scheduler::config::SchedulerConfig;
-use drover_scheduler::framework::{Framework, ShareBound};
+use drover_scheduler::framework::Framework;
+use drover_scheduler::plugin::ShareBound;
 use drover_scheduler::session::{EvictReason, PodState, Session, Statement};
 use drover_scheduler::snapshot::{self, JobId, NodeId, PodId, Snapshot};
 use futures::StreamExt;
@@ -209,7 +210,7 @@ fn may_bind(fw: &Framework, ssn: &Session, p: PodId, n: NodeId) -> Result<(), St
     if !ssn.fits_idle(n, ssn.requests(p), None) {
         return Err(format!("it no longer fits node {node}"));
     }
-    fw.allocatable(ssn, pod.job, ssn.requests(p), ShareBound::Idle)
+    fw.allocatable(ssn, pod.job, ssn.requests(p), ShareBound::Idle).map_err(|why| why.to_string())
 }
 
 /// Reports, once per group and value, a group carrying [`IGNORED_BIND_INTENT_ANNOTATION`].
