@@ -5,10 +5,11 @@ use std::time::{Duration, Instant};
 
 use crate::actions::{self, Ctx};
 use crate::config::{ActionName, SchedulerConfig};
-use crate::framework::{Framework, ShareBound};
+use crate::framework::Framework;
 use crate::placement::Placer;
+use crate::plugin::{Reservation, ShareBound};
 use crate::res::Res;
-use crate::reservation::{Reservation, Reservations};
+use crate::reservation::Reservations;
 use crate::session::{Decisions, PodState, Session};
 use crate::snapshot::{JobId, JobPhase, Snapshot};
 
@@ -78,7 +79,7 @@ fn blocker(fw: &Framework, ssn: &Session, job: JobId) -> String {
         return "waiting for its pods to be re-created".to_string();
     };
     match fw.allocatable(ssn, job, ssn.requests(pod), ShareBound::Idle) {
-        Err(why) => why,
+        Err(why) => why.to_string(),
         Ok(()) => Placer::default().explain(ssn, fw, pod, None),
     }
 }

@@ -1,135 +1,14 @@
-//! The plugin framework: the hooks through which plugins supply policy, and the session-wide
-//! combination of those hooks that actions call.
+//! The plugin framework: the session-wide combination of the enabled plugins' hooks (see
+//! [`crate::plugin`]) that actions call.
 
 use std::cmp::Ordering;
 
 use crate::config::{PlacementStrategy, PluginConfig, SchedulerConfig};
+use crate::plugin::{EvictMode, Plugin, Reservation, Rule, ShareBound, Subject, Verdict, Victim, Why};
 use crate::plugins;
 use crate::res::Res;
-use crate::reservation::Reservation;
 use crate::session::Session;
 use crate::snapshot::{JobId, NodeId, PodId, QueueId, Snapshot};
-
-/// Which action is looking for victims.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EvictMode {
-    /// Within the preemptor's queue, by priority.
-    Preempt,
-    /// Across queues, by fairness.
-    Reclaim,
-}
-
-/// A unit that can be evicted without breaking a gang: one elastic pod, or every running pod
-/// of a job.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Victim {
-    /// The job that loses pods.
-    pub job: JobId,
-    /// The pods evicted together.
-    pub pods: Vec<PodId>,
-    /// Whether this is a single pod above the job's minimum.
-    pub elastic: bool,
-    /// What evicting the unit frees.
-    pub freed: Res,
-}
-
-/// Which fair-share bound an allocation must respect.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ShareBound {
-    /// Stay within every queue's fair share.
-    FairShare,
-    /// Only hard limits and quota rules: idle capacity nobody else wants.
-    Idle,
-}
-
-/// A policy component. Every hook has a neutral default; a plugin overrides what it decides.
-pub trait Plugin {
-    /// The plugin's configuration name.
-    fn name(&self) -> &'static str;
-
-    /// Called once per cycle before any action, e.g. to compute fair shares.
-    fn on_open(&mut self, _ssn: &mut Session) {}
-
-    /// Orders sibling queues: `Less` means `a` is served first.
-    fn queue_order(&self, _ssn: &Session, _a: QueueId, _b: QueueId) -> Ordering {
-        Ordering::Equal
-    }
-
-    /// Orders jobs of one queue: `Less` means `a` is served first.
-    fn job_order(&self, _ssn: &Session, _a: JobId, _b: JobId) -> Ordering {
-        Ordering::Equal
-    }
-
-    /// Orders pods of one job for placement: `Less` means `a` is placed first.
-    fn task_order(&self, _ssn: &Session, _a: PodId, _b: PodId) -> Ordering {
-        Ordering::Equal
-    }
-
-    /// Static node filter for a task: `Err` names the reason, in kube-scheduler's words.
-    fn node_filter(&self, _snap: &Snapshot, _job: JobId, _task: usize, _node: NodeId) -> Result<(), String> {
-        Ok(())
-    }
-
-    /// Placement strategy for a node pool and workload class.
-    fn placement(&self, _pool: &str, _gpu: bool) -> Option<PlacementStrategy> {
-        None
-    }
-
-    /// Whether a victim may be evicted for `preemptor` in this mode.
-    fn may_evict(&self, _ssn: &Session, _mode: EvictMode, _preemptor: JobId, _victim: &Victim) -> bool {
-        true
-    }
-
-    /// Whether some work of leaf queue `queue` may be reclaimed for `preemptor`: a cheap
-    /// filter, by queue, before victim units are formed ([`Plugin::may_evict`] still judges
-    /// each unit).
-    fn may_reclaim_from(&self, _ssn: &Session, _preemptor: JobId, _queue: QueueId) -> bool {
-        true
-    }
-
-    /// Rank of a victim (lower goes first) in this mode.
-    fn victim_rank(&self, _ssn: &Session, _mode: EvictMode, _victim: &Victim) -> i64 {
-        0
-    }
-
-    /// Whether a job is ready (has enough running pods to make progress).
-    fn job_ready(&self, _ssn: &Session, _job: JobId) -> Option<bool> {
-        None
-    }
-
-    /// Whether a pending job may be admitted; `reserved` is what admitted-but-unplaced jobs
-    /// already claim per queue.
-    fn enqueueable(&self, _ssn: &Session, _job: JobId, _reserved: &[Res]) -> Result<(), String> {
-        Ok(())
-    }
-
-    /// Whether the job's queue chain may take `req` more.
-    fn allocatable(&self, _ssn: &Session, _job: JobId, _req: &Res, _bound: ShareBound) -> Result<(), String> {
-        Ok(())
-    }
-
-    /// Whether a queue uses more than it should (more than its fair share).
-    fn overused(&self, _ssn: &Session, _queue: QueueId) -> bool {
-        false
-    }
-
-    /// How many gangs that cannot start now may each reserve, per cycle, the nodes where they
-    /// will start soonest (0: none).
-    fn max_reservations(&self) -> usize {
-        0
-    }
-
-    /// Whether a gang that cannot start now may reserve nodes (within
-    /// [`Plugin::max_reservations`]).
-    fn may_reserve(&self, _ssn: &Session, _job: JobId) -> bool {
-        true
-    }
-
-    /// Whether `job`, placed within `bound`, may use the capacity reservation `r` holds.
-    fn may_use_reserved(&self, _ssn: &Session, _job: JobId, _bound: ShareBound, _r: &Reservation) -> bool {
-        false
-    }
-}
 
 /// The plugins that rank victims, in precedence order.
 const RANKING_PLUGINS: [&str; 3] = ["fairshare", "gang", "priority"];
@@ -164,7 +43,7 @@ impl Framework {
                     PluginConfig::Drf(args) => Box::new(plugins::drf::Drf::new(*args)),
                     PluginConfig::Predicates => Box::new(plugins::predicates::Predicates),
                     PluginConfig::Nodeorder(args) => Box::new(plugins::nodeorder::NodeOrder::new(args.clone())),
-                    PluginConfig::Reservation(args) => Box::new(plugins::reservation::Reservation::new(*args)),
+                    PluginConfig::Reservation(args) => Box::new(plugins::reservation::ReservationPolicy::new(*args)),
                     PluginConfig::Shortestfirst(args) => Box::new(plugins::shortestfirst::ShortestFirst::new(*args)),
                 }
             })
@@ -219,14 +98,24 @@ impl Framework {
         self.plugins.iter().find_map(|p| p.placement(pool, gpu)).unwrap_or_default()
     }
 
-    /// Whether every plugin lets the victim be evicted.
-    pub fn may_evict(&self, ssn: &Session, mode: EvictMode, preemptor: JobId, v: &Victim) -> bool {
-        self.plugins.iter().all(|p| p.may_evict(ssn, mode, preemptor, v))
+    /// Whether every plugin lets the victim be evicted; else the first refusal.
+    pub fn may_evict<'s>(&self, ssn: &Session<'s>, mode: EvictMode, preemptor: JobId, v: &Victim) -> Verdict<'s> {
+        self.plugins.iter().try_for_each(|p| p.may_evict(ssn, mode, preemptor, v))
     }
 
     /// Whether every plugin lets some work of `queue` be reclaimed for `preemptor`.
-    pub fn may_reclaim_from(&self, ssn: &Session, preemptor: JobId, queue: QueueId) -> bool {
-        self.plugins.iter().all(|p| p.may_reclaim_from(ssn, preemptor, queue))
+    pub fn may_reclaim_from<'s>(&self, ssn: &Session<'s>, preemptor: JobId, queue: QueueId) -> Verdict<'s> {
+        self.plugins.iter().try_for_each(|p| p.may_reclaim_from(ssn, preemptor, queue))
+    }
+
+    /// Whether every plugin lets `job`'s queue reclaim `req` at all.
+    pub fn may_reclaim<'s>(&self, ssn: &Session<'s>, job: JobId, req: &Res) -> Verdict<'s> {
+        self.plugins.iter().try_for_each(|p| p.may_reclaim(ssn, job, req))
+    }
+
+    /// Whether every plugin finds `job`'s queue within its deserved quota with `req` added.
+    pub fn within_deserved<'s>(&self, ssn: &Session<'s>, job: JobId, req: &Res) -> Verdict<'s> {
+        self.plugins.iter().try_for_each(|p| p.within_deserved(ssn, job, req))
     }
 
     /// A victim's ranks by the ranking plugins, in precedence order (the first part of
@@ -261,18 +150,18 @@ impl Framework {
     }
 
     /// Whether every plugin admits the job.
-    pub fn enqueueable(&self, ssn: &Session, job: JobId, reserved: &[Res]) -> Result<(), String> {
+    pub fn enqueueable<'s>(&self, ssn: &Session<'s>, job: JobId, reserved: &[Res]) -> Verdict<'s> {
         self.plugins.iter().try_for_each(|p| p.enqueueable(ssn, job, reserved))
     }
 
     /// Whether every plugin lets the job's queue take `req` more.
-    pub fn allocatable(&self, ssn: &Session, job: JobId, req: &Res, bound: ShareBound) -> Result<(), String> {
+    pub fn allocatable<'s>(&self, ssn: &Session<'s>, job: JobId, req: &Res, bound: ShareBound) -> Verdict<'s> {
         self.plugins.iter().try_for_each(|p| p.allocatable(ssn, job, req, bound))
     }
 
-    /// Whether any plugin finds the queue overused.
-    pub fn overused(&self, ssn: &Session, queue: QueueId) -> bool {
-        self.plugins.iter().any(|p| p.overused(ssn, queue))
+    /// Whether every plugin finds the queue within its fair share.
+    pub fn within_fair_share<'s>(&self, ssn: &Session<'s>, queue: QueueId) -> Verdict<'s> {
+        self.plugins.iter().try_for_each(|p| p.within_fair_share(ssn, queue))
     }
 
     /// How many gangs may hold a reservation each cycle: the most any plugin allows.
@@ -281,14 +170,21 @@ impl Framework {
     }
 
     /// Whether every plugin lets the gang reserve nodes.
-    pub fn may_reserve(&self, ssn: &Session, job: JobId) -> bool {
-        self.plugins.iter().all(|p| p.may_reserve(ssn, job))
+    pub fn may_reserve<'s>(&self, ssn: &Session<'s>, job: JobId) -> Verdict<'s> {
+        self.plugins.iter().try_for_each(|p| p.may_reserve(ssn, job))
     }
 
     /// Whether some plugin lets `job`, placed within `bound`, use the capacity reservation `r`
-    /// holds.
-    pub fn may_use_reserved(&self, ssn: &Session, job: JobId, bound: ShareBound, r: &Reservation) -> bool {
-        self.plugins.iter().any(|p| p.may_use_reserved(ssn, job, bound, r))
+    /// holds; else that the capacity is reserved.
+    pub fn may_use_reserved<'s>(
+        &self,
+        ssn: &Session<'s>,
+        job: JobId,
+        bound: ShareBound,
+        r: &Reservation,
+    ) -> Verdict<'s> {
+        let reserved = Err(Why::new(ssn.snap, Rule::Reserved, Subject::Job(r.job)));
+        self.plugins.iter().map(|p| p.may_use_reserved(ssn, job, bound, r)).find(Result::is_ok).unwrap_or(reserved)
     }
 
     fn first(&self, f: impl Fn(&dyn Plugin) -> Ordering) -> Ordering {

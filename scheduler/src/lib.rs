@@ -13,6 +13,7 @@ pub mod fair_share;
 pub mod framework;
 pub mod node_index;
 pub mod placement;
+pub mod plugin;
 pub mod plugins;
 pub mod res;
 pub mod reservation;

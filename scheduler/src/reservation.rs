@@ -10,8 +10,9 @@
 
 use std::rc::Rc;
 
-use crate::framework::{Framework, ShareBound};
+use crate::framework::Framework;
 use crate::placement::{Feasibility, Placer};
+use crate::plugin::{Reservation, ShareBound};
 use crate::res::Res;
 use crate::session::{PodState, Session};
 use crate::snapshot::{JobId, NodeId, PodId};
@@ -19,19 +20,6 @@ use crate::snapshot::{JobId, NodeId, PodId};
 /// Plans a cycle may try per gang it may reserve for (plans fail for gangs whose start cannot
 /// be known, e.g. behind pods without a declared run time).
 const PLANS_PER_RESERVATION: usize = 4;
-
-/// A gang's claim on the nodes where it will start soonest.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Reservation {
-    /// The waiting gang.
-    pub job: JobId,
-    /// When it is expected to start, on the snapshot's clock.
-    pub start: i64,
-    /// The nodes it will take then, ascending, with what it needs on each.
-    pub nodes: Vec<(NodeId, Res)>,
-    /// What must stay idle now on each of those nodes.
-    held: Vec<(NodeId, Res)>,
-}
 
 /// The reservations of one cycle.
 #[derive(Debug, Default)]
@@ -67,7 +55,7 @@ impl Reservations {
         let timed = *self
             .timed
             .get_or_insert_with(|| ssn.snap.jobs.iter().any(|j| j.run_time.is_some() || j.ends_at.is_some()));
-        if !timed || !fw.may_reserve(ssn, job) {
+        if !timed || fw.may_reserve(ssn, job).is_err() {
             return None;
         }
         self.plans += 1;
@@ -92,7 +80,7 @@ impl Reservations {
     /// The capacity `job`, placed within `bound`, must leave idle on each node: the holds of
     /// every reservation the plugins do not let it use; `None` when there are none.
     pub fn holds_for(&mut self, ssn: &Session, fw: &Framework, job: JobId, bound: ShareBound) -> Option<Rc<Vec<Res>>> {
-        let binds: Vec<bool> = self.list.iter().map(|r| !fw.may_use_reserved(ssn, job, bound, r)).collect();
+        let binds: Vec<bool> = self.list.iter().map(|r| fw.may_use_reserved(ssn, job, bound, r).is_err()).collect();
         if !binds.contains(&true) {
             return None;
         }

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use drover_api::crd::podgroup::{BindIntent, PodGroup};
 use drover_kubeutil::events::{self, EventType};
-use drover_scheduler::framework::{Framework, ShareBound};
+use drover_scheduler::framework::Framework;
+use drover_scheduler::plugin::ShareBound;
 use drover_scheduler::session::{PodState, Session, Statement};
 use drover_scheduler::snapshot::{NodeId, PodId, PodPhase, Snapshot};
 use futures::StreamExt;
@@ -55,7 +56,7 @@ fn may_bind(fw: &Framework, ssn: &Session, p: PodId, n: NodeId) -> Result<(), St
     if !ssn.fits_idle(n, ssn.requests(p), None) {
         return Err(format!("it no longer fits node {node}"));
     }
-    fw.allocatable(ssn, pod.job, ssn.requests(p), ShareBound::Idle)
+    fw.allocatable(ssn, pod.job, ssn.requests(p), ShareBound::Idle).map_err(|why| why.to_string())
 }
 
 /// Removes the intent; `false` if that failed (it is tried again next cycle).

@@ -9,9 +9,9 @@ use drover_api::crd::podgroup::{Admission, PodGroup, PodGroupPhase, PodGroupStat
 use drover_api::crd::queue::Queue;
 use drover_kubeutil::events::{self, EventType};
 use drover_scheduler::cycle::CycleOutcome;
+use drover_scheduler::plugin::Reservation;
 use drover_scheduler::plugins::fairshare::classify;
 use drover_scheduler::res::Res;
-use drover_scheduler::reservation::Reservation;
 use drover_scheduler::snapshot::{JobId, JobPhase, QueueId, Snapshot};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;

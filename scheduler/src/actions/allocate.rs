@@ -17,8 +17,8 @@
 //! [`crate::reservation`]); jobs served after it leave that capacity alone unless they are
 //! declared to end before the reservation starts.
 
-use crate::framework::ShareBound;
 use crate::placement::Avail;
+use crate::plugin::ShareBound;
 use crate::snapshot::{JobId, JobPhase, QueueId};
 
 use super::{class, jobs_by_queue, place_all, select_queue, strict, Ctx};
@@ -59,7 +59,8 @@ fn run_pass(ctx: &mut Ctx, queues: &[Vec<JobId>], tier: Tier, bound: ShareBound)
     };
     let mut heads: Vec<Option<JobId>> = (0..queues.len()).map(|q| pass.head(ctx, q, tier)).collect();
     let fair = bound == ShareBound::FairShare;
-    while let Some(q) = select_queue(ctx, &|q| heads[q].is_some() && !(fair && ctx.fw.overused(ctx.ssn, q))) {
+    let over = |c: &Ctx, q: QueueId| fair && c.fw.within_fair_share(c.ssn, q).is_err();
+    while let Some(q) = select_queue(ctx, &|q| heads[q].is_some() && !over(ctx, q)) {
         let job = heads[q].expect("selected queues have a head job");
         let placed = match tier {
             Tier::Minimum if strict(ctx, q) => place_strict_minimum(ctx, job, bound),
@@ -153,6 +154,7 @@ fn place_minimum(ctx: &mut Ctx, job: JobId, bound: ShareBound) -> Result<bool, S
     let pods = ctx.ssn.gang_pods(job);
     let req = ctx.ssn.sum_requests(&pods);
     if let Err(why) = ctx.fw.allocatable(ctx.ssn, job, &req, bound) {
+        let why = why.to_string();
         // Beyond its fair share now, but within its queue's hard bounds: once capacity frees
         // the gang may start, so its own queue's later work must not take that capacity.
         let may_start_later = bound == ShareBound::FairShare

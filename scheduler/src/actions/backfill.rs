@@ -7,8 +7,8 @@
 //! [`crate::reservation`]) is held too, for every job not declared to end before the
 //! reservation starts.
 
-use crate::framework::ShareBound;
 use crate::placement::Avail;
+use crate::plugin::ShareBound;
 use crate::res::Res;
 use crate::snapshot::{JobId, JobPhase, NodeId, QueueingStrategy};
 

@@ -15,8 +15,8 @@
 //! queue only the first waiting job of each class claims (as in preempt and reclaim), and
 //! queues over their fair share claim nothing.
 
-use crate::framework::ShareBound;
 use crate::placement::Avail;
+use crate::plugin::ShareBound;
 use crate::snapshot::{JobId, NodeId, PodId, QueueId};
 
 use super::{
@@ -47,8 +47,8 @@ fn claim(
     wants: &dyn Fn(&Ctx, JobId) -> bool,
     pods: &dyn Fn(&Ctx, JobId) -> Vec<PodId>,
 ) {
-    let not_overused = |c: &Ctx, q: QueueId| !c.fw.overused(c.ssn, q);
-    serve_in_queue_order(ctx, by_queue, wants, &not_overused, &mut |ctx, job| {
+    let within_share = |c: &Ctx, q: QueueId| c.fw.within_fair_share(c.ssn, q).is_ok();
+    serve_in_queue_order(ctx, by_queue, wants, &within_share, &mut |ctx, job| {
         let wanted = pods(ctx, job);
         if wanted.is_empty() {
             return;

@@ -13,8 +13,8 @@
 
 use std::cmp::Reverse;
 
-use crate::framework::{ShareBound, Victim};
 use crate::placement::Avail;
+use crate::plugin::{ShareBound, Victim};
 use crate::session::{EvictReason, Statement};
 use crate::snapshot::{JobId, NodeId, PodId};
 

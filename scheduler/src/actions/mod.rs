@@ -13,7 +13,8 @@ pub mod victims;
 
 pub use victims::{victim_units, VictimOrder, VictimPool};
 
-use crate::framework::{EvictMode, Framework, Victim};
+use crate::framework::Framework;
+use crate::plugin::{EvictMode, Victim};
 use std::rc::Rc;
 
 use crate::placement::{Avail, Feasibility, Placer};
@@ -346,7 +347,8 @@ pub fn make_room(
             Some(since)
         }
         None => {
-            let candidates: Vec<&Victim> = order.units().filter(|v| ctx.fw.may_evict(ctx.ssn, mode, job, v)).collect();
+            let candidates: Vec<&Victim> =
+                order.units().filter(|v| ctx.fw.may_evict(ctx.ssn, mode, job, v).is_ok()).collect();
             let why = failure(ctx, &candidates);
             append_reason(ctx, job, &why);
             None
@@ -454,7 +456,7 @@ fn evict_for(
         }
         // Taking units only ever makes the rest less evictable (queues drop, jobs shrink),
         // so a unit refused now would have been refused before the first eviction too.
-        if !ctx.fw.may_evict(ctx.ssn, mode, job, v) {
+        if ctx.fw.may_evict(ctx.ssn, mode, job, v).is_err() {
             continue;
         }
         evict_unit(ctx.ssn, &mut st, v, reason, &mut nodes);

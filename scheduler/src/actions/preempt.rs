@@ -6,7 +6,7 @@
 //! pipelined onto the capacity being freed and bound in a later cycle.
 
 use super::{evicting_jobs, fits_without_eviction, jobs_by_queue, make_room, shortfall, starving, Ctx, VictimPool};
-use crate::framework::{EvictMode, ShareBound, Victim};
+use crate::plugin::{EvictMode, ShareBound, Victim};
 use crate::res::Res;
 
 /// Runs the action.
@@ -34,7 +34,7 @@ pub fn run(ctx: &mut Ctx) {
             let queues = [q];
             pool.prepare(ctx.ssn, ctx.fw, &queues);
             let order = pool.order(&queues, job);
-            if !order.units().any(|v| ctx.fw.may_evict(ctx.ssn, EvictMode::Preempt, job, v)) {
+            if !order.units().any(|v| ctx.fw.may_evict(ctx.ssn, EvictMode::Preempt, job, v).is_ok()) {
                 failed = Some((need, priority));
                 continue;
             }

@@ -9,7 +9,7 @@
 //! job of each class may evict (for its minimum or its elastic pods). The group is
 //! pipelined onto the freed capacity.
 
-use crate::framework::{EvictMode, ShareBound, Victim};
+use crate::plugin::{EvictMode, Rule, ShareBound, Subject, Victim, Why};
 use crate::res::Res;
 use crate::snapshot::{JobId, PodId, QueueId, ROOT};
 
@@ -61,7 +61,7 @@ fn serve(
 }
 
 /// One reclaim attempt for `pods` of `job`.
-fn attempt(ctx: &mut Ctx, state: &mut Reclaim, job: JobId, pods: &[PodId]) {
+fn attempt<'s>(ctx: &mut Ctx<'_, 's>, state: &mut Reclaim, job: JobId, pods: &[PodId]) {
     let snap = ctx.ssn.snap;
     let q = snap.jobs[job].queue;
     let need = ctx.ssn.sum_requests(pods);
@@ -69,56 +69,29 @@ fn attempt(ctx: &mut Ctx, state: &mut Reclaim, job: JobId, pods: &[PodId]) {
         return;
     }
     let fits = |c: &Ctx| c.fw.allocatable(c.ssn, job, &need, ShareBound::FairShare).is_ok();
-    // The job's own queue must stay within its fair share; its ancestors are checked once
-    // the victims are chosen (their allocation then drops by what is reclaimed below them).
-    let (alloc, share) = (&ctx.ssn.queue_alloc[q], &ctx.ssn.fair_share[q]);
-    // A queue already over its fair share in any resource sits out allocation's fair-share
-    // passes, so what it reclaimed would go to whichever queue uses idle capacity first, the
-    // victim's maybe, and be reclaimed again next cycle (Volcano's reclaim skips such queues
-    // too).
-    if ctx.fw.overused(ctx.ssn, q) {
-        let over = (0..alloc.len()).find(|&r| r != snap.pods_resource && alloc[r] > share[r]);
-        let why = match over {
-            Some(r) => format!(
-                "reclaim: queue {} is over its fair share ({} {} > {})",
-                snap.queues[q].name,
-                snap.resources[r],
-                snap.amount(r, alloc[r]),
-                snap.amount(r, share[r])
-            ),
-            None => format!("reclaim: queue {} is over its fair share", snap.queues[q].name),
-        };
-        append_reason(ctx, job, &why);
-        return;
-    }
-    if let Some(r) = (0..need.len()).find(|&r| need[r] > 0 && alloc[r] + need[r] > share[r]) {
-        let why = format!(
-            "reclaim: queue {} would exceed its fair share ({} {} > {})",
-            snap.queues[q].name,
-            snap.resources[r],
-            snap.amount(r, alloc[r] + need[r]),
-            snap.amount(r, share[r])
-        );
-        append_reason(ctx, job, &why);
+    if let Err(why) = ctx.fw.may_reclaim(ctx.ssn, job, &need) {
+        append_reason(ctx, job, &format!("reclaim: {why}"));
         return;
     }
     if fits_without_eviction(ctx, pods, &fits) {
         return;
     }
-    // Whether the job's queue would go over its deserved quota with the request (in a quota
-    // resource), for the reason: then it may only take from queues above their fair share.
-    let own_over = {
-        let (deserved, alloc) = (&snap.queues[q].deserved, &ctx.ssn.queue_alloc[q]);
-        (0..need.len()).any(|r| snap.quota_resources[r] && alloc[r] + need[r] > deserved[r])
+    // The furthest any queue or unit got before a plugin refused it, for the reason.
+    let mut furthest: Option<Why> = None;
+    let mut refused = |why: Why<'s>| {
+        if furthest.is_none_or(|f| progress(f.rule) < progress(why.rule)) {
+            furthest = Some(why);
+        }
     };
     let pool = &mut state.pool;
     let queues: Vec<QueueId> = (0..snap.queues.len())
-        .filter(|&v| v != q && v != ROOT && pool.has_running(v) && ctx.fw.may_reclaim_from(ctx.ssn, job, v))
+        .filter(|&v| v != q && v != ROOT && pool.has_running(v))
+        .filter(|&v| ctx.fw.may_reclaim_from(ctx.ssn, job, v).map_err(&mut refused).is_ok())
         .collect();
     pool.prepare(ctx.ssn, ctx.fw, &queues);
     let order = pool.order(&queues, job);
-    if !order.units().any(|v| ctx.fw.may_evict(ctx.ssn, EvictMode::Reclaim, job, v)) {
-        let why = no_victims(ctx, job, &need, own_over);
+    if !order.units().any(|v| ctx.fw.may_evict(ctx.ssn, EvictMode::Reclaim, job, v).map_err(&mut refused).is_ok()) {
+        let why = no_victims(ctx, job, &need, furthest);
         append_reason(ctx, job, &why);
         state.failed[q] = Some(need);
         return;
@@ -131,9 +104,21 @@ fn attempt(ctx: &mut Ctx, state: &mut Reclaim, job: JobId, pods: &[PodId]) {
     }
 }
 
-/// Why no unit of another queue may be reclaimed for `job`; `own_over`: its queue would go
-/// over its deserved quota with the request.
-fn no_victims(ctx: &Ctx, job: JobId, need: &Res, own_over: bool) -> String {
+/// How far a refusal by `rule` got towards taking a unit: whether the request uses a quota
+/// resource at all, then whether the queue is above its deserved quota in one, then the rest.
+fn progress(rule: Rule) -> u8 {
+    match rule {
+        Rule::OutsideQuota => 0,
+        Rule::NotAboveDeserved => 1,
+        _ => 2,
+    }
+}
+
+/// Why no unit of another queue may be reclaimed for `job`'s request of `need`, from the
+/// refusal that got furthest over every queue and unit (`None`: no other queue runs
+/// anything) and, once some queue is above its deserved quota, from the rule that decides
+/// which of them the job may take from.
+fn no_victims(ctx: &Ctx, job: JobId, need: &Res, furthest: Option<Why>) -> String {
     let snap = ctx.ssn.snap;
     let names = |keep: &dyn Fn(usize) -> bool| {
         let list: Vec<&str> = (0..need.len()).filter(|&r| keep(r)).map(|r| snap.resources[r].as_str()).collect();
@@ -141,30 +126,28 @@ fn no_victims(ctx: &Ctx, job: JobId, need: &Res, own_over: bool) -> String {
     };
     let asked = |r: usize| r != snap.pods_resource && need[r] > 0;
     let wanted = names(&asked);
-    let q = snap.jobs[job].queue;
-    let any_above = (1..snap.queues.len()).any(|v| {
-        v != q && snap.queues[v].children.is_empty() && {
-            let (alloc, deserved) = (&ctx.ssn.queue_alloc[v], &snap.queues[v].deserved);
-            (0..need.len()).any(|r| snap.quota_resources[r] && need[r] > 0 && alloc[r] > deserved[r])
-        }
-    });
     let quota_wanted = names(&|r| asked(r) && snap.quota_resources[r]);
-    if quota_wanted.is_empty() {
-        let quota = names(&|r| snap.quota_resources[r]);
-        format!("reclaim: queue quotas cover only {quota}, which the request ({wanted}) does not use")
-    } else if !any_above {
-        format!("reclaim: no other queue is above its deserved quota in {quota_wanted}")
-    } else if own_over {
-        format!(
-            "reclaim: queue {} would go over its deserved quota and no other queue is above its fair share in {}",
-            snap.queues[q].name, wanted
-        )
-    } else if ctx.fw.job_ready(ctx.ssn, job) {
-        format!(
-            "reclaim: elastic pods take only from queues above their fair share, and no other queue is above it in {}",
-            wanted
-        )
-    } else {
-        "reclaim: the work above other queues' deserved quota is non-preemptible or in non-reclaimable queues".into()
+    match furthest.map(|w| w.rule) {
+        Some(Rule::OutsideQuota) | None if quota_wanted.is_empty() => {
+            let quota = names(&|r| snap.quota_resources[r]);
+            format!("reclaim: queue quotas cover only {quota}, which the request ({wanted}) does not use")
+        }
+        None | Some(Rule::NotAboveDeserved) => {
+            format!("reclaim: no other queue is above its deserved quota in {quota_wanted}")
+        }
+        _ => match ctx.fw.within_deserved(ctx.ssn, job, need) {
+            Err(Why { subject: Subject::Queue(q), .. }) => format!(
+                "reclaim: queue {} would go over its deserved quota and no other queue is above its fair share in {}",
+                snap.queues[q].name, wanted
+            ),
+            _ if ctx.fw.job_ready(ctx.ssn, job) => format!(
+                "reclaim: elastic pods take only from queues above their fair share, and no other queue is above it in {}",
+                wanted
+            ),
+            _ => {
+                "reclaim: the work above other queues' deserved quota is non-preemptible or in non-reclaimable queues"
+                    .into()
+            }
+        },
     }
 }

@@ -9,7 +9,8 @@
 //! of the queue that just lost a unit is ranked again. This is the same order as sorting
 //! every candidate and sorting the rest again after each eviction, without doing either.
 
-use crate::framework::{EvictMode, Framework, Victim, VictimKey};
+use crate::framework::{Framework, VictimKey};
+use crate::plugin::{EvictMode, Victim};
 use crate::session::{PodState, Session};
 use crate::snapshot::{JobId, PodId, QueueId};
 

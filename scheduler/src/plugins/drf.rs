@@ -5,7 +5,7 @@
 use std::cmp::Ordering;
 
 use crate::config::DrfConfig;
-use crate::framework::Plugin;
+use crate::plugin::Plugin;
 use crate::res::Res;
 use crate::session::Session;
 use crate::snapshot::{JobId, QueueId};

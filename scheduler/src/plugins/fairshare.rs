@@ -13,7 +13,7 @@ use std::cmp::Ordering;
 
 use crate::config::FairShareMode;
 use crate::fair_share::{divide, Claim};
-use crate::framework::{EvictMode, Plugin, ShareBound, Victim};
+use crate::plugin::{EvictMode, Plugin, Rule, ShareBound, Subject, Verdict, Victim, Why};
 use crate::res::{Res, UNLIMITED};
 use crate::session::Session;
 use crate::snapshot::{JobId, JobPhase, Queue, QueueId, Snapshot, ROOT};
@@ -245,7 +245,7 @@ impl FairShare {
     /// would go over its own quota again to take it (no reclaim ping-pong).
     fn within_deserved_with_next_job(&self, ssn: &Session, q: QueueId) -> bool {
         let Some(job) = self.next_job(ssn, q) else { return false };
-        self.with_need(ssn, job, |need| within_deserved_with(ssn, q, &need.request))
+        self.with_need(ssn, job, |need| within_deserved_with(ssn, q, &need.request).is_ok())
     }
 
     /// What the job could free in its own queue: elastic pods of any job, and the running
@@ -281,9 +281,22 @@ fn exceeding(req: &Res, have: &Res, cap: &Res) -> Option<(usize, i64, i64)> {
 /// ([`Snapshot::quota_resources`]) with `req` added: KAI's question both in the queue order
 /// and, for the reclaimer, in reclaim. One measure for both keeps a queue that reclaimed
 /// on the strength of its deserved quota first in line for what it freed.
-fn within_deserved_with(ssn: &Session, q: QueueId, req: &Res) -> bool {
+fn within_deserved_with<'s>(ssn: &Session<'s>, q: QueueId, req: &Res) -> Verdict<'s> {
     let (deserved, alloc) = (&ssn.snap.queues[q].deserved, &ssn.queue_alloc[q]);
-    (0..req.len()).all(|r| !ssn.snap.quota_resources[r] || alloc[r] + req[r] <= deserved[r])
+    match (0..req.len()).find(|&r| ssn.snap.quota_resources[r] && alloc[r] + req[r] > deserved[r]) {
+        Some(r) => {
+            Err(Why::exceeding(ssn.snap, Rule::OverDeserved, Subject::Queue(q), (r, alloc[r] + req[r], deserved[r])))
+        }
+        None => Ok(()),
+    }
+}
+
+/// Whether queue `q` stays within its fair share with `req` added.
+fn within_fair_share_with<'s>(ssn: &Session<'s>, q: QueueId, req: &Res) -> Verdict<'s> {
+    match exceeding(req, &ssn.queue_alloc[q], &ssn.fair_share[q]) {
+        Some(e) => Err(Why::exceeding(ssn.snap, Rule::FairShare, Subject::Queue(q), e)),
+        None => Ok(()),
+    }
 }
 
 /// KAI's reclaim rule, judged on the sibling queues where the reclaimer's and the victim's
@@ -294,18 +307,24 @@ fn within_deserved_with(ssn: &Session, q: QueueId, req: &Res) -> bool {
 /// shrink when quotas are over-subscribed — or the reclaimer side must stay within its own
 /// deserved quota with the request. Deserved quotas are compared in the quota resources
 /// only, where a queue that declares none deserves 0; `pods` never counts.
-fn reclaimable_from(ssn: &Session, mine: QueueId, theirs: QueueId, need: &Res) -> bool {
+fn reclaimable_from<'s>(ssn: &Session<'s>, mine: QueueId, theirs: QueueId, need: &Res) -> Verdict<'s> {
     let snap = ssn.snap;
     let wanted = |r: usize| r != snap.pods_resource && need[r] > 0;
+    if !(0..need.len()).any(|r| wanted(r) && snap.quota_resources[r]) {
+        return Err(Why::new(snap, Rule::OutsideQuota, Subject::Cluster));
+    }
     let alloc = &ssn.queue_alloc[theirs];
     let deserved = &snap.queues[theirs].deserved;
     let above_deserved = (0..need.len()).any(|r| wanted(r) && snap.quota_resources[r] && alloc[r] > deserved[r]);
     if !above_deserved {
-        return false;
+        return Err(Why::new(snap, Rule::NotAboveDeserved, Subject::Queue(theirs)));
     }
     let fair = &ssn.fair_share[theirs];
     let above_fair = (0..need.len()).any(|r| wanted(r) && alloc[r] > fair[r].max(deserved[r]));
-    above_fair || within_deserved_with(ssn, mine, need)
+    if above_fair {
+        return Ok(());
+    }
+    within_deserved_with(ssn, mine, need)
 }
 
 /// Whether the victim side `theirs`, after losing the unit `v`, could not take back even
@@ -386,59 +405,35 @@ impl Plugin for FairShare {
         first.then(da.0.cmp(&db.0)).then(da.1.total_cmp(&db.1))
     }
 
-    fn allocatable(&self, ssn: &Session, job: JobId, req: &Res, bound: ShareBound) -> Result<(), String> {
+    fn allocatable<'s>(&self, ssn: &Session<'s>, job: JobId, req: &Res, bound: ShareBound) -> Verdict<'s> {
         let snap = ssn.snap;
         let j = &snap.jobs[job];
         for q in snap.ancestry(j.queue) {
-            let name = &snap.queues[q].name;
-            if let Some((r, would, cap)) = exceeding(req, &ssn.queue_alloc[q], &snap.queues[q].limit) {
-                return Err(format!(
-                    "queue {name} would exceed its limit ({} {} > {})",
-                    snap.resources[r],
-                    snap.amount(r, would),
-                    snap.amount(r, cap)
-                ));
+            if let Some(e) = exceeding(req, &ssn.queue_alloc[q], &snap.queues[q].limit) {
+                return Err(Why::exceeding(snap, Rule::Limit, Subject::Queue(q), e));
             }
             if !j.preemptible {
-                let queue = &snap.queues[q];
-                let alloc = &ssn.queue_alloc_np[q];
-                let deserved = &queue.deserved;
-                if let Some(r) =
-                    (0..req.len()).find(|&r| queue.quota_covers(r) && req[r] > 0 && alloc[r] + req[r] > deserved[r])
-                {
-                    return Err(format!(
-                        "non-preemptible work may only use queue {name}'s deserved quota ({} {} > {})",
-                        snap.resources[r],
-                        snap.amount(r, alloc[r] + req[r]),
-                        snap.amount(r, deserved[r])
-                    ));
+                let (alloc, deserved) = (&ssn.queue_alloc_np[q], &snap.queues[q].deserved);
+                let covered = |r: usize| snap.queues[q].quota_covers(r) && req[r] > 0;
+                if let Some(r) = (0..req.len()).find(|&r| covered(r) && alloc[r] + req[r] > deserved[r]) {
+                    let e = (r, alloc[r] + req[r], deserved[r]);
+                    return Err(Why::exceeding(snap, Rule::NonPreemptibleDeserved, Subject::Queue(q), e));
                 }
             }
             if bound == ShareBound::FairShare {
-                if let Some((r, would, cap)) = exceeding(req, &ssn.queue_alloc[q], &ssn.fair_share[q]) {
-                    return Err(format!(
-                        "queue {name} would exceed its fair share ({} {} > {})",
-                        snap.resources[r],
-                        snap.amount(r, would),
-                        snap.amount(r, cap)
-                    ));
-                }
+                within_fair_share_with(ssn, q, req)?;
             }
         }
         Ok(())
     }
 
-    fn enqueueable(&self, ssn: &Session, job: JobId, reserved: &[Res]) -> Result<(), String> {
+    fn enqueueable<'s>(&self, ssn: &Session<'s>, job: JobId, reserved: &[Res]) -> Verdict<'s> {
         let snap = ssn.snap;
         let j = &snap.jobs[job];
         let min = ssn.sum_requests(&ssn.gang_pods(job));
         if let Some(r) = min.first_exceeding(&snap.capacity) {
-            return Err(format!(
-                "the gang needs more than the whole cluster has ({} {} > {})",
-                snap.resources[r],
-                snap.amount(r, min[r]),
-                snap.amount(r, snap.capacity[r])
-            ));
+            let e = (r, min[r], snap.capacity[r]);
+            return Err(Why::exceeding(snap, Rule::ClusterCapacity, Subject::Cluster, e));
         }
         let freeable = self.freeable_for(ssn, job);
         for q in snap.ancestry(j.queue) {
@@ -447,61 +442,87 @@ impl Plugin for FairShare {
             let below = self.elastic_subtree[q].minus(&self.elastic_subtree[j.queue]);
             let mut used = ssn.queue_alloc[q].minus(&freeable).minus(&below).plus(&reserved[q]);
             used.clamp_non_negative();
-            if let Some((r, would, cap)) = exceeding(&min, &used, &queue.limit) {
-                return Err(format!(
-                    "queue {} cannot hold the gang's minimum within its limit ({} {} > {})",
-                    queue.name,
-                    snap.resources[r],
-                    snap.amount(r, would),
-                    snap.amount(r, cap)
-                ));
+            if let Some(e) = exceeding(&min, &used, &queue.limit) {
+                return Err(Why::exceeding(snap, Rule::LimitForGang, Subject::Queue(q), e));
             }
             if !j.preemptible {
-                let r = (0..min.len()).find(|&r| queue.quota_covers(r) && min[r] > queue.deserved[r]);
-                if let Some(r) = r {
-                    return Err(format!(
-                        "non-preemptible work may only use queue {}'s deserved quota, which is smaller than the gang ({} {} > {})",
-                        queue.name,
-                        snap.resources[r],
-                        snap.amount(r, min[r]),
-                        snap.amount(r, queue.deserved[r])
-                    ));
+                if let Some(r) = (0..min.len()).find(|&r| queue.quota_covers(r) && min[r] > queue.deserved[r]) {
+                    let e = (r, min[r], queue.deserved[r]);
+                    return Err(Why::exceeding(snap, Rule::NonPreemptibleGangDeserved, Subject::Queue(q), e));
                 }
             }
         }
         Ok(())
     }
 
-    fn overused(&self, ssn: &Session, queue: QueueId) -> bool {
-        ssn.queue_alloc[queue].first_exceeding(&ssn.fair_share[queue]).is_some()
+    fn within_fair_share<'s>(&self, ssn: &Session<'s>, queue: QueueId) -> Verdict<'s> {
+        let (alloc, fair) = (&ssn.queue_alloc[queue], &ssn.fair_share[queue]);
+        match alloc.first_exceeding(fair) {
+            Some(r) => {
+                Err(Why::exceeding(ssn.snap, Rule::OverFairShare, Subject::Queue(queue), (r, alloc[r], fair[r])))
+            }
+            None => Ok(()),
+        }
     }
 
-    fn may_evict(&self, ssn: &Session, mode: EvictMode, preemptor: JobId, v: &Victim) -> bool {
+    /// A queue over its fair share in any resource reclaims nothing: it sits out allocation's
+    /// fair-share passes, so what it reclaimed would go to whichever queue uses idle capacity
+    /// first, the victim's maybe, and be reclaimed again next cycle (Volcano's reclaim skips
+    /// such queues too). Nor may the job's own queue go over its fair share with `req` (its
+    /// ancestors are checked once victims are chosen: their allocation then drops by what is
+    /// reclaimed below them).
+    fn may_reclaim<'s>(&self, ssn: &Session<'s>, job: JobId, req: &Res) -> Verdict<'s> {
+        let q = ssn.snap.jobs[job].queue;
+        self.within_fair_share(ssn, q)?;
+        within_fair_share_with(ssn, q, req)
+    }
+
+    fn within_deserved<'s>(&self, ssn: &Session<'s>, job: JobId, req: &Res) -> Verdict<'s> {
+        within_deserved_with(ssn, ssn.snap.jobs[job].queue, req)
+    }
+
+    fn may_evict<'s>(&self, ssn: &Session<'s>, mode: EvictMode, preemptor: JobId, v: &Victim) -> Verdict<'s> {
         if mode == EvictMode::Preempt {
-            return true;
+            return Ok(());
         }
         let snap = ssn.snap;
         let (pq, vq) = (snap.jobs[preemptor].queue, snap.jobs[v.job].queue);
-        let Some((mine, theirs)) = snap.split(pq, vq) else { return false };
-        let allowed = self.with_need(ssn, preemptor, |need| {
+        let Some((mine, theirs)) = snap.split(pq, vq) else {
+            return Err(Why::new(snap, Rule::SameQueue, Subject::Queue(vq)));
+        };
+        self.with_need(ssn, preemptor, |need| {
+            reclaimable_from(ssn, mine, theirs, &need.request)?;
             // A gang minimum that keeps its queue within its deserved quota is served first
             // next cycle (the queue order's first question); anything else takes only what
             // the victim cannot take back within its fair share.
-            let on_own_quota = !need.elastic && within_deserved_with(ssn, mine, &need.request);
-            reclaimable_from(ssn, mine, theirs, &need.request) && (on_own_quota || cannot_take_back(ssn, theirs, v))
-        });
-        if !allowed {
-            return false;
-        }
-        let fenced = snap
+            let on_own_quota = if need.elastic {
+                Err(Why::new(snap, Rule::ElasticBeyondFairShare, Subject::Queue(theirs)))
+            } else {
+                within_deserved_with(ssn, mine, &need.request)
+            };
+            if on_own_quota.is_ok() || cannot_take_back(ssn, theirs, v) {
+                Ok(())
+            } else {
+                on_own_quota
+            }
+        })?;
+        let fence = snap
             .ancestry(vq)
             .take_while(|&q| q != snap.queues[theirs].parent.unwrap_or(ROOT))
-            .any(|q| !snap.queues[q].reclaimable);
-        !fenced || (v.elastic && self.overused(ssn, vq))
+            .find(|&q| !snap.queues[q].reclaimable);
+        match fence {
+            Some(q) if !(v.elastic && self.within_fair_share(ssn, vq).is_err()) => {
+                Err(Why::new(snap, Rule::NotReclaimable, Subject::Queue(q)))
+            }
+            _ => Ok(()),
+        }
     }
 
-    fn may_reclaim_from(&self, ssn: &Session, preemptor: JobId, queue: QueueId) -> bool {
-        let Some((mine, theirs)) = ssn.snap.split(ssn.snap.jobs[preemptor].queue, queue) else { return false };
+    fn may_reclaim_from<'s>(&self, ssn: &Session<'s>, preemptor: JobId, queue: QueueId) -> Verdict<'s> {
+        let snap = ssn.snap;
+        let Some((mine, theirs)) = snap.split(snap.jobs[preemptor].queue, queue) else {
+            return Err(Why::new(snap, Rule::SameQueue, Subject::Queue(queue)));
+        };
         self.with_need(ssn, preemptor, |need| reclaimable_from(ssn, mine, theirs, &need.request))
     }
 

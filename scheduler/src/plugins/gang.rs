@@ -3,7 +3,7 @@
 //! eviction never leaves a gang running below its minimum: a victim is either one pod above
 //! the minimum (elastic) or every running pod of the job.
 
-use crate::framework::{EvictMode, Plugin, Victim};
+use crate::plugin::{EvictMode, Plugin, Rule, Subject, Verdict, Victim, Why};
 use crate::session::Session;
 use crate::snapshot::JobId;
 
@@ -19,14 +19,19 @@ impl Plugin for Gang {
         Some(ssn.job_ready(job))
     }
 
-    fn may_evict(&self, ssn: &Session, _mode: EvictMode, _preemptor: JobId, v: &Victim) -> bool {
-        if v.elastic {
+    fn may_evict<'s>(&self, ssn: &Session<'s>, _mode: EvictMode, _preemptor: JobId, v: &Victim) -> Verdict<'s> {
+        let whole = if v.elastic {
             v.pods.len() == 1 && ssn.can_lose_one(v.job, ssn.snap.pods[v.pods[0]].task)
         } else {
             // The unit's pods are distinct: holding as many running pods as the job runs,
             // all of them running, it is the whole job.
             v.pods.len() == ssn.job_running[v.job] as usize
                 && v.pods.iter().all(|&p| ssn.pod_state[p].running_on().is_some())
+        };
+        if whole {
+            Ok(())
+        } else {
+            Err(Why::new(ssn.snap, Rule::BreaksGang, Subject::Job(v.job)))
         }
     }
 

@@ -2,7 +2,7 @@
 //! node pool and separately for GPU and CPU-only workloads.
 
 use crate::config::{PlacementConfig, PlacementStrategy};
-use crate::framework::Plugin;
+use crate::plugin::Plugin;
 
 /// The node-order plugin.
 pub struct NodeOrder {

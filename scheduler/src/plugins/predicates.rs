@@ -4,7 +4,7 @@
 
 use drover_api::tolerates_all;
 
-use crate::framework::Plugin;
+use crate::plugin::Plugin;
 use crate::res::Res;
 use crate::snapshot::{JobId, NodeId, Snapshot};
 

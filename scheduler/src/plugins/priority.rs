@@ -7,7 +7,7 @@
 
 use std::cmp::Ordering;
 
-use crate::framework::{EvictMode, Plugin, Victim};
+use crate::plugin::{EvictMode, Plugin, Rule, Subject, Verdict, Victim, Why};
 use crate::session::Session;
 use crate::snapshot::JobId;
 
@@ -23,22 +23,21 @@ impl Plugin for Priority {
         ssn.snap.jobs[b].priority.cmp(&ssn.snap.jobs[a].priority)
     }
 
-    fn may_evict(&self, ssn: &Session, mode: EvictMode, preemptor: JobId, v: &Victim) -> bool {
+    fn may_evict<'s>(&self, ssn: &Session<'s>, mode: EvictMode, preemptor: JobId, v: &Victim) -> Verdict<'s> {
         let victim = &ssn.snap.jobs[v.job];
-        if v.job == preemptor || (!victim.preemptible && !ssn.non_preemptible_beyond_deserved(victim.queue, &v.freed)) {
-            return false;
+        let refuse = |rule| Err(Why::new(ssn.snap, rule, Subject::Job(v.job)));
+        if v.job == preemptor {
+            return refuse(Rule::OwnJob);
         }
-        match mode {
-            EvictMode::Reclaim => true,
-            EvictMode::Preempt => {
-                let p = ssn.snap.jobs[preemptor].priority;
-                if v.elastic {
-                    victim.priority <= p
-                } else {
-                    victim.priority < p
-                }
-            }
+        if !victim.preemptible && !ssn.non_preemptible_beyond_deserved(victim.queue, &v.freed) {
+            return refuse(Rule::NonPreemptible);
         }
+        let p = ssn.snap.jobs[preemptor].priority;
+        let lower = if v.elastic { victim.priority <= p } else { victim.priority < p };
+        if mode == EvictMode::Preempt && !lower {
+            return refuse(Rule::NotLowerPriority);
+        }
+        Ok(())
     }
 
     fn victim_rank(&self, ssn: &Session, _mode: EvictMode, v: &Victim) -> i64 {

@@ -9,26 +9,25 @@
 //! may use what they reserved.
 
 use crate::config::ReservationArgs;
-use crate::framework::{Plugin, ShareBound};
-use crate::reservation::Reservation as Planned;
+use crate::plugin::{Plugin, Reservation, Rule, ShareBound, Subject, Verdict, Why};
 use crate::session::Session;
 use crate::snapshot::JobId;
 
 /// The reservation plugin.
-pub struct Reservation {
+pub struct ReservationPolicy {
     max_gangs: usize,
     min_wait: i64,
 }
 
-impl Reservation {
+impl ReservationPolicy {
     /// At most `maxGangs` waiting gangs reserve nodes each cycle, first in serving order, once
     /// they have waited `minWaitSeconds`.
-    pub fn new(args: ReservationArgs) -> Reservation {
-        Reservation { max_gangs: args.max_gangs as usize, min_wait: i64::from(args.min_wait_seconds) }
+    pub fn new(args: ReservationArgs) -> ReservationPolicy {
+        ReservationPolicy { max_gangs: args.max_gangs as usize, min_wait: i64::from(args.min_wait_seconds) }
     }
 }
 
-impl Plugin for Reservation {
+impl Plugin for ReservationPolicy {
     fn name(&self) -> &'static str {
         "reservation"
     }
@@ -37,15 +36,24 @@ impl Plugin for Reservation {
         self.max_gangs
     }
 
-    fn may_reserve(&self, ssn: &Session, job: JobId) -> bool {
-        self.min_wait == 0 || ssn.snap.now.saturating_sub(ssn.snap.jobs[job].created_at) >= self.min_wait
+    fn may_reserve<'s>(&self, ssn: &Session<'s>, job: JobId) -> Verdict<'s> {
+        if self.min_wait == 0 || ssn.snap.now.saturating_sub(ssn.snap.jobs[job].created_at) >= self.min_wait {
+            Ok(())
+        } else {
+            Err(Why::new(ssn.snap, Rule::TooEarlyToReserve, Subject::Job(job)))
+        }
     }
 
-    fn may_use_reserved(&self, ssn: &Session, job: JobId, bound: ShareBound, r: &Planned) -> bool {
+    fn may_use_reserved<'s>(&self, ssn: &Session<'s>, job: JobId, bound: ShareBound, r: &Reservation) -> Verdict<'s> {
         let snap = ssn.snap;
         let other_queue_within_share = bound == ShareBound::FairShare && snap.jobs[job].queue != snap.jobs[r.job].queue;
-        r.job == job
+        if r.job == job
             || other_queue_within_share
             || snap.jobs[job].run_time.is_some_and(|d| snap.now.saturating_add(d) <= r.start)
+        {
+            Ok(())
+        } else {
+            Err(Why::new(snap, Rule::Reserved, Subject::Job(r.job)))
+        }
     }
 }

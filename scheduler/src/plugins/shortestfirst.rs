@@ -10,7 +10,7 @@
 use std::cmp::Ordering;
 
 use crate::config::ShortestFirstArgs;
-use crate::framework::Plugin;
+use crate::plugin::Plugin;
 use crate::session::Session;
 use crate::snapshot::JobId;
 

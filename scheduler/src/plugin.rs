@@ -1,0 +1,305 @@
+//! The contract between plugins and actions: the [`Plugin`] hooks through which plugins
+//! supply policy, the data they see (victims, share bounds, reservations) and [`Why`], the
+//! structured answer every deciding hook gives when it says no. Actions form their reasons
+//! only from these answers; the [`crate::framework`] combines the enabled plugins.
+
+use std::cmp::Ordering;
+use std::fmt;
+
+use crate::config::PlacementStrategy;
+use crate::res::Res;
+use crate::session::Session;
+use crate::snapshot::{JobId, NodeId, PodId, QueueId, Snapshot};
+
+/// A deciding hook's answer: `Ok` lets the thing happen, `Err` says which rule did not.
+pub type Verdict<'s> = Result<(), Why<'s>>;
+
+/// The rule a hook applied when it said no.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Rule {
+    /// A queue's hard limit.
+    Limit,
+    /// Admission: a queue's limit cannot hold the gang's minimum.
+    LimitForGang,
+    /// Allocation within fair share: the queue would exceed its fair share.
+    FairShare,
+    /// The queue already uses more than its fair share.
+    OverFairShare,
+    /// Non-preemptible work only within its queue's deserved quota.
+    NonPreemptibleDeserved,
+    /// Admission: a non-preemptible gang larger than its queue's deserved quota.
+    NonPreemptibleGangDeserved,
+    /// Admission: a gang larger than the whole cluster.
+    ClusterCapacity,
+    /// Eviction: a job is never its own victim.
+    OwnJob,
+    /// Eviction: non-preemptible work while its queue's non-preemptible work is within the
+    /// queue's deserved quota.
+    NonPreemptible,
+    /// Preemption: only lower priority (equal for elastic pods).
+    NotLowerPriority,
+    /// Eviction: a unit that would leave its job below its gang minimum.
+    BreaksGang,
+    /// Reclaim: only from a queue off the reclaimer's own path.
+    SameQueue,
+    /// Reclaim: the request uses no resource queue quotas cover.
+    OutsideQuota,
+    /// Reclaim: the victim side is not above its deserved quota in a resource the request
+    /// needs.
+    NotAboveDeserved,
+    /// Reclaim: the reclaimer side would go over its deserved quota, so it takes only from
+    /// queues above their fair share.
+    OverDeserved,
+    /// Reclaim: elastic pods take only what the victim side could not take back within its
+    /// fair share.
+    ElasticBeyondFairShare,
+    /// Reclaim: the victim's queue is not reclaimable.
+    NotReclaimable,
+    /// Reservation: the gang has not waited long enough to reserve nodes.
+    TooEarlyToReserve,
+    /// Reservation: the capacity is held for another gang.
+    Reserved,
+}
+
+/// What a rule was applied to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Subject {
+    /// The whole cluster.
+    Cluster,
+    /// A queue.
+    Queue(QueueId),
+    /// A job (pod group).
+    Job(JobId),
+}
+
+/// The numbers behind a refusal: `amount` of `resource` would exceed `bound`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Excess {
+    /// The resource (index into the snapshot's resources).
+    pub resource: usize,
+    /// What it would be.
+    pub amount: i64,
+    /// The bound it would exceed.
+    pub bound: i64,
+}
+
+/// Why a hook said no: the rule, what it was applied to and, where a bound decided, the
+/// resource and numbers. Displayed, it is the reason text the scheduler reports.
+#[derive(Debug, Clone, Copy)]
+pub struct Why<'s> {
+    /// The rule that refused.
+    pub rule: Rule,
+    /// The queue, job or cluster it refused for.
+    pub subject: Subject,
+    /// The bound that decided, if one did.
+    pub excess: Option<Excess>,
+    snap: &'s Snapshot,
+}
+
+impl<'s> Why<'s> {
+    /// A refusal by `rule` of `subject`, without numbers.
+    pub fn new(snap: &'s Snapshot, rule: Rule, subject: Subject) -> Why<'s> {
+        Why { rule, subject, excess: None, snap }
+    }
+
+    /// A refusal because `amount` of resource `resource` would exceed `bound`.
+    pub fn exceeding(
+        snap: &'s Snapshot,
+        rule: Rule,
+        subject: Subject,
+        (resource, amount, bound): (usize, i64, i64),
+    ) -> Why<'s> {
+        Why { rule, subject, excess: Some(Excess { resource, amount, bound }), snap }
+    }
+}
+
+impl fmt::Display for Why<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = match self.subject {
+            Subject::Cluster => "the cluster".to_string(),
+            Subject::Queue(q) => self.snap.queues[q].name.clone(),
+            Subject::Job(j) => self.snap.jobs[j].key(),
+        };
+        match self.rule {
+            Rule::Limit => write!(f, "queue {s} would exceed its limit"),
+            Rule::LimitForGang => write!(f, "queue {s} cannot hold the gang's minimum within its limit"),
+            Rule::FairShare => write!(f, "queue {s} would exceed its fair share"),
+            Rule::OverFairShare => write!(f, "queue {s} is over its fair share"),
+            Rule::NonPreemptibleDeserved => write!(f, "non-preemptible work may only use queue {s}'s deserved quota"),
+            Rule::NonPreemptibleGangDeserved => write!(
+                f,
+                "non-preemptible work may only use queue {s}'s deserved quota, which is smaller than the gang"
+            ),
+            Rule::ClusterCapacity => write!(f, "the gang needs more than the whole cluster has"),
+            Rule::OwnJob => write!(f, "a job is not its own victim"),
+            Rule::NonPreemptible => write!(f, "job {s} is non-preemptible and its queue is within its deserved quota"),
+            Rule::NotLowerPriority => write!(f, "job {s} does not have a lower priority"),
+            Rule::BreaksGang => write!(f, "evicting it would leave job {s} below its gang minimum"),
+            Rule::SameQueue => write!(f, "queue {s} is on the reclaimer's own path"),
+            Rule::OutsideQuota => write!(f, "the request uses no resource that queue quotas cover"),
+            Rule::NotAboveDeserved => write!(f, "queue {s} is not above its deserved quota in what the request needs"),
+            Rule::OverDeserved => write!(f, "queue {s} would go over its deserved quota"),
+            Rule::ElasticBeyondFairShare => {
+                write!(f, "elastic pods take only from queues above their fair share, and queue {s} is not above it")
+            }
+            Rule::NotReclaimable => write!(f, "queue {s} is not reclaimable"),
+            Rule::TooEarlyToReserve => write!(f, "job {s} has not waited long enough to reserve nodes"),
+            Rule::Reserved => write!(f, "the capacity is reserved for job {s}"),
+        }?;
+        if let Some(e) = self.excess {
+            let snap = self.snap;
+            let r = e.resource;
+            write!(f, " ({} {} > {})", snap.resources[r], snap.amount(r, e.amount), snap.amount(r, e.bound))?;
+        }
+        Ok(())
+    }
+}
+
+/// Which action is looking for victims.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EvictMode {
+    /// Within the preemptor's queue, by priority.
+    Preempt,
+    /// Across queues, by fairness.
+    Reclaim,
+}
+
+/// A unit that can be evicted without breaking a gang: one elastic pod, or every running pod
+/// of a job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Victim {
+    /// The job that loses pods.
+    pub job: JobId,
+    /// The pods evicted together.
+    pub pods: Vec<PodId>,
+    /// Whether this is a single pod above the job's minimum.
+    pub elastic: bool,
+    /// What evicting the unit frees.
+    pub freed: Res,
+}
+
+/// Which fair-share bound an allocation must respect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShareBound {
+    /// Stay within every queue's fair share.
+    FairShare,
+    /// Only hard limits and quota rules: idle capacity nobody else wants.
+    Idle,
+}
+
+/// A gang's claim on the nodes where it will start soonest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reservation {
+    /// The waiting gang.
+    pub job: JobId,
+    /// When it is expected to start, on the snapshot's clock.
+    pub start: i64,
+    /// The nodes it will take then, ascending, with what it needs on each.
+    pub nodes: Vec<(NodeId, Res)>,
+    /// What must stay idle now on each of those nodes (the mechanism's, not the plugins').
+    pub(crate) held: Vec<(NodeId, Res)>,
+}
+
+/// A policy component. Every hook has a neutral default; a plugin overrides what it decides.
+pub trait Plugin {
+    /// The plugin's configuration name.
+    fn name(&self) -> &'static str;
+
+    /// Called once per cycle before any action, e.g. to compute fair shares.
+    fn on_open(&mut self, _ssn: &mut Session) {}
+
+    /// Orders sibling queues: `Less` means `a` is served first.
+    fn queue_order(&self, _ssn: &Session, _a: QueueId, _b: QueueId) -> Ordering {
+        Ordering::Equal
+    }
+
+    /// Orders jobs of one queue: `Less` means `a` is served first.
+    fn job_order(&self, _ssn: &Session, _a: JobId, _b: JobId) -> Ordering {
+        Ordering::Equal
+    }
+
+    /// Orders pods of one job for placement: `Less` means `a` is placed first.
+    fn task_order(&self, _ssn: &Session, _a: PodId, _b: PodId) -> Ordering {
+        Ordering::Equal
+    }
+
+    /// Static node filter for a task: `Err` names the reason, in kube-scheduler's words.
+    fn node_filter(&self, _snap: &Snapshot, _job: JobId, _task: usize, _node: NodeId) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// Placement strategy for a node pool and workload class.
+    fn placement(&self, _pool: &str, _gpu: bool) -> Option<PlacementStrategy> {
+        None
+    }
+
+    /// Whether a victim may be evicted for `preemptor` in this mode.
+    fn may_evict<'s>(&self, _ssn: &Session<'s>, _mode: EvictMode, _preemptor: JobId, _victim: &Victim) -> Verdict<'s> {
+        Ok(())
+    }
+
+    /// Whether some work of leaf queue `queue` may be reclaimed for `preemptor`: a cheap
+    /// filter, by queue, before victim units are formed ([`Plugin::may_evict`] still judges
+    /// each unit).
+    fn may_reclaim_from<'s>(&self, _ssn: &Session<'s>, _preemptor: JobId, _queue: QueueId) -> Verdict<'s> {
+        Ok(())
+    }
+
+    /// Whether `job`'s queue may reclaim `req` from other queues at all, before any victim is
+    /// looked for.
+    fn may_reclaim<'s>(&self, _ssn: &Session<'s>, _job: JobId, _req: &Res) -> Verdict<'s> {
+        Ok(())
+    }
+
+    /// Whether `job`'s queue stays within its deserved quota with `req` added: a reclaimer
+    /// that does may take from every queue above its deserved quota, one that does not only
+    /// from queues above their fair share.
+    fn within_deserved<'s>(&self, _ssn: &Session<'s>, _job: JobId, _req: &Res) -> Verdict<'s> {
+        Ok(())
+    }
+
+    /// Rank of a victim (lower goes first) in this mode.
+    fn victim_rank(&self, _ssn: &Session, _mode: EvictMode, _victim: &Victim) -> i64 {
+        0
+    }
+
+    /// Whether a job is ready (has enough running pods to make progress).
+    fn job_ready(&self, _ssn: &Session, _job: JobId) -> Option<bool> {
+        None
+    }
+
+    /// Whether a pending job may be admitted; `reserved` is what admitted-but-unplaced jobs
+    /// already claim per queue.
+    fn enqueueable<'s>(&self, _ssn: &Session<'s>, _job: JobId, _reserved: &[Res]) -> Verdict<'s> {
+        Ok(())
+    }
+
+    /// Whether the job's queue chain may take `req` more.
+    fn allocatable<'s>(&self, _ssn: &Session<'s>, _job: JobId, _req: &Res, _bound: ShareBound) -> Verdict<'s> {
+        Ok(())
+    }
+
+    /// Whether a queue uses at most what it should (its fair share): a queue that uses more
+    /// sits out fair-share allocation and reclaims nothing.
+    fn within_fair_share<'s>(&self, _ssn: &Session<'s>, _queue: QueueId) -> Verdict<'s> {
+        Ok(())
+    }
+
+    /// How many gangs that cannot start now may each reserve, per cycle, the nodes where they
+    /// will start soonest (0: none).
+    fn max_reservations(&self) -> usize {
+        0
+    }
+
+    /// Whether a gang that cannot start now may reserve nodes (within
+    /// [`Plugin::max_reservations`]).
+    fn may_reserve<'s>(&self, _ssn: &Session<'s>, _job: JobId) -> Verdict<'s> {
+        Ok(())
+    }
+
+    /// Whether `job`, placed within `bound`, may use the capacity reservation `r` holds (no,
+    /// unless a plugin says so).
+    fn may_use_reserved<'s>(&self, ssn: &Session<'s>, _job: JobId, _bound: ShareBound, r: &Reservation) -> Verdict<'s> {
+        Err(Why::new(ssn.snap, Rule::Reserved, Subject::Job(r.job)))
+    }
+}
