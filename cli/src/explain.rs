@@ -14,7 +14,7 @@ use std::sync::Arc;
 use drover_api::crd::job::{Job, JobState};
 use drover_api::crd::podgroup::{PodGroup, PodGroupPhase};
 use drover_api::crd::queue::{Queue, QueueOpenState};
-use drover_k8s::convert::{self, Objects, DEFAULT_QUEUE};
+use drover_k8s::convert::{self, ObjectLists, DEFAULT_QUEUE};
 use drover_scheduler::config::SchedulerConfig;
 use drover_scheduler::explain::Verdict;
 use drover_scheduler::res::UNLIMITED;
@@ -129,30 +129,6 @@ pub fn parse_target(target: &str) -> Result<(String, String), Failure> {
     Ok((ns.to_string(), name.to_string()))
 }
 
-/// The objects the scheduler's cache holds, listed once.
-#[derive(Default)]
-pub struct Listed {
-    nodes: Vec<Arc<k8s_openapi::api::core::v1::Node>>,
-    pods: Vec<Arc<k8s_openapi::api::core::v1::Pod>>,
-    pod_groups: Vec<Arc<PodGroup>>,
-    queues: Vec<Arc<Queue>>,
-    classes: Vec<Arc<k8s_openapi::api::scheduling::v1::PriorityClass>>,
-    namespaces: Vec<Arc<k8s_openapi::api::core::v1::Namespace>>,
-}
-
-impl Listed {
-    fn objects(&self) -> Objects<'_> {
-        Objects {
-            nodes: &self.nodes,
-            pods: &self.pods,
-            pod_groups: &self.pod_groups,
-            queues: &self.queues,
-            priority_classes: &self.classes,
-            namespaces: &self.namespaces,
-        }
-    }
-}
-
 /// Lists every `K` in the cluster; a refusal is recorded in `refused`, not a failure.
 async fn list<K>(client: &Client, kind: &str, refused: &mut Vec<String>) -> Result<Vec<Arc<K>>, Failure>
 where
@@ -184,7 +160,7 @@ pub async fn fetch(
         .await
         .map_err(|e| Failure::from_api(&format!("podgroup {namespace}/{name}"), e))?;
     let mut refused = Vec::new();
-    let listed = Listed {
+    let listed = ObjectLists {
         nodes: list(client, "nodes", &mut refused).await?,
         pods: list(client, "pods", &mut refused).await?,
         pod_groups: list(client, "podgroups", &mut refused).await?,
@@ -202,7 +178,7 @@ pub async fn fetch(
 pub fn explain(
     job: &Job,
     group: Option<&PodGroup>,
-    cluster: Option<&Listed>,
+    cluster: Option<&ObjectLists>,
     config: &SchedulerConfig,
     scheduler_name: &str,
 ) -> Explanation {
@@ -279,7 +255,7 @@ pub fn explain(
 }
 
 /// The explanation of a group the conversion left out: its problem says why.
-fn left_out(mut out: Explanation, problems: &[convert::Problem], listed: &Listed, snap: &Snapshot) -> Explanation {
+fn left_out(mut out: Explanation, problems: &[convert::Problem], listed: &ObjectLists, snap: &Snapshot) -> Explanation {
     let (namespace, name) = out.job.split_once('/').unwrap_or_default();
     let Some(p) =
         problems.iter().find(|p| p.kind == "PodGroup" && p.namespace.as_deref() == Some(namespace) && p.name == name)

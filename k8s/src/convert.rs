@@ -181,6 +181,38 @@ pub struct Objects<'a> {
     pub namespaces: &'a [Arc<Namespace>],
 }
 
+/// The objects of one cycle, owned: what the scheduler's cache gathers and what `drover
+/// explain` lists, so both convert the same thing.
+#[derive(Debug, Default)]
+pub struct ObjectLists {
+    /// Nodes.
+    pub nodes: Vec<Arc<Node>>,
+    /// Pods.
+    pub pods: Vec<Arc<Pod>>,
+    /// PodGroups.
+    pub pod_groups: Vec<Arc<PodGroup>>,
+    /// Queues.
+    pub queues: Vec<Arc<Queue>>,
+    /// PriorityClasses.
+    pub classes: Vec<Arc<PriorityClass>>,
+    /// Namespaces.
+    pub namespaces: Vec<Arc<Namespace>>,
+}
+
+impl ObjectLists {
+    /// The lists as the conversion reads them.
+    pub fn objects(&self) -> Objects<'_> {
+        Objects {
+            nodes: &self.nodes,
+            pods: &self.pods,
+            pod_groups: &self.pod_groups,
+            queues: &self.queues,
+            priority_classes: &self.classes,
+            namespaces: &self.namespaces,
+        }
+    }
+}
+
 /// The pod behind one pod of the snapshot.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodRef {

@@ -3,22 +3,13 @@
 //! simulator's report gives. And the answer follows the configuration: explained without the
 //! fair-share plugin, a job the fair share holds back gets another answer.
 
-use std::path::{Path, PathBuf};
+mod support;
+
+use std::path::Path;
 
 use drover_scheduler::config::{PluginConfig, SchedulerConfig};
 use drover_scheduler::explain::{explain, Verdict};
 use drover_sim::{report, run, scenario};
-
-fn scenario_files() -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .expect("scenarios folder exists")
-        .map(|e| e.expect("readable entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
-        .collect();
-    files.sort();
-    files
-}
 
 /// The scenario's configuration and its run.
 fn run(path: &Path) -> (SchedulerConfig, run::SimResult, report::Report) {
@@ -34,7 +25,7 @@ fn run(path: &Path) -> (SchedulerConfig, run::SimResult, report::Report) {
 fn explain_agrees_with_the_scheduler_on_every_job_of_every_scenario() {
     let mut disagreements = Vec::new();
     let mut waiting = 0;
-    for path in scenario_files() {
+    for path in support::scenario_files() {
         let (config, result, rep) = run(&path);
         let file = path.file_name().unwrap().to_string_lossy().to_string();
         for (j, job) in result.snapshot.jobs.iter().enumerate() {

@@ -2,21 +2,12 @@
 //! `drover sim --check` does. Each scenario reproduces one scheduling rule; a scenario
 //! without expectations is an error here, so that no rule goes unchecked.
 
-use std::path::{Path, PathBuf};
+mod support;
+
+use std::path::Path;
 
 use drover_scheduler::config::SchedulerConfig;
 use drover_sim::{check, report, run, scenario};
-
-fn scenario_files() -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .expect("scenarios folder exists")
-        .map(|e| e.expect("readable entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
-        .collect();
-    files.sort();
-    files
-}
 
 fn failures(path: &Path) -> Vec<String> {
     let s = match scenario::load(path) {
@@ -40,7 +31,7 @@ fn failures(path: &Path) -> Vec<String> {
 
 #[test]
 fn every_scenario_meets_its_expectations() {
-    let files = scenario_files();
+    let files = support::scenario_files();
     assert!(files.len() > 1, "scenarios are bundled");
     let mut all = Vec::new();
     for f in &files {

@@ -75,19 +75,20 @@ pub async fn run_queue_status(
         })
         .boxed(),
     ];
-    let ctx = Arc::new(Ctx { client, queues: queues.clone(), groups, retries: Retries::default() });
+    let ctx = Arc::new(StatusStores { client, queues: queues.clone(), groups, retries: Retries::default() });
     drive("queue-status", queues, triggers, reconcile, ctx, shutdown).await;
     Ok(())
 }
 
-struct Ctx {
+/// What the queue-status reconciler reads: the Queue and PodGroup stores, and its retry state.
+struct StatusStores {
     client: Client,
     queues: Store<Queue>,
     groups: Store<PodGroup>,
     retries: Retries,
 }
 
-impl Context for Ctx {
+impl Context for StatusStores {
     fn retries(&self) -> &Retries {
         &self.retries
     }
@@ -176,7 +177,7 @@ fn count(groups: &[Arc<PodGroup>], queue: &str) -> PodGroupCounts {
     counts
 }
 
-async fn reconcile(q: Arc<Queue>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+async fn reconcile(q: Arc<Queue>, ctx: Arc<StatusStores>) -> Result<Action, Error> {
     if !ready(&ctx.groups) {
         return Ok(Action::requeue(Duration::from_millis(200)));
     }

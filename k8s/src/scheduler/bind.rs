@@ -9,11 +9,11 @@ use drover_scheduler::snapshot::{JobId, NodeId, PodId, Snapshot};
 use futures::StreamExt;
 
 use super::api;
-use super::cache::{key_of, Gathered, Key, Overlay};
+use super::cache::{key_of, Key, Overlay};
 use super::intents::Intents;
 use super::{Leader, Writer};
 use crate::charge::Charge;
-use crate::convert::{Converted, PodRef};
+use crate::convert::{Converted, ObjectLists, PodRef};
 
 /// A binding to write: the pod, its node, and what it is charged to.
 pub(super) type Bind = (PodRef, String, Charge);
@@ -118,7 +118,7 @@ pub(super) async fn bind_decisions(
     writer: &Writer<'_>,
     intents: &mut Intents,
     overlay: &mut Overlay,
-    g: &Gathered,
+    g: &ObjectLists,
     snap: &Snapshot,
     converted: &Converted,
     binds: &[(PodId, NodeId)],

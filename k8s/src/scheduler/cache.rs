@@ -19,7 +19,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use crate::convert::{Objects, PodRef};
+use crate::convert::{ObjectLists, PodRef};
 
 /// `(namespace, name)`; namespace is empty for cluster-scoped objects.
 pub(super) type Key = (String, String);
@@ -137,8 +137,8 @@ impl Cache {
     }
 
     /// The store contents now, with the overlay applied.
-    pub(super) fn gather(&self, overlay: &mut Overlay) -> Gathered {
-        Gathered {
+    pub(super) fn gather(&self, overlay: &mut Overlay) -> ObjectLists {
+        ObjectLists {
             nodes: self.nodes.state(),
             pods: overlay.apply_pods(self.pods.state()),
             pod_groups: overlay.apply_groups(self.pod_groups.state()),
@@ -149,28 +149,7 @@ impl Cache {
     }
 }
 
-/// The objects of one cycle.
-pub(super) struct Gathered {
-    pub nodes: Vec<Arc<Node>>,
-    pub pods: Vec<Arc<Pod>>,
-    pub pod_groups: Vec<Arc<PodGroup>>,
-    pub queues: Vec<Arc<Queue>>,
-    pub classes: Vec<Arc<PriorityClass>>,
-    pub namespaces: Vec<Arc<Namespace>>,
-}
-
-impl Gathered {
-    pub(super) fn objects(&self) -> Objects<'_> {
-        Objects {
-            nodes: &self.nodes,
-            pods: &self.pods,
-            pod_groups: &self.pod_groups,
-            queues: &self.queues,
-            priority_classes: &self.classes,
-            namespaces: &self.namespaces,
-        }
-    }
-
+impl ObjectLists {
     pub(super) fn pods_by_key(&self) -> HashMap<Key, &Arc<Pod>> {
         self.pods.iter().map(|p| (key_of(&p.metadata), p)).collect()
     }

@@ -5,7 +5,8 @@ use std::collections::{HashSet, VecDeque};
 
 use drover_kubeutil::events::{self, EventType};
 
-use super::cache::{key_of, Gathered};
+use super::cache::key_of;
+use crate::convert::ObjectLists;
 use super::Writer;
 
 /// The PodGroup annotation where bind intents once lived. Anyone who may edit a PodGroup can
@@ -55,7 +56,7 @@ impl Intents {
 }
 
 /// Reports, once per group and value, a group carrying [`IGNORED_BIND_INTENT_ANNOTATION`].
-pub(super) async fn report_ignored_annotations(writer: &Writer<'_>, intents: &mut Intents, g: &Gathered) {
+pub(super) async fn report_ignored_annotations(writer: &Writer<'_>, intents: &mut Intents, g: &ObjectLists) {
     for pg in &g.pod_groups {
         let Some(value) = pg.metadata.annotations.as_ref().and_then(|a| a.get(IGNORED_BIND_INTENT_ANNOTATION)) else {
             continue;

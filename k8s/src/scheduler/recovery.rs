@@ -17,11 +17,11 @@ use futures::StreamExt;
 
 use super::api::{self, Removal};
 use super::bind::{bind_many, note_binds, Bind};
-use super::cache::{key_of, Gathered, Key, Overlay};
+use super::cache::{key_of, Key, Overlay};
 use super::intents::{report_ignored_annotations, Intents};
 use super::{Leader, Writer};
 use crate::charge::Charge;
-use crate::convert::{Converted, PodRef};
+use crate::convert::{Converted, ObjectLists, PodRef};
 
 /// What recovery left.
 #[derive(Debug, Default)]
@@ -96,7 +96,7 @@ struct Resolution<'g> {
 /// completes count against the capacity and queue bounds the next is checked with.
 fn resolve<'g>(
     writer: &Writer<'_>,
-    g: &Gathered,
+    g: &ObjectLists,
     snap: &Snapshot,
     converted: &Converted,
     found: Vec<(Key, &'g Arc<PodGroup>, &'g BindIntent)>,
@@ -170,7 +170,7 @@ pub(super) async fn recover(
     writer: &Writer<'_>,
     intents: &mut Intents,
     overlay: &mut Overlay,
-    g: &Gathered,
+    g: &ObjectLists,
     converted: &Converted,
     snap: &mut Snapshot,
     is_leader: &Leader,

@@ -19,9 +19,9 @@ use kube::api::{Patch, PatchParams};
 use kube::Api;
 use serde_json::{json, Map, Value};
 
-use super::cache::{key_of, Gathered, Key, Overlay};
+use super::cache::{key_of, Key, Overlay};
 use super::Writer;
-use crate::convert::{Converted, PodCounts, Problem};
+use crate::convert::{Converted, ObjectLists, PodCounts, Problem};
 
 /// Condition type carrying the reason a group waits.
 pub const UNSCHEDULABLE: &str = "Unschedulable";
@@ -148,7 +148,7 @@ pub fn wanted_group_statuses<'g>(
 pub(super) async fn write_groups(
     writer: &Writer<'_>,
     overlay: &mut Overlay,
-    g: &Gathered,
+    g: &ObjectLists,
     snap: &Snapshot,
     converted: &Converted,
     outcome: &CycleOutcome,
@@ -259,7 +259,7 @@ fn map_patch(current: &BTreeMap<String, Quantity>, want: &BTreeMap<String, Strin
 
 /// Writes the scheduler's fields of every Queue status that changed (`allocated`,
 /// `deserved`, `fairShare`, `queueState`). Returns the number written.
-pub(super) async fn write_queues(writer: &Writer<'_>, g: &Gathered, snap: &Snapshot, outcome: &CycleOutcome) -> usize {
+pub(super) async fn write_queues(writer: &Writer<'_>, g: &ObjectLists, snap: &Snapshot, outcome: &CycleOutcome) -> usize {
     let ids: HashMap<&str, QueueId> =
         snap.queues.iter().enumerate().skip(1).map(|(i, q)| (q.name.as_str(), i)).collect();
     let api: Api<Queue> = Api::all(writer.client.clone());
