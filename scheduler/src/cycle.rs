@@ -8,6 +8,7 @@ use crate::config::{ActionName, SchedulerConfig};
 use crate::framework::Framework;
 use crate::placement::Placer;
 use crate::plugin::{Reservation, ShareBound};
+use crate::plugins;
 use crate::res::Res;
 use crate::reservation::Reservations;
 use crate::session::{Decisions, PodState, Session};
@@ -44,7 +45,7 @@ pub fn run_cycle_observed(
     config: &SchedulerConfig,
     observe: &mut dyn FnMut(ActionName, Duration, &Decisions),
 ) -> CycleOutcome {
-    let mut fw = Framework::new(config);
+    let mut fw = Framework::new(plugins::build(config));
     let mut ssn = Session::open(snap);
     fw.open(&mut ssn);
     if !config.actions.contains(&ActionName::Enqueue) {

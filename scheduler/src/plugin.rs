@@ -258,6 +258,13 @@ pub trait Plugin {
         Ok(())
     }
 
+    /// Where this plugin's [`Plugin::victim_rank`] stands among the ranking plugins' (lower
+    /// is compared first), whatever the configured order; `None` for a plugin that does not
+    /// rank victims.
+    fn victim_rank_precedence(&self) -> Option<u8> {
+        None
+    }
+
     /// Rank of a victim (lower goes first) in this mode.
     fn victim_rank(&self, _ssn: &Session, _mode: EvictMode, _victim: &Victim) -> i64 {
         0

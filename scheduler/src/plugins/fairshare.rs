@@ -526,6 +526,10 @@ impl Plugin for FairShare {
         self.with_need(ssn, preemptor, |need| reclaimable_from(ssn, mine, theirs, &need.request))
     }
 
+    fn victim_rank_precedence(&self) -> Option<u8> {
+        Some(0)
+    }
+
     fn victim_rank(&self, ssn: &Session, mode: EvictMode, v: &Victim) -> i64 {
         match mode {
             EvictMode::Preempt => 0,
