@@ -9,7 +9,7 @@ use crate::framework::Framework;
 use crate::placement::Placer;
 use crate::plugin::{Reservation, ShareBound};
 use crate::plugins;
-use crate::res::Res;
+use crate::queue_state::{self, QueueOutcome};
 use crate::reservation::Reservations;
 use crate::session::{Decisions, PodState, Session};
 use crate::snapshot::{JobId, JobPhase, Snapshot};
@@ -25,10 +25,8 @@ pub struct CycleOutcome {
     pub job_phase: Vec<JobPhase>,
     /// Why each job with waiting pods waits.
     pub reasons: Vec<Option<String>>,
-    /// Resources of running pods per queue after the cycle.
-    pub queue_alloc: Vec<Res>,
-    /// Fair share per queue.
-    pub fair_share: Vec<Res>,
+    /// Every queue as the cycle left it: state, fair share, deserved quota, allocation.
+    pub queues: Vec<QueueOutcome>,
     /// Gangs that wait with nodes reserved for them, and when they are expected to start.
     pub reservations: Vec<Reservation>,
 }
@@ -116,14 +114,13 @@ fn close(fw: &Framework, mut ssn: Session, reservations: Reservations) -> CycleO
             ssn.job_phase[j] = if ssn.job_running[j] == 0 { JobPhase::Pending } else { JobPhase::Inqueue };
         }
     }
-    let queue_alloc = ssn.running_alloc();
+    let queues = queue_state::outcomes(snap, ssn.running_alloc(), ssn.fair_share);
     CycleOutcome {
         decisions: ssn.decisions,
         pod_state: ssn.pod_state,
         job_phase: ssn.job_phase,
         reasons: ssn.reasons,
-        queue_alloc,
-        fair_share: ssn.fair_share,
+        queues,
         reservations: reservations.into_list(),
     }
 }

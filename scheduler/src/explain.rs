@@ -6,7 +6,7 @@
 
 use crate::config::SchedulerConfig;
 use crate::cycle::{run_cycle, CycleOutcome};
-use crate::plugins::fairshare::{classify, QueueState};
+use crate::queue_state::QueueOutcome;
 use crate::res::Res;
 use crate::session::Session;
 use crate::snapshot::{JobId, JobPhase, QueueId, Snapshot};
@@ -38,16 +38,10 @@ impl Verdict {
 pub struct PathQueue {
     /// The queue.
     pub queue: QueueId,
-    /// Resources of running pods of its subtree after the cycle.
-    pub allocated: Res,
-    /// Guaranteed quota.
-    pub deserved: Res,
-    /// Fair share of the cycle.
-    pub fair_share: Res,
+    /// Its state and figures after the cycle.
+    pub outcome: QueueOutcome,
     /// Hard cap (`UNLIMITED` where none).
     pub limit: Res,
-    /// Its state, and the resource that decided it.
-    pub state: (QueueState, Option<usize>),
 }
 
 /// The core's answer about one job.
@@ -75,14 +69,7 @@ pub fn explain(snap: &Snapshot, config: &SchedulerConfig, job: JobId) -> Explana
     };
     let path = snap
         .ancestry(snap.jobs[job].queue)
-        .map(|q| PathQueue {
-            queue: q,
-            allocated: outcome.queue_alloc[q].clone(),
-            deserved: snap.queues[q].deserved.clone(),
-            fair_share: outcome.fair_share[q].clone(),
-            limit: snap.queues[q].limit.clone(),
-            state: classify(snap, &snap.queues[q], &outcome.queue_alloc[q], &outcome.fair_share[q]),
-        })
+        .map(|q| PathQueue { queue: q, outcome: outcome.queues[q].clone(), limit: snap.queues[q].limit.clone() })
         .collect();
     let to_start = to_start(snap, &outcome, job);
     Explanation { verdict, reason: outcome.reasons[job].clone(), needs: next_request(snap, job), path, to_start }
