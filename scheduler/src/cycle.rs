@@ -7,7 +7,7 @@ use crate::actions::{self, Ctx};
 use crate::config::{ActionName, SchedulerConfig};
 use crate::framework::Framework;
 use crate::placement::Placer;
-use crate::plugin::{Reservation, ShareBound};
+use crate::plugin::{Blocker, Reservation, ShareBound};
 use crate::plugins;
 use crate::queue_state::{self, QueueOutcome};
 use crate::reservation::Reservations;
@@ -25,6 +25,8 @@ pub struct CycleOutcome {
     pub job_phase: Vec<JobPhase>,
     /// Why each job with waiting pods waits.
     pub reasons: Vec<Option<String>>,
+    /// Per job, the structured refusal that gave its reason, where one did.
+    pub blocked_by: Vec<Option<Blocker>>,
     /// Every queue as the cycle left it: state, fair share, deserved quota, allocation.
     pub queues: Vec<QueueOutcome>,
     /// Gangs that wait with nodes reserved for them, and when they are expected to start.
@@ -72,14 +74,14 @@ pub fn run_cycle_observed(
 }
 
 /// What keeps a waiting job's next pod off the cluster, for a job no action gave a reason:
-/// its queue's bound, else the nodes' conditions.
-fn blocker(fw: &Framework, ssn: &Session, job: JobId) -> String {
+/// its queue's bound (and that refusal), else the nodes' conditions.
+fn blocker(fw: &Framework, ssn: &Session, job: JobId) -> (String, Option<Blocker>) {
     let Some(pod) = ssn.pending_pods(job).next() else {
-        return "waiting for its pods to be re-created".to_string();
+        return ("waiting for its pods to be re-created".to_string(), None);
     };
     match fw.allocatable(ssn, job, ssn.requests(pod), ShareBound::Idle) {
-        Err(why) => why.to_string(),
-        Ok(()) => Placer::default().explain(ssn, fw, pod, None),
+        Err(why) => (why.to_string(), Some(why.into())),
+        Ok(()) => (Placer::default().explain(ssn, fw, pod, None), None),
     }
 }
 
@@ -90,6 +92,7 @@ fn close(fw: &Framework, mut ssn: Session, reservations: Reservations) -> CycleO
             ssn.snap.jobs[j].tasks.iter().flat_map(|t| &t.pods).any(|&p| ssn.pod_state[p].running_on().is_none());
         if !waiting {
             ssn.reasons[j] = None;
+            ssn.blocked_by[j] = None;
         } else if ssn.reasons[j].is_none() {
             let admission = format!("not admitted yet to queue {}", snap.queues[snap.jobs[j].queue].name);
             let why = match ssn.job_phase[j] {
@@ -105,8 +108,8 @@ fn close(fw: &Framework, mut ssn: Session, reservations: Reservations) -> CycleO
                 }
                 _ => "",
             };
-            let why = if why.is_empty() { blocker(fw, &ssn, j) } else { why.to_string() };
-            ssn.reasons[j] = Some(why);
+            let (why, by) = if why.is_empty() { blocker(fw, &ssn, j) } else { (why.to_string(), None) };
+            ssn.set_refusal(j, why, by);
         }
         if fw.job_ready(&ssn, j) {
             ssn.job_phase[j] = JobPhase::Running;
@@ -120,6 +123,7 @@ fn close(fw: &Framework, mut ssn: Session, reservations: Reservations) -> CycleO
         pod_state: ssn.pod_state,
         job_phase: ssn.job_phase,
         reasons: ssn.reasons,
+        blocked_by: ssn.blocked_by,
         queues,
         reservations: reservations.into_list(),
     }
