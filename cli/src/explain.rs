@@ -346,9 +346,9 @@ fn path_queue(
         .map(|&r| {
             let figures = PathFigures {
                 needs: amount(r, needs[r]),
-                allocated: amount(r, q.allocated[r]),
-                deserved: amount(r, q.deserved[r]),
-                fair_share: amount(r, q.fair_share[r]),
+                allocated: amount(r, q.outcome.allocated[r]),
+                deserved: amount(r, q.outcome.deserved[r]),
+                fair_share: amount(r, q.outcome.fair_share[r]),
                 limit: (q.limit[r] != UNLIMITED).then(|| amount(r, q.limit[r])),
             };
             (snap.resources[r].clone(), figures)
@@ -356,8 +356,8 @@ fn path_queue(
         .collect();
     PathQueue {
         name: snap.queues[q.queue].name.clone(),
-        queue_state: q.state.0.as_str().into(),
-        state_resource: q.state.1.map(|r| snap.resources[r].clone()),
+        queue_state: q.outcome.state.as_str().into(),
+        state_resource: q.outcome.decided_by.map(|r| snap.resources[r].clone()),
         resources,
     }
 }

@@ -396,9 +396,9 @@ impl Metrics {
                 let labels = QueueResourceLabels { queue: queue.name.clone(), resource: resource.clone() };
                 let amount = |v: Option<&drover_scheduler::res::Res>| v.and_then(|v| v.0.get(r).copied());
                 let pairs = [
-                    (&self.queue_allocated, amount(outcome.queue_alloc.get(q))),
+                    (&self.queue_allocated, amount(outcome.queues.get(q).map(|o| &o.allocated))),
                     (&self.queue_deserved, amount(Some(&queue.deserved))),
-                    (&self.queue_fair_share, amount(outcome.fair_share.get(q))),
+                    (&self.queue_fair_share, amount(outcome.queues.get(q).map(|o| &o.fair_share))),
                 ];
                 for (family, value) in pairs {
                     match value {

@@ -958,7 +958,7 @@ fn schedule(c: &Converted) -> Result<(Snapshot, CycleOutcome), TestCaseError> {
     prop_assert_eq!(snap.pods.len(), c.pods.len());
     let outcome = run_cycle(&snap, &SchedulerConfig::default());
     // Fair shares divide the cluster: no queue's share exceeds the capacity.
-    for (q, share) in outcome.fair_share.iter().enumerate() {
+    for (q, share) in outcome.queues.iter().map(|o| &o.fair_share).enumerate() {
         for r in (0..snap.resources.len()).filter(|&r| r != snap.pods_resource) {
             prop_assert!(
                 (0..=snap.capacity[r]).contains(&share[r]),
@@ -1184,7 +1184,8 @@ fn fair_shares_of_huge_oversubscribed_quotas_stay_within_the_cluster() {
     let memory = snap.resources.iter().position(|r| r == "memory").unwrap();
     for i in 0..3 {
         let q = snap.queues.iter().position(|q| q.name == format!("huge-{i}")).unwrap();
-        assert!(outcome.fair_share[q][memory] <= snap.capacity[memory], "{}", outcome.fair_share[q][memory]);
+        let share = outcome.queues[q].fair_share[memory];
+        assert!(share <= snap.capacity[memory], "{share}");
     }
     assert_eq!(good_bindings(&c, &snap, &outcome).len(), 2);
 }

@@ -7,8 +7,9 @@ use crate::actions::{self, Ctx};
 use crate::config::{ActionName, SchedulerConfig};
 use crate::framework::Framework;
 use crate::placement::Placer;
-use crate::plugin::{Reservation, ShareBound};
-use crate::res::Res;
+use crate::plugin::{Blocker, Reservation, ShareBound};
+use crate::plugins;
+use crate::queue_state::{self, QueueOutcome};
 use crate::reservation::Reservations;
 use crate::session::{Decisions, PodState, Session};
 use crate::snapshot::{JobId, JobPhase, Snapshot};
@@ -24,10 +25,10 @@ pub struct CycleOutcome {
     pub job_phase: Vec<JobPhase>,
     /// Why each job with waiting pods waits.
     pub reasons: Vec<Option<String>>,
-    /// Resources of running pods per queue after the cycle.
-    pub queue_alloc: Vec<Res>,
-    /// Fair share per queue.
-    pub fair_share: Vec<Res>,
+    /// Per job, the structured refusal that gave its reason, where one did.
+    pub blocked_by: Vec<Option<Blocker>>,
+    /// Every queue as the cycle left it: state, fair share, deserved quota, allocation.
+    pub queues: Vec<QueueOutcome>,
     /// Gangs that wait with nodes reserved for them, and when they are expected to start.
     pub reservations: Vec<Reservation>,
 }
@@ -44,7 +45,7 @@ pub fn run_cycle_observed(
     config: &SchedulerConfig,
     observe: &mut dyn FnMut(ActionName, Duration, &Decisions),
 ) -> CycleOutcome {
-    let mut fw = Framework::new(config);
+    let mut fw = Framework::new(plugins::build(config));
     let mut ssn = Session::open(snap);
     fw.open(&mut ssn);
     if !config.actions.contains(&ActionName::Enqueue) {
@@ -73,14 +74,14 @@ pub fn run_cycle_observed(
 }
 
 /// What keeps a waiting job's next pod off the cluster, for a job no action gave a reason:
-/// its queue's bound, else the nodes' conditions.
-fn blocker(fw: &Framework, ssn: &Session, job: JobId) -> String {
+/// its queue's bound (and that refusal), else the nodes' conditions.
+fn blocker(fw: &Framework, ssn: &Session, job: JobId) -> (String, Option<Blocker>) {
     let Some(pod) = ssn.pending_pods(job).next() else {
-        return "waiting for its pods to be re-created".to_string();
+        return ("waiting for its pods to be re-created".to_string(), None);
     };
     match fw.allocatable(ssn, job, ssn.requests(pod), ShareBound::Idle) {
-        Err(why) => why.to_string(),
-        Ok(()) => Placer::default().explain(ssn, fw, pod, None),
+        Err(why) => (why.to_string(), Some(why.into())),
+        Ok(()) => (Placer::default().explain(ssn, fw, pod, None), None),
     }
 }
 
@@ -91,6 +92,7 @@ fn close(fw: &Framework, mut ssn: Session, reservations: Reservations) -> CycleO
             ssn.snap.jobs[j].tasks.iter().flat_map(|t| &t.pods).any(|&p| ssn.pod_state[p].running_on().is_none());
         if !waiting {
             ssn.reasons[j] = None;
+            ssn.blocked_by[j] = None;
         } else if ssn.reasons[j].is_none() {
             let admission = format!("not admitted yet to queue {}", snap.queues[snap.jobs[j].queue].name);
             let why = match ssn.job_phase[j] {
@@ -106,8 +108,8 @@ fn close(fw: &Framework, mut ssn: Session, reservations: Reservations) -> CycleO
                 }
                 _ => "",
             };
-            let why = if why.is_empty() { blocker(fw, &ssn, j) } else { why.to_string() };
-            ssn.reasons[j] = Some(why);
+            let (why, by) = if why.is_empty() { blocker(fw, &ssn, j) } else { (why.to_string(), None) };
+            ssn.set_refusal(j, why, by);
         }
         if fw.job_ready(&ssn, j) {
             ssn.job_phase[j] = JobPhase::Running;
@@ -115,14 +117,14 @@ fn close(fw: &Framework, mut ssn: Session, reservations: Reservations) -> CycleO
             ssn.job_phase[j] = if ssn.job_running[j] == 0 { JobPhase::Pending } else { JobPhase::Inqueue };
         }
     }
-    let queue_alloc = ssn.running_alloc();
+    let queues = queue_state::outcomes(snap, ssn.running_alloc(), ssn.fair_share);
     CycleOutcome {
         decisions: ssn.decisions,
         pod_state: ssn.pod_state,
         job_phase: ssn.job_phase,
         reasons: ssn.reasons,
-        queue_alloc,
-        fair_share: ssn.fair_share,
+        blocked_by: ssn.blocked_by,
+        queues,
         reservations: reservations.into_list(),
     }
 }

@@ -6,7 +6,8 @@
 
 use crate::config::SchedulerConfig;
 use crate::cycle::{run_cycle, CycleOutcome};
-use crate::plugins::fairshare::{classify, QueueState};
+use crate::plugin::{Blocker, Rule, Subject};
+use crate::queue_state::QueueOutcome;
 use crate::res::Res;
 use crate::session::Session;
 use crate::snapshot::{JobId, JobPhase, QueueId, Snapshot};
@@ -38,16 +39,10 @@ impl Verdict {
 pub struct PathQueue {
     /// The queue.
     pub queue: QueueId,
-    /// Resources of running pods of its subtree after the cycle.
-    pub allocated: Res,
-    /// Guaranteed quota.
-    pub deserved: Res,
-    /// Fair share of the cycle.
-    pub fair_share: Res,
+    /// Its state and figures after the cycle.
+    pub outcome: QueueOutcome,
     /// Hard cap (`UNLIMITED` where none).
     pub limit: Res,
-    /// Its state, and the resource that decided it.
-    pub state: (QueueState, Option<usize>),
 }
 
 /// The core's answer about one job.
@@ -75,14 +70,7 @@ pub fn explain(snap: &Snapshot, config: &SchedulerConfig, job: JobId) -> Explana
     };
     let path = snap
         .ancestry(snap.jobs[job].queue)
-        .map(|q| PathQueue {
-            queue: q,
-            allocated: outcome.queue_alloc[q].clone(),
-            deserved: snap.queues[q].deserved.clone(),
-            fair_share: outcome.fair_share[q].clone(),
-            limit: snap.queues[q].limit.clone(),
-            state: classify(snap, &snap.queues[q], &outcome.queue_alloc[q], &outcome.fair_share[q]),
-        })
+        .map(|q| PathQueue { queue: q, outcome: outcome.queues[q].clone(), limit: snap.queues[q].limit.clone() })
         .collect();
     let to_start = to_start(snap, &outcome, job);
     Explanation { verdict, reason: outcome.reasons[job].clone(), needs: next_request(snap, job), path, to_start }
@@ -99,10 +87,32 @@ fn next_request(snap: &Snapshot, job: JobId) -> Res {
     ssn.sum_requests(&pods)
 }
 
-/// What would let the job's waiting pods start, from the core's answer.
-fn to_start(_snap: &Snapshot, outcome: &CycleOutcome, job: JobId) -> Vec<String> {
-    match &outcome.reasons[job] {
-        None => Vec::new(),
-        Some(_) => vec!["what keeps it waiting goes away: see the reason above".to_string()],
+/// What would let the job's waiting pods start, from the refusal that gave its reason.
+fn to_start(snap: &Snapshot, outcome: &CycleOutcome, job: JobId) -> Vec<String> {
+    outcome.reasons[job].as_ref().map(|_| advice(snap, outcome.blocked_by[job])).into_iter().collect()
+}
+
+/// Concrete advice for a refusal by a queue's or the cluster's bound; else about nodes.
+fn advice(snap: &Snapshot, by: Option<Blocker>) -> String {
+    let nodes = "room on nodes its pods fit: running pods finish or are evicted for it, or nodes are added";
+    let Some(Blocker { rule, subject, excess: Some(e) }) = by else { return nodes.to_string() };
+    let (r, amount, freed) = (&snap.resources[e.resource], snap.amount(e.resource, e.amount), e.amount - e.bound);
+    let q = match subject {
+        Subject::Queue(q) => &snap.queues[q].name,
+        _ => "",
+    };
+    match rule {
+        Rule::Limit | Rule::LimitForGang => format!(
+            "raise queue {q}'s limit of {r} to at least {amount}, or wait until {} of {r} is freed in it",
+            snap.amount(e.resource, freed)
+        ),
+        Rule::FairShare | Rule::OverFairShare => format!(
+            "wait until queue {q}'s fair share of {r} reaches {amount} (other queues' demand falls) or raise its deserved quota"
+        ),
+        Rule::NonPreemptibleDeserved | Rule::NonPreemptibleGangDeserved => {
+            format!("use a preemptible priority class or raise queue {q}'s deserved {r} to {amount}")
+        }
+        Rule::ClusterCapacity => format!("the gang needs more {r} than the cluster has: shrink it"),
+        _ => nodes.to_string(),
     }
 }

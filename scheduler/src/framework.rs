@@ -1,58 +1,36 @@
-//! The plugin framework: the session-wide combination of the enabled plugins' hooks (see
+//! The plugin framework: the session-wide combination of every enabled plugin's hooks (see
 //! [`crate::plugin`]) that actions call.
 
 use std::cmp::Ordering;
 
-use crate::config::{PlacementStrategy, PluginConfig, SchedulerConfig};
+use crate::config::PlacementStrategy;
 use crate::plugin::{EvictMode, Plugin, Reservation, Rule, ShareBound, Subject, Verdict, Victim, Why};
-use crate::plugins;
 use crate::res::Res;
 use crate::session::Session;
 use crate::snapshot::{JobId, NodeId, PodId, QueueId, Snapshot};
 
-/// The plugins that rank victims, in precedence order.
-const RANKING_PLUGINS: [&str; 3] = ["fairshare", "gang", "priority"];
-
-/// How many ranks a victim's sort key holds (one per ranking plugin).
-pub const MAX_RANKS: usize = RANKING_PLUGINS.len();
+/// How many ranks a victim's sort key holds: at most this many plugin kinds rank victims.
+pub const MAX_RANKS: usize = 3;
 
 /// A victim's place in eviction order: see [`Framework::victim_key`].
 pub type VictimKey = ([i64; MAX_RANKS], std::cmp::Reverse<i64>, std::cmp::Reverse<usize>, std::cmp::Reverse<PodId>);
 
-/// The enabled plugins, combined.
+/// The enabled plugin set, combined.
 pub struct Framework {
-    plugins: Vec<Box<dyn Plugin>>,
+    enabled: Vec<Box<dyn Plugin>>,
     victim_precedence: Vec<usize>,
     job_name_rank: Vec<usize>,
 }
 
 impl Framework {
-    /// Instantiates the plugins a configuration enables, in its order.
-    pub fn new(config: &SchedulerConfig) -> Framework {
-        let drf_queue_order = config.plugins.iter().any(|p| matches!(p, PluginConfig::Drf(d) if d.queue_order));
-        let plugins: Vec<Box<dyn Plugin>> = config
-            .plugins
-            .iter()
-            .map(|p| -> Box<dyn Plugin> {
-                match p {
-                    PluginConfig::Priority => Box::new(plugins::priority::Priority),
-                    PluginConfig::Gang => Box::new(plugins::gang::Gang),
-                    PluginConfig::Fairshare(args) => {
-                        Box::new(plugins::fairshare::FairShare::new(args.mode, drf_queue_order))
-                    }
-                    PluginConfig::Drf(args) => Box::new(plugins::drf::Drf::new(*args)),
-                    PluginConfig::Predicates => Box::new(plugins::predicates::Predicates),
-                    PluginConfig::Nodeorder(args) => Box::new(plugins::nodeorder::NodeOrder::new(args.clone())),
-                    PluginConfig::Reservation(args) => Box::new(plugins::reservation::ReservationPolicy::new(*args)),
-                    PluginConfig::Shortestfirst(args) => Box::new(plugins::shortestfirst::ShortestFirst::new(*args)),
-                }
-            })
-            .collect();
-        let mut victim_precedence = Vec::new();
-        for name in RANKING_PLUGINS {
-            victim_precedence.extend(plugins.iter().position(|p| p.name() == name));
-        }
-        Framework { plugins, victim_precedence, job_name_rank: Vec::new() }
+    /// Combines `enabled` (as the registry builds them from a configuration), in their order;
+    /// victims are ranked by each [`Plugin`] that ranks them, in its precedence.
+    pub fn new(enabled: Vec<Box<dyn Plugin>>) -> Framework {
+        let mut victim_precedence: Vec<usize> =
+            (0..enabled.len()).filter(|&i| enabled[i].victim_rank_precedence().is_some()).collect();
+        victim_precedence.sort_by_key(|&i| enabled[i].victim_rank_precedence());
+        assert!(victim_precedence.len() <= MAX_RANKS, "at most {MAX_RANKS} victim ranks");
+        Framework { enabled, victim_precedence, job_name_rank: Vec::new() }
     }
 
     /// Runs every plugin's `on_open`.
@@ -64,7 +42,7 @@ impl Framework {
         for (rank, &j) in by_name.iter().enumerate() {
             self.job_name_rank[j] = rank;
         }
-        for p in &mut self.plugins {
+        for p in &mut self.enabled {
             p.on_open(ssn);
         }
     }
@@ -90,40 +68,40 @@ impl Framework {
 
     /// All node filters; the first failure's reason.
     pub fn node_filter(&self, snap: &Snapshot, job: JobId, task: usize, node: NodeId) -> Result<(), String> {
-        self.plugins.iter().try_for_each(|p| p.node_filter(snap, job, task, node))
+        self.enabled.iter().try_for_each(|p| p.node_filter(snap, job, task, node))
     }
 
     /// The placement strategy for a pool and class (bin-pack when no plugin says).
     pub fn placement(&self, pool: &str, gpu: bool) -> PlacementStrategy {
-        self.plugins.iter().find_map(|p| p.placement(pool, gpu)).unwrap_or_default()
+        self.enabled.iter().find_map(|p| p.placement(pool, gpu)).unwrap_or_default()
     }
 
     /// Whether every plugin lets the victim be evicted; else the first refusal.
     pub fn may_evict<'s>(&self, ssn: &Session<'s>, mode: EvictMode, preemptor: JobId, v: &Victim) -> Verdict<'s> {
-        self.plugins.iter().try_for_each(|p| p.may_evict(ssn, mode, preemptor, v))
+        self.enabled.iter().try_for_each(|p| p.may_evict(ssn, mode, preemptor, v))
     }
 
     /// Whether every plugin lets some work of `queue` be reclaimed for `preemptor`.
     pub fn may_reclaim_from<'s>(&self, ssn: &Session<'s>, preemptor: JobId, queue: QueueId) -> Verdict<'s> {
-        self.plugins.iter().try_for_each(|p| p.may_reclaim_from(ssn, preemptor, queue))
+        self.enabled.iter().try_for_each(|p| p.may_reclaim_from(ssn, preemptor, queue))
     }
 
     /// Whether every plugin lets `job`'s queue reclaim `req` at all.
     pub fn may_reclaim<'s>(&self, ssn: &Session<'s>, job: JobId, req: &Res) -> Verdict<'s> {
-        self.plugins.iter().try_for_each(|p| p.may_reclaim(ssn, job, req))
+        self.enabled.iter().try_for_each(|p| p.may_reclaim(ssn, job, req))
     }
 
     /// Whether every plugin finds `job`'s queue within its deserved quota with `req` added.
     pub fn within_deserved<'s>(&self, ssn: &Session<'s>, job: JobId, req: &Res) -> Verdict<'s> {
-        self.plugins.iter().try_for_each(|p| p.within_deserved(ssn, job, req))
+        self.enabled.iter().try_for_each(|p| p.within_deserved(ssn, job, req))
     }
 
-    /// A victim's ranks by the ranking plugins, in precedence order (the first part of
-    /// [`Framework::sort_victims`]'s key); at most [`MAX_RANKS`] plugins rank.
+    /// A victim's ranks by each ranking plugin, in precedence order (the first part of
+    /// [`Framework::sort_victims`]'s key); at most [`MAX_RANKS`] of them rank.
     pub fn victim_ranks(&self, ssn: &Session, mode: EvictMode, v: &Victim) -> [i64; MAX_RANKS] {
         let mut ranks = [0; MAX_RANKS];
         for (slot, &i) in ranks.iter_mut().zip(&self.victim_precedence) {
-            *slot = self.plugins[i].victim_rank(ssn, mode, v);
+            *slot = self.enabled[i].victim_rank(ssn, mode, v);
         }
         ranks
     }
@@ -146,32 +124,32 @@ impl Framework {
 
     /// Whether the job is ready; without an opinion from any plugin, when anything runs.
     pub fn job_ready(&self, ssn: &Session, job: JobId) -> bool {
-        self.plugins.iter().find_map(|p| p.job_ready(ssn, job)).unwrap_or(ssn.job_running[job] > 0)
+        self.enabled.iter().find_map(|p| p.job_ready(ssn, job)).unwrap_or(ssn.job_running[job] > 0)
     }
 
     /// Whether every plugin admits the job.
     pub fn enqueueable<'s>(&self, ssn: &Session<'s>, job: JobId, reserved: &[Res]) -> Verdict<'s> {
-        self.plugins.iter().try_for_each(|p| p.enqueueable(ssn, job, reserved))
+        self.enabled.iter().try_for_each(|p| p.enqueueable(ssn, job, reserved))
     }
 
     /// Whether every plugin lets the job's queue take `req` more.
     pub fn allocatable<'s>(&self, ssn: &Session<'s>, job: JobId, req: &Res, bound: ShareBound) -> Verdict<'s> {
-        self.plugins.iter().try_for_each(|p| p.allocatable(ssn, job, req, bound))
+        self.enabled.iter().try_for_each(|p| p.allocatable(ssn, job, req, bound))
     }
 
     /// Whether every plugin finds the queue within its fair share.
     pub fn within_fair_share<'s>(&self, ssn: &Session<'s>, queue: QueueId) -> Verdict<'s> {
-        self.plugins.iter().try_for_each(|p| p.within_fair_share(ssn, queue))
+        self.enabled.iter().try_for_each(|p| p.within_fair_share(ssn, queue))
     }
 
     /// How many gangs may hold a reservation each cycle: the most any plugin allows.
     pub fn max_reservations(&self) -> usize {
-        self.plugins.iter().map(|p| p.max_reservations()).max().unwrap_or(0)
+        self.enabled.iter().map(|p| p.max_reservations()).max().unwrap_or(0)
     }
 
     /// Whether every plugin lets the gang reserve nodes.
     pub fn may_reserve<'s>(&self, ssn: &Session<'s>, job: JobId) -> Verdict<'s> {
-        self.plugins.iter().try_for_each(|p| p.may_reserve(ssn, job))
+        self.enabled.iter().try_for_each(|p| p.may_reserve(ssn, job))
     }
 
     /// Whether some plugin lets `job`, placed within `bound`, use the capacity reservation `r`
@@ -184,10 +162,10 @@ impl Framework {
         r: &Reservation,
     ) -> Verdict<'s> {
         let reserved = Err(Why::new(ssn.snap, Rule::Reserved, Subject::Job(r.job)));
-        self.plugins.iter().map(|p| p.may_use_reserved(ssn, job, bound, r)).find(Result::is_ok).unwrap_or(reserved)
+        self.enabled.iter().map(|p| p.may_use_reserved(ssn, job, bound, r)).find(Result::is_ok).unwrap_or(reserved)
     }
 
     fn first(&self, f: impl Fn(&dyn Plugin) -> Ordering) -> Ordering {
-        self.plugins.iter().map(|p| f(p.as_ref())).find(|o| *o != Ordering::Equal).unwrap_or(Ordering::Equal)
+        self.enabled.iter().map(|p| f(p.as_ref())).find(|o| *o != Ordering::Equal).unwrap_or(Ordering::Equal)
     }
 }

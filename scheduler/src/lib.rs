@@ -15,6 +15,7 @@ pub mod node_index;
 pub mod placement;
 pub mod plugin;
 pub mod plugins;
+pub mod queue_state;
 pub mod res;
 pub mod reservation;
 pub mod session;

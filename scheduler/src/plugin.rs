@@ -113,6 +113,23 @@ impl<'s> Why<'s> {
     }
 }
 
+/// A refusal's parts without the snapshot, to keep past the cycle: what blocks a waiting job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Blocker {
+    /// The rule that refused.
+    pub rule: Rule,
+    /// The queue, job or cluster it refused for.
+    pub subject: Subject,
+    /// The bound that decided, if one did.
+    pub excess: Option<Excess>,
+}
+
+impl From<Why<'_>> for Blocker {
+    fn from(why: Why<'_>) -> Blocker {
+        Blocker { rule: why.rule, subject: why.subject, excess: why.excess }
+    }
+}
+
 impl fmt::Display for Why<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let s = match self.subject {
@@ -256,6 +273,13 @@ pub trait Plugin {
     /// from queues above their fair share.
     fn within_deserved<'s>(&self, _ssn: &Session<'s>, _job: JobId, _req: &Res) -> Verdict<'s> {
         Ok(())
+    }
+
+    /// Where this plugin's [`Plugin::victim_rank`] stands among the ranking plugins' (lower
+    /// is compared first), whatever the configured order; `None` for a plugin that does not
+    /// rank victims.
+    fn victim_rank_precedence(&self) -> Option<u8> {
+        None
     }
 
     /// Rank of a victim (lower goes first) in this mode.

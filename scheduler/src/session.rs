@@ -4,6 +4,7 @@
 //! or roll back as one.
 
 use crate::node_index::NodeIndex;
+use crate::plugin::Blocker;
 use crate::res::Res;
 use crate::snapshot::{JobId, JobPhase, NodeId, PodId, PodPhase, QueueId, Snapshot};
 
@@ -118,6 +119,8 @@ pub struct Session<'s> {
     pub demand: Vec<Res>,
     /// Why each job still waits, when it does.
     pub reasons: Vec<Option<String>>,
+    /// Per job, the structured refusal that gave its reason, where one did.
+    pub blocked_by: Vec<Option<Blocker>>,
     /// Idle capacity index for placement.
     pub index: NodeIndex,
     /// Bumped by every change, so that results computed on an unchanged state can be reused.
@@ -145,6 +148,7 @@ impl<'s> Session<'s> {
             fair_share: vec![snap.capacity.clone(); snap.queues.len()],
             demand: vec![Res::zero(n); snap.queues.len()],
             reasons: vec![None; snap.jobs.len()],
+            blocked_by: vec![None; snap.jobs.len()],
             index: NodeIndex::new(snap.nodes.iter().map(|n| n.pool).collect(), snap.pools.len().max(1)),
             version: 0,
             decisions: Decisions::default(),
@@ -460,9 +464,15 @@ impl<'s> Session<'s> {
         r
     }
 
-    /// Records why a job waits (the latest reason wins).
+    /// Records why a job waits (the latest reason wins), given by no structured refusal.
     pub fn set_reason(&mut self, job: JobId, reason: String) {
+        self.set_refusal(job, reason, None);
+    }
+
+    /// Records why a job waits and the structured refusal, if any, that gave the reason.
+    pub fn set_refusal(&mut self, job: JobId, reason: String, by: Option<Blocker>) {
         self.reasons[job] = Some(reason);
+        self.blocked_by[job] = by;
     }
 
     /// Whether the queue is a leaf's ancestor-or-self.

@@ -664,28 +664,28 @@ fn queues_within_limits(c: &Cycle) -> Result<(), String> {
 /// the allocatable of schedulable nodes, and no queue's share exceeds its limit.
 fn fair_shares_consistent(c: &Cycle) -> Result<(), String> {
     let snap = c.snap;
-    let fair = &c.out.fair_share;
+    let fair: Vec<&Res> = c.out.queues.iter().map(|o| &o.fair_share).collect();
     let mut capacity = Res::zero(snap.resources.len());
     for node in snap.nodes.iter().filter(|n| !n.unschedulable) {
         capacity.add(&node.allocatable);
     }
     // The pod count is node capacity, not shared by fair share (unbounded there by design).
     let exceeding = |a: &Res, b: &Res| (0..a.len()).find(|&r| r != snap.pods_resource && a[r] > b[r]);
-    if let Some(r) = exceeding(&fair[ROOT], &capacity) {
+    if let Some(r) = exceeding(fair[ROOT], &capacity) {
         return Err(format!("root fair share {} {} > capacity {}", snap.resources[r], fair[ROOT][r], capacity[r]));
     }
     for (q, queue) in snap.queues.iter().enumerate() {
         let mut children = Res::zero(snap.resources.len());
         for &child in &queue.children {
-            children.add(&fair[child]);
+            children.add(fair[child]);
         }
-        if let Some(r) = exceeding(&children, &fair[q]) {
+        if let Some(r) = exceeding(&children, fair[q]) {
             return Err(format!(
                 "children of queue {:?} share {} {} > its fair share {}",
                 queue.name, snap.resources[r], children[r], fair[q][r]
             ));
         }
-        if let Some(r) = exceeding(&fair[q], &queue.limit) {
+        if let Some(r) = exceeding(fair[q], &queue.limit) {
             return Err(format!(
                 "queue {} fair share {} {} > limit {}",
                 queue.name, snap.resources[r], fair[q][r], queue.limit[r]
@@ -1186,7 +1186,9 @@ fn every_invariant_detects_a_violation() {
             o.decisions.evictions.push((0, EvictReason::Preempt))
         }),
         ("queue over limit", queues_within_limits, |o| o.pod_state.fill(PodState::Allocated(0))),
-        ("fair share over parent", fair_shares_consistent, |o| o.fair_share[1] = o.fair_share[ROOT].times(2)),
+        ("fair share over parent", fair_shares_consistent, |o| {
+            o.queues[1].fair_share = o.queues[ROOT].fair_share.times(2)
+        }),
         ("predicate ignored", placements_respect_predicates, |o| o.decisions.binds.push((0, 0))),
         ("double bind", binds_unique_and_from_pending, |o| o.decisions.binds.extend([(0, 0), (0, 0)])),
         ("bind undone", binds_stand, |o| o.decisions.binds.push((0, 0))),

@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use drover_api::PODS;
-use drover_scheduler::plugins::fairshare::classify;
 use drover_scheduler::res::Res;
 use drover_scheduler::session::EvictReason;
 use drover_scheduler::snapshot::{JobPhase, Snapshot, ROOT};
@@ -160,19 +159,17 @@ pub fn report(name: &str, result: &SimResult) -> Report {
         .enumerate()
         .filter(|&(q, _)| q != ROOT)
         .map(|(q, queue)| {
-            let alloc = &result.last.queue_alloc[q];
-            let fair = &result.last.fair_share[q];
-            let (state, by) = classify(snap, queue, alloc, fair);
+            let outcome = &result.last.queues[q];
             let mut deserved = snap.to_list(&queue.deserved);
             deserved
                 .0
                 .retain(|k, _| snap.resources.iter().position(|r| r == k).is_some_and(|i| queue.deserved_declared[i]));
             let report = QueueReport {
-                allocated: named(snap, alloc),
+                allocated: named(snap, &outcome.allocated),
                 deserved: deserved.to_strings(),
-                fair_share: named(snap, fair),
-                state: state.as_str(),
-                state_resource: by.map(|r| snap.resources[r].clone()),
+                fair_share: named(snap, &outcome.fair_share),
+                state: outcome.state.as_str(),
+                state_resource: outcome.decided_by.map(|r| snap.resources[r].clone()),
             };
             (queue.name.clone(), report)
         })

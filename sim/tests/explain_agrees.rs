@@ -76,3 +76,18 @@ fn explained_with_another_configuration_the_answer_changes() {
         "a job the queue limit holds back is explained the same without the fair-share plugin"
     );
 }
+
+#[test]
+fn a_job_held_by_its_queue_limit_is_told_which_limit_to_raise() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/runai-queue-limit.yaml");
+    let (config, result, _) = run(&path);
+    let snap = &result.snapshot;
+    let advice = |name: &str| {
+        let j = snap.jobs.iter().position(|j| j.name == name).expect("the scenario's job");
+        explain(snap, &config, j).to_start
+    };
+    let raise = "raise queue proj-capped's limit of nvidia.com/gpu to at least";
+    assert_eq!(advice("second"), [format!("{raise} 5, or wait until 1 of nvidia.com/gpu is freed in it")]);
+    assert_eq!(advice("elastic"), [format!("{raise} 5, or wait until 1 of nvidia.com/gpu is freed in it")]);
+    assert!(advice("first").is_empty());
+}

@@ -11,6 +11,7 @@ use drover_api::crd::podgroup::{BindIntent, PodGroup};
 use drover_kubeutil::events::{self, EventType};
 use drover_scheduler::framework::Framework;
 use drover_scheduler::plugin::ShareBound;
+use drover_scheduler::plugins;
 use drover_scheduler::session::{PodState, Session, Statement};
 use drover_scheduler::snapshot::{NodeId, PodId, PodPhase, Snapshot};
 use futures::StreamExt;
@@ -102,7 +103,7 @@ fn resolve<'g>(
     found: Vec<(Key, &'g Arc<PodGroup>, &'g BindIntent)>,
 ) -> Vec<Resolution<'g>> {
     let mut ssn = Session::open(snap);
-    let mut fw = Framework::new(writer.config);
+    let mut fw = Framework::new(plugins::build(writer.config));
     fw.open(&mut ssn);
     let pod_ids = pod_ids(converted);
     let node_ids = node_ids(snap);

@@ -10,7 +10,6 @@ use drover_api::crd::queue::Queue;
 use drover_kubeutil::events::{self, EventType};
 use drover_scheduler::cycle::CycleOutcome;
 use drover_scheduler::plugin::Reservation;
-use drover_scheduler::plugins::fairshare::classify;
 use drover_scheduler::res::Res;
 use drover_scheduler::snapshot::{JobId, JobPhase, QueueId, Snapshot};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -222,22 +221,13 @@ pub(super) fn queue_lists(snap: &Snapshot, outcome: &CycleOutcome, q: QueueId) -
             .filter(|(name, _)| name != &snap.resources[snap.pods_resource] || shown(snap.pods_resource))
             .collect()
     };
-    let zero = Res::zero(snap.resources.len());
-    let allocated = list(outcome.queue_alloc.get(q).unwrap_or(&zero));
-    let fair_share = list(outcome.fair_share.get(q).unwrap_or(&zero));
+    let allocated = list(&outcome.queues[q].allocated);
+    let fair_share = list(&outcome.queues[q].fair_share);
     let deserved = (0..snap.resources.len())
         .filter(|&r| queue.deserved_declared[r])
         .map(|r| (snap.resources[r].clone(), queue.deserved[r]))
         .collect();
     [allocated, deserved, fair_share]
-}
-
-fn queue_state(snap: &Snapshot, outcome: &CycleOutcome, q: QueueId) -> &'static str {
-    let queue = &snap.queues[q];
-    let zero = Res::zero(snap.resources.len());
-    let alloc = outcome.queue_alloc.get(q).unwrap_or(&zero);
-    let share = outcome.fair_share.get(q).unwrap_or(&zero);
-    classify(snap, queue, alloc, share).0.as_str()
 }
 
 /// The merge-patch value turning `current` into `want`: changed entries, and `null` for
@@ -277,7 +267,7 @@ pub(super) async fn write_queues(writer: &Writer<'_>, g: &ObjectLists, snap: &Sn
                 .collect()
         };
         let [allocated, deserved, fair_share] = queue_lists(snap, outcome, q).map(text);
-        let state = queue_state(snap, outcome, q);
+        let state = outcome.queues[q].state.as_str();
         let mut status = Map::new();
         for (field, cur, want) in [
             ("allocated", &current.allocated, &allocated),

@@ -18,7 +18,7 @@
 //! declared to end before the reservation starts.
 
 use crate::placement::Avail;
-use crate::plugin::ShareBound;
+use crate::plugin::{Blocker, ShareBound};
 use crate::snapshot::{JobId, JobPhase, QueueId};
 
 use super::{class, jobs_by_queue, place_all, select_queue, strict, Ctx};
@@ -79,8 +79,8 @@ fn run_pass(ctx: &mut Ctx, queues: &[Vec<JobId>], tier: Tier, bound: ShareBound)
                     pass.blocker[q][class(ctx, job)] = Some(job);
                 }
             }
-            Err(reason) => {
-                ctx.ssn.set_reason(job, reason);
+            Err((reason, by)) => {
+                ctx.ssn.set_refusal(job, reason, by);
                 pass.done[job] = true;
                 if strict(ctx, q) {
                     pass.blocker[q][class(ctx, job)] = Some(job);
@@ -125,7 +125,7 @@ impl Pass<'_> {
 /// `Ok(true)` when elastic pods remain, which then wait for the elastic pass like every
 /// other queue's (every queue's minimums before any elastic pod), and so do the later jobs
 /// of its class.
-fn place_strict_minimum(ctx: &mut Ctx, job: JobId, bound: ShareBound) -> Result<bool, String> {
+fn place_strict_minimum(ctx: &mut Ctx, job: JobId, bound: ShareBound) -> Result<bool, Waits> {
     if !ctx.fw.job_ready(ctx.ssn, job) {
         place_minimum(ctx, job, bound)?;
     }
@@ -136,7 +136,7 @@ fn place_strict_minimum(ctx: &mut Ctx, job: JobId, bound: ShareBound) -> Result<
 /// elastic pod, before any later job of its queue. An elastic pod that cannot be placed ends
 /// the turn as a failure, which blocks the later jobs (Determined's priority scheduler: while
 /// higher-priority work waits, nothing of lower priority starts).
-fn place_whole_turn(ctx: &mut Ctx, job: JobId, bound: ShareBound) -> Result<bool, String> {
+fn place_whole_turn(ctx: &mut Ctx, job: JobId, bound: ShareBound) -> Result<bool, Waits> {
     if !ctx.fw.job_ready(ctx.ssn, job) {
         place_minimum(ctx, job, bound)?;
     }
@@ -146,26 +146,30 @@ fn place_whole_turn(ctx: &mut Ctx, job: JobId, bound: ShareBound) -> Result<bool
     Ok(false)
 }
 
+/// Why a job's turn failed: the reason, and the structured refusal that gave it, if any.
+type Waits = (String, Option<Blocker>);
+
 /// Places the job's gang minimum; `Ok(false)`: the job needs nothing more this pass.
-fn place_minimum(ctx: &mut Ctx, job: JobId, bound: ShareBound) -> Result<bool, String> {
+fn place_minimum(ctx: &mut Ctx, job: JobId, bound: ShareBound) -> Result<bool, Waits> {
     if !ctx.ssn.min_reachable(job) {
-        return Err("waiting for evicted pods to terminate before the gang can start again".into());
+        return Err(("waiting for evicted pods to terminate before the gang can start again".into(), None));
     }
     let pods = ctx.ssn.gang_pods(job);
     let req = ctx.ssn.sum_requests(&pods);
-    if let Err(why) = ctx.fw.allocatable(ctx.ssn, job, &req, bound) {
-        let why = why.to_string();
+    if let Err(refusal) = ctx.fw.allocatable(ctx.ssn, job, &req, bound) {
+        let why = refusal.to_string();
         // Beyond its fair share now, but within its queue's hard bounds: once capacity frees
         // the gang may start, so its own queue's later work must not take that capacity.
         let may_start_later = bound == ShareBound::FairShare
             && ctx.reservations.open(ctx.fw)
             && ctx.fw.allocatable(ctx.ssn, job, &req, ShareBound::Idle).is_ok();
-        return Err(if may_start_later { with_reservation(ctx, job, why) } else { why });
+        let why = if may_start_later { with_reservation(ctx, job, why) } else { why };
+        return Err((why, Some(refusal.into())));
     }
     let holds = ctx.reservations.holds_for(ctx.ssn, ctx.fw, job, bound);
     let st = match place_all(ctx, &pods, Avail::Idle(holds.as_deref().map(Vec::as_slice))) {
         Ok(st) => st,
-        Err(why) => return Err(with_reservation(ctx, job, why)),
+        Err(why) => return Err((with_reservation(ctx, job, why), None)),
     };
     ctx.ssn.commit(st);
     ctx.ssn.job_phase[job] = JobPhase::Running;
@@ -174,13 +178,14 @@ fn place_minimum(ctx: &mut Ctx, job: JobId, bound: ShareBound) -> Result<bool, S
 }
 
 /// Places one more pod of a ready job; `Ok(true)` while pods remain.
-fn place_one_elastic(ctx: &mut Ctx, job: JobId, bound: ShareBound) -> Result<bool, String> {
+fn place_one_elastic(ctx: &mut Ctx, job: JobId, bound: ShareBound) -> Result<bool, Waits> {
     let pod = ctx.ssn.pending_pods(job).next().expect("heads have pending pods");
     let req = ctx.ssn.requests(pod).clone();
-    ctx.fw.allocatable(ctx.ssn, job, &req, bound).map_err(|why| format!("elastic pods wait: {why}"))?;
+    let waits = |why: &dyn std::fmt::Display| format!("elastic pods wait: {why}");
+    ctx.fw.allocatable(ctx.ssn, job, &req, bound).map_err(|why| (waits(&why), Some(why.into())))?;
     let holds = ctx.reservations.holds_for(ctx.ssn, ctx.fw, job, bound);
-    let st = place_all(ctx, &[pod], Avail::Idle(holds.as_deref().map(Vec::as_slice)))
-        .map_err(|why| format!("elastic pods wait: {why}"))?;
+    let st =
+        place_all(ctx, &[pod], Avail::Idle(holds.as_deref().map(Vec::as_slice))).map_err(|why| (waits(&why), None))?;
     ctx.ssn.commit(st);
     Ok(ctx.ssn.pending_pods(job).next().is_some())
 }

@@ -28,7 +28,7 @@ pub fn run(ctx: &mut Ctx) {
                 ctx.ssn.job_phase[j] = JobPhase::Inqueue;
                 reserve(ctx, j, &mut reserved);
             }
-            Err(why) => ctx.ssn.set_reason(j, format!("not admitted: {why}")),
+            Err(why) => ctx.ssn.set_refusal(j, format!("not admitted: {why}"), Some(why.into())),
         }
     }
 }

@@ -294,11 +294,14 @@ impl StandIns {
 
 /// Adds `why` to the job's reason for waiting (after what an earlier action said).
 pub fn append_reason(ctx: &mut Ctx, job: JobId, why: &str) {
-    let joined = match ctx.ssn.reasons[job].as_deref() {
-        Some(prior) if !prior.is_empty() && !prior.contains(why) => format!("{prior}; {why}"),
-        _ => why.to_string(),
+    // The first refusal keeps giving the reason when the reason keeps its words.
+    let (joined, by) = match ctx.ssn.reasons[job].as_deref() {
+        Some(prior) if !prior.is_empty() && !prior.contains(why) => {
+            (format!("{prior}; {why}"), ctx.ssn.blocked_by[job])
+        }
+        _ => (why.to_string(), None),
     };
-    ctx.ssn.set_reason(job, joined);
+    ctx.ssn.set_refusal(job, joined, by);
 }
 
 /// Whether `pods` (a gang, or one elastic pod) already fit idle capacity within the action's

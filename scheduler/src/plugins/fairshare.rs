@@ -14,9 +14,10 @@ use std::cmp::Ordering;
 use crate::config::FairShareMode;
 use crate::fair_share::{divide, Claim};
 use crate::plugin::{EvictMode, Plugin, Rule, ShareBound, Subject, Verdict, Victim, Why};
+use crate::queue_state::queue_state;
 use crate::res::{Res, UNLIMITED};
 use crate::session::Session;
-use crate::snapshot::{JobId, JobPhase, Queue, QueueId, Snapshot, ROOT};
+use crate::snapshot::{JobId, JobPhase, QueueId, Snapshot, ROOT};
 
 /// The fair-share plugin.
 pub struct FairShare {
@@ -61,46 +62,6 @@ impl FairShare {
             waiting: Vec::new(),
             placed: Vec::new(),
         }
-    }
-}
-
-/// The state a queue is in, from most to least deserving of more resources.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum QueueState {
-    /// Allocated at most its deserved quota.
-    InQuota,
-    /// Over quota but within fair share.
-    OverQuota,
-    /// Over fair share.
-    OverFairShare,
-}
-
-impl QueueState {
-    /// The state's name as shown in status and simulator output.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            QueueState::InQuota => "InQuota",
-            QueueState::OverQuota => "OverQuota",
-            QueueState::OverFairShare => "OverFairShare",
-        }
-    }
-}
-
-/// A queue's state from its allocation, deserved quota and fair share.
-pub fn queue_state(ssn: &Session, q: QueueId) -> QueueState {
-    classify(ssn.snap, &ssn.snap.queues[q], &ssn.queue_alloc[q], &ssn.fair_share[q]).0
-}
-
-/// A queue's state and the resource that decided it: the first resource over its fair
-/// share, else the first quota resource ([`Snapshot::quota_resources`]) over its deserved
-/// quota (`None` while in quota). The pod count never decides.
-pub fn classify(snap: &Snapshot, queue: &Queue, alloc: &Res, fair: &Res) -> (QueueState, Option<usize>) {
-    if let Some(r) = (0..alloc.len()).find(|&r| r != snap.pods_resource && alloc[r] > fair[r]) {
-        (QueueState::OverFairShare, Some(r))
-    } else if let Some(r) = (0..alloc.len()).find(|&r| snap.quota_resources[r] && alloc[r] > queue.deserved[r]) {
-        (QueueState::OverQuota, Some(r))
-    } else {
-        (QueueState::InQuota, None)
     }
 }
 
@@ -524,6 +485,10 @@ impl Plugin for FairShare {
             return Err(Why::new(snap, Rule::SameQueue, Subject::Queue(queue)));
         };
         self.with_need(ssn, preemptor, |need| reclaimable_from(ssn, mine, theirs, &need.request))
+    }
+
+    fn victim_rank_precedence(&self) -> Option<u8> {
+        Some(0)
     }
 
     fn victim_rank(&self, ssn: &Session, mode: EvictMode, v: &Victim) -> i64 {

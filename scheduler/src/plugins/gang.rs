@@ -35,6 +35,10 @@ impl Plugin for Gang {
         }
     }
 
+    fn victim_rank_precedence(&self) -> Option<u8> {
+        Some(1)
+    }
+
     fn victim_rank(&self, _ssn: &Session, _mode: EvictMode, v: &Victim) -> i64 {
         i64::from(!v.elastic)
     }

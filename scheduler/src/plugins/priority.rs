@@ -40,6 +40,10 @@ impl Plugin for Priority {
         Ok(())
     }
 
+    fn victim_rank_precedence(&self) -> Option<u8> {
+        Some(2)
+    }
+
     fn victim_rank(&self, ssn: &Session, _mode: EvictMode, v: &Victim) -> i64 {
         i64::from(ssn.snap.jobs[v.job].priority)
     }

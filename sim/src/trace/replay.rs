@@ -285,7 +285,7 @@ fn cycle(
     let snap = &mut world.snap;
     if let Some(g) = snap.gpu {
         for (q, queue) in snap.queues.iter().enumerate().filter(|(_, q)| q.children.is_empty() && !q.name.is_empty()) {
-            fair.insert(queue.name.clone(), outcome.fair_share[q][g]);
+            fair.insert(queue.name.clone(), outcome.queues[q].fair_share[g]);
         }
     }
     let mut evicted = vec![0u32; live.len()];
