@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use drover_api::crd::job::{Job, JobState};
 use drover_api::crd::podgroup::{PodGroup, PodGroupPhase};
-use drover_api::crd::queue::{Queue, QueueOpenState};
+use drover_api::crd::queue::QueueOpenState;
 use drover_k8s::convert::{self, ObjectLists, DEFAULT_QUEUE};
 use drover_scheduler::config::SchedulerConfig;
 use drover_scheduler::explain::Verdict;

@@ -6,8 +6,8 @@ use std::collections::{HashSet, VecDeque};
 use drover_kubeutil::events::{self, EventType};
 
 use super::cache::key_of;
-use crate::convert::ObjectLists;
 use super::Writer;
+use crate::convert::ObjectLists;
 
 /// The PodGroup annotation where bind intents once lived. Anyone who may edit a PodGroup can
 /// write it, so it is never read as an intent: a group carrying it gets a Warning Event.

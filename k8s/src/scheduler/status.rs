@@ -249,7 +249,12 @@ fn map_patch(current: &BTreeMap<String, Quantity>, want: &BTreeMap<String, Strin
 
 /// Writes the scheduler's fields of every Queue status that changed (`allocated`,
 /// `deserved`, `fairShare`, `queueState`). Returns the number written.
-pub(super) async fn write_queues(writer: &Writer<'_>, g: &ObjectLists, snap: &Snapshot, outcome: &CycleOutcome) -> usize {
+pub(super) async fn write_queues(
+    writer: &Writer<'_>,
+    g: &ObjectLists,
+    snap: &Snapshot,
+    outcome: &CycleOutcome,
+) -> usize {
     let ids: HashMap<&str, QueueId> =
         snap.queues.iter().enumerate().skip(1).map(|(i, q)| (q.name.as_str(), i)).collect();
     let api: Api<Queue> = Api::all(writer.client.clone());

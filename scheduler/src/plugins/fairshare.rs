@@ -1,6 +1,6 @@
 //! Hierarchical fair share: per queue, deserved quota, hard limit, over-quota weight and
 //! reclaimable flag. Each cycle it computes every queue's demand and fair share (see
-//! [`crate::fair_share`]), orders sibling queues most-deprived first, keeps allocations
+//! [`crate::share_division`]), orders sibling queues most-deprived first, keeps allocations
 //! within limits and (in the fair pass) within fair shares, keeps non-preemptible work within
 //! deserved quota, admits pod groups only when their queue can hold their minimum, and
 //! decides which reclaim victims may be taken (KAI's rule, see [`reclaimable_from`]): from
@@ -12,11 +12,11 @@ use std::cell::{Cell, RefCell};
 use std::cmp::Ordering;
 
 use crate::config::FairShareMode;
-use crate::fair_share::{divide, Claim};
 use crate::plugin::{EvictMode, Plugin, Rule, ShareBound, Subject, Verdict, Victim, Why};
 use crate::queue_state::queue_state;
 use crate::res::{Res, UNLIMITED};
 use crate::session::Session;
+use crate::share_division::{divide, Claim};
 use crate::snapshot::{JobId, JobPhase, QueueId, Snapshot, ROOT};
 
 /// The fair-share plugin.
