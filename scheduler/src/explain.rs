@@ -5,7 +5,7 @@
 //! cannot disagree with the scheduler.
 
 use crate::config::SchedulerConfig;
-use crate::cycle::{run_cycle, CycleOutcome};
+use crate::cycle::run_cycle;
 use crate::plugin::{Blocker, Rule, Subject};
 use crate::queue_state::QueueOutcome;
 use crate::res::Res;
@@ -72,8 +72,9 @@ pub fn explain(snap: &Snapshot, config: &SchedulerConfig, job: JobId) -> Explana
         .ancestry(snap.jobs[job].queue)
         .map(|q| PathQueue { queue: q, outcome: outcome.queues[q].clone(), limit: snap.queues[q].limit.clone() })
         .collect();
-    let to_start = to_start(snap, &outcome, job);
-    Explanation { verdict, reason: outcome.reasons[job].clone(), needs: next_request(snap, job), path, to_start }
+    let needs = next_request(snap, job);
+    let to_start = outcome.reasons[job].as_ref().map(|_| advice(snap, outcome.blocked_by[job], &needs));
+    Explanation { verdict, reason: outcome.reasons[job].clone(), needs, path, to_start: to_start.into_iter().collect() }
 }
 
 /// What the job asks for at the start of the cycle: the pods that bring it to its gang
@@ -87,13 +88,9 @@ fn next_request(snap: &Snapshot, job: JobId) -> Res {
     ssn.sum_requests(&pods)
 }
 
-/// What would let the job's waiting pods start, from the refusal that gave its reason.
-fn to_start(snap: &Snapshot, outcome: &CycleOutcome, job: JobId) -> Vec<String> {
-    outcome.reasons[job].as_ref().map(|_| advice(snap, outcome.blocked_by[job])).into_iter().collect()
-}
-
-/// Concrete advice for a refusal by a queue's or the cluster's bound; else about nodes.
-fn advice(snap: &Snapshot, by: Option<Blocker>) -> String {
+/// What would let the job's waiting pods start, from the refusal that gave its reason and
+/// what the job asks for: concrete for a queue's or the cluster's bound, else about nodes.
+fn advice(snap: &Snapshot, by: Option<Blocker>, need: &Res) -> String {
     let nodes = "room on nodes its pods fit: running pods finish or are evicted for it, or nodes are added";
     let Some(Blocker { rule, subject, excess: Some(e) }) = by else { return nodes.to_string() };
     let (r, amount, freed) = (&snap.resources[e.resource], snap.amount(e.resource, e.amount), e.amount - e.bound);
@@ -102,6 +99,9 @@ fn advice(snap: &Snapshot, by: Option<Blocker>) -> String {
         _ => "",
     };
     match rule {
+        Rule::Limit | Rule::LimitForGang if freed > e.amount - need[e.resource] => {
+            format!("raise queue {q}'s limit of {r} to at least {amount}: the request alone exceeds it")
+        }
         Rule::Limit | Rule::LimitForGang => format!(
             "raise queue {q}'s limit of {r} to at least {amount}, or wait until {} of {r} is freed in it",
             snap.amount(e.resource, freed)

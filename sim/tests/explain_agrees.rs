@@ -91,3 +91,24 @@ fn a_job_held_by_its_queue_limit_is_told_which_limit_to_raise() {
     assert_eq!(advice("elastic"), [format!("{raise} 5, or wait until 1 of nvidia.com/gpu is freed in it")]);
     assert!(advice("first").is_empty());
 }
+
+#[test]
+fn a_gang_larger_than_its_queue_limit_is_not_told_to_wait() {
+    let text = "name: gang-over-limit
+nodes:
+  - {name: n1, allocatable: {cpu: \"64\", memory: 512Gi, nvidia.com/gpu: \"8\"}}
+queues:
+  - {name: capped, deserved: {nvidia.com/gpu: \"2\"}, limit: {nvidia.com/gpu: \"4\"}}
+jobs:
+  - {name: big, queue: capped, createdAt: 0, tasks: [{name: t, replicas: 6, requests: {nvidia.com/gpu: \"1\"}}]}
+";
+    let s = scenario::parse(text, "inline.yaml").expect("the inline scenario reads");
+    let config = SchedulerConfig::default();
+    let result = run::simulate(&s, &config, s.cycles).expect("the inline scenario builds");
+    let e = explain(&result.snapshot, &config, 0);
+    assert_eq!(e.verdict, Verdict::Waiting);
+    assert_eq!(
+        e.to_start,
+        ["raise queue capped's limit of nvidia.com/gpu to at least 6: the request alone exceeds it"]
+    );
+}
