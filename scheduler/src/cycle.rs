@@ -91,8 +91,7 @@ fn close(fw: &Framework, mut ssn: Session, reservations: Reservations) -> CycleO
         let waiting =
             ssn.snap.jobs[j].tasks.iter().flat_map(|t| &t.pods).any(|&p| ssn.pod_state[p].running_on().is_none());
         if !waiting {
-            ssn.reasons[j] = None;
-            ssn.blocked_by[j] = None;
+            ssn.clear_reason(j);
         } else if ssn.reasons[j].is_none() {
             let admission = format!("not admitted yet to queue {}", snap.queues[snap.jobs[j].queue].name);
             let why = match ssn.job_phase[j] {

@@ -475,6 +475,12 @@ impl<'s> Session<'s> {
         self.blocked_by[job] = by;
     }
 
+    /// Forgets why a job waited, and the refusal behind it (it no longer waits for that).
+    pub fn clear_reason(&mut self, job: JobId) {
+        self.reasons[job] = None;
+        self.blocked_by[job] = None;
+    }
+
     /// Whether the queue is a leaf's ancestor-or-self.
     pub fn in_subtree(&self, leaf: QueueId, of: QueueId) -> bool {
         self.snap.ancestry(leaf).any(|q| q == of)

@@ -173,7 +173,7 @@ fn place_minimum(ctx: &mut Ctx, job: JobId, bound: ShareBound) -> Result<bool, W
     };
     ctx.ssn.commit(st);
     ctx.ssn.job_phase[job] = JobPhase::Running;
-    ctx.ssn.reasons[job] = None;
+    ctx.ssn.clear_reason(job);
     Ok(false)
 }
 

@@ -55,7 +55,7 @@ pub fn run(ctx: &mut Ctx) {
             Ok(st) => {
                 ctx.ssn.commit(st);
                 ctx.ssn.job_phase[job] = JobPhase::Running;
-                ctx.ssn.reasons[job] = None;
+                ctx.ssn.clear_reason(job);
                 free.sub(&need);
             }
             Err(_) => {
