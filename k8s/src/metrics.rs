@@ -349,17 +349,18 @@ impl Metrics {
             .set(value);
     }
 
-    /// Removes every per-queue series (e.g. when this replica stops leading).
-    pub fn clear_queues(&self) {
-        self.queue_allocated.clear();
-        self.queue_deserved.clear();
-        self.queue_fair_share.clear();
-        self.queue_series.lock().unwrap_or_else(|e| e.into_inner()).clear();
-    }
-
-    /// Sets `drover_leader{component}` to 1 or 0.
+    /// Sets `drover_leader{component}` to 1 or 0. A replica that stops leading also drops its
+    /// per-queue series and pending counts: only the leader's figures are current, and two
+    /// replicas exporting the same queue's series would disagree after a failover.
     pub fn set_leader(&self, component: &str, leading: bool) {
         self.leader.get_or_create(&ComponentLabels { component: component.to_string() }).set(i64::from(leading));
+        if !leading {
+            self.queue_allocated.clear();
+            self.queue_deserved.clear();
+            self.queue_fair_share.clear();
+            self.queue_series.lock().unwrap_or_else(|e| e.into_inner()).clear();
+            self.pending.clear();
+        }
     }
 
     /// Records one reconciliation of `controller` (`result`: e.g. `success`, `error`,

@@ -31,6 +31,7 @@ fn assert_line(text: &str, line: &str) {
 
 fn recorded() -> Metrics {
     let m = Metrics::new();
+    m.set_leader("controllers", false);
     m.observe_cycle(Duration::from_millis(3));
     m.observe_cycle(Duration::from_millis(40));
     m.observe_action("allocate", Duration::from_micros(1500));
@@ -47,7 +48,6 @@ fn recorded() -> Metrics {
     m.set_queue(QueueGauge::Deserved, "proj-a", "memory", resource_value("memory", 1 << 30));
     m.set_queue(QueueGauge::FairShare, "proj-a", "nvidia.com/gpu", resource_value("nvidia.com/gpu", 4));
     m.set_leader("scheduler", true);
-    m.set_leader("controllers", false);
     m.observe_reconcile("podgroup", "success", Duration::from_millis(2));
     m.observe_reconcile("podgroup", "error", Duration::from_millis(30));
     m
@@ -89,6 +89,20 @@ fn every_family_is_exposed_with_its_labels() {
     assert_line(&text, "drover_reconcile_duration_seconds_count{controller=\"podgroup\"} 2");
     assert_line(&text, "drover_scheduler_action_duration_seconds_count{action=\"allocate\"} 1");
     assert_line(&text, "drover_scheduler_action_duration_seconds_count{action=\"preempt\"} 1");
+}
+
+#[test]
+fn a_replica_that_stops_leading_exports_no_queue_figures() {
+    let m = recorded();
+    m.set_leader("scheduler", false);
+    let text = m.encode();
+    assert_line(&text, "drover_leader{component=\"scheduler\"} 0");
+    let stale: Vec<&str> = samples(&text)
+        .into_iter()
+        .filter(|l| l.starts_with("drover_queue_") || l.starts_with("drover_scheduler_pending_podgroups"))
+        .collect();
+    assert!(stale.is_empty(), "a follower still exports {stale:?}");
+    assert_line(&text, "drover_scheduler_binds_total 7");
 }
 
 #[test]
