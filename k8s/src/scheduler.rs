@@ -9,9 +9,10 @@
 //! ([`crate::convert`]: jobs, and each PodGroup's members and counts), builds a snapshot,
 //! runs the core synchronously (after recovery) and writes, in this order:
 //!
-//! 1. **Recovery** of bind intents (see below) left by a previous leader, a crash, or an
-//!    earlier cycle whose bindings failed, on the cycle's conversion and snapshot, before the
-//!    core runs: the snapshot then shows what recovery bound and deleted.
+//! 1. **Recovery** of bind intents left by a previous leader, a crash, or an earlier cycle
+//!    whose bindings failed (`scheduler/recovery.rs`: completed where every binding still
+//!    passes the rules a new decision would, else the gang rolled back), on the cycle's
+//!    conversion and snapshot, before the core runs: the snapshot then shows what it did.
 //! 2. **Evictions** through `pods/{name}/eviction` (policy/v1, uid precondition), with a
 //!    `Preempted` or `Reclaimed` Event on the pod. 404 is fine (already gone).
 //! 3. **Bindings, gang-safe.** Half of `bind_concurrency` gangs at a time; for each, first
@@ -26,18 +27,6 @@
 //! 4. **Status** where it changed, on the objects as the writes above returned them: PodGroup phase, counts, `observedGeneration` and the
 //!    `Unschedulable`/`Valid` conditions; Queue `allocated`, `deserved`, `fairShare`,
 //!    `queueState`.
-//!
-//! **Recovery.** For every PodGroup carrying an intent: each pod of the intent that is
-//! still unbound is bound to its node if it is a member of the group and the binding passes
-//! every rule a new decision would (predicates: cordon, taints, selectors, affinity, node
-//! pool; the node's idle capacity; every queue bound up the tree). A refused binding gets a
-//! Warning Event `BindIntentRefused` on the group. If some pod cannot be bound (refused, pod
-//! or node gone) and the gang would stay below its minimum, the pods bound per the intent are
-//! deleted with `gracePeriodSeconds: 0`; then the intent is removed. A group with an
-//! unresolved intent gets no new bindings from the core. Intents of this process whose
-//! bindings failed are recovered in the next cycle; intents written by another process once
-//! they are older than one period (or at once, when they carry no time), so that a leader
-//! that has just lost the lease is not raced.
 //!
 //! **Stale stores.** Writes the stores have not shown yet (bindings, evictions, PodGroup
 //! patches) are laid over the store contents until the store shows a newer version of the
