@@ -6,21 +6,8 @@
 //! `/metrics` (OpenMetrics text, which Prometheus scrapes natively), `/healthz` and
 //! `/readyz`; anything else is 404.
 //!
-//! Families (label names in braces):
-//!
-//! | name | type | meaning |
-//! | --- | --- | --- |
-//! | `drover_scheduler_cycle_duration_seconds` | histogram | one scheduling cycle, snapshot to decisions |
-//! | `drover_scheduler_action_duration_seconds{action}` | histogram | one action of a cycle |
-//! | `drover_scheduler_binds_total` | counter | pods bound |
-//! | `drover_scheduler_evictions_total{reason}` | counter | pods evicted, `preempt` or `reclaim` |
-//! | `drover_scheduler_pending_podgroups{reason}` | gauge | pod groups waiting, by [`pending_reason_category`] |
-//! | `drover_queue_allocated{queue,resource}` | gauge | resources of running pods of a queue |
-//! | `drover_queue_deserved{queue,resource}` | gauge | a queue's deserved quota |
-//! | `drover_queue_fair_share{queue,resource}` | gauge | a queue's fair share this cycle |
-//! | `drover_leader{component}` | gauge | 1 while this replica leads `component` |
-//! | `drover_reconcile_total{controller,result}` | counter | reconciliations, by result |
-//! | `drover_reconcile_duration_seconds{controller}` | histogram | one reconciliation |
+//! The families, their types and labels are listed for operators in `docs/operations.md`
+//! ("Health and metrics"); a family added here is added there.
 //!
 //! Queue quantities are numbers: `cpu` in cores, `memory` in bytes, everything else in
 //! whole units ([`resource_value`]).
