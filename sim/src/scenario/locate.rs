@@ -1,0 +1,249 @@
+//! Where an error is: the file, the object (`node n1`, `job default/j1 task worker`), the
+//! field's path inside it, and its line and column in the text.
+
+use std::fmt::{self, Write as _};
+
+use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Unexpected, Visitor};
+use serde_yaml::Value;
+
+use super::de::Step;
+use super::ScenarioError;
+
+/// A path from the document root, written as its steps: `steps!["jobs", 0, "queue"]`.
+macro_rules! steps {
+    ($($step:expr),*) => { &[$(super::de::Step::from($step)),*] };
+}
+pub(super) use steps;
+
+/// The text being parsed, the name errors give it, and the YAML it holds.
+pub(super) struct Doc<'a> {
+    pub(super) text: &'a str,
+    pub(super) file: &'a str,
+    pub(super) root: &'a Value,
+}
+
+impl Doc<'_> {
+    /// An error about the value at `path`, reported against the object it lies in.
+    pub(super) fn error(&self, path: &[Step], message: impl fmt::Display) -> ScenarioError {
+        self.error_in(path, path, message)
+    }
+
+    /// An error about the value at `path`, reported against the object `within` lies in (a
+    /// job, for a duplicate in its list of tasks).
+    pub(super) fn error_in(&self, within: &[Step], path: &[Step], message: impl fmt::Display) -> ScenarioError {
+        let (object, depth) = object(self.root, within);
+        let mut message = message.to_string();
+        if let Some((line, column)) = locate_nearest(self.text, path) {
+            let _ = write!(message, " (line {line}, column {column})");
+        }
+        ScenarioError { file: self.file.to_string(), object, field: render(&path[depth..]), message }
+    }
+}
+
+/// The object a path lies in, as errors name it, and the length of the object's own path: an
+/// entry of `nodes`, `queues`, `priorityClasses` or `jobs` (by its name when it has a usable
+/// one, else by its position), a job's task, `expect`, or else the scenario.
+fn object(root: &Value, path: &[Step]) -> (String, usize) {
+    let named = |entry: Option<&Value>, kind: &str, position: String| match entry
+        .and_then(|v| v.get("name"))
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+    {
+        Some(name) => format!("{kind}{name}"),
+        None => position,
+    };
+    let [Step::Key(section), Step::Index(index), rest @ ..] = path else {
+        let expect = matches!(path.first(), Some(Step::Key(k)) if k == "expect");
+        return if expect { ("expect".into(), 1) } else { ("scenario".into(), 0) };
+    };
+    let entry = root.get(section.as_str()).and_then(|list| list.get(index));
+    let position = format!("{section}[{index}]");
+    let kind = match section.as_str() {
+        "nodes" => "node ",
+        "queues" => "queue ",
+        "priorityClasses" => "priority class ",
+        "jobs" => "job ",
+        _ => return ("scenario".into(), 0),
+    };
+    if kind != "job " {
+        return (named(entry, kind, position), 2);
+    }
+    let namespace = entry.and_then(|v| v.get("namespace")).and_then(Value::as_str).unwrap_or("default");
+    let job = named(entry, &format!("job {namespace}/"), position);
+    match rest {
+        [Step::Key(tasks), Step::Index(t), ..] if tasks == "tasks" => {
+            let task = entry.and_then(|v| v.get("tasks")).and_then(|list| list.get(t));
+            (named(task, &format!("{job} task "), format!("{job} tasks[{t}]")), 4)
+        }
+        _ => (job, 2),
+    }
+}
+
+/// A field path as people write it: `tasks[0].requests.cpu`.
+fn render(path: &[Step]) -> String {
+    let mut out = String::new();
+    for step in path {
+        match step {
+            Step::Key(key) if out.is_empty() => out.push_str(key),
+            Step::Key(key) => {
+                out.push('.');
+                out.push_str(key);
+            }
+            Step::Index(i) => {
+                let _ = write!(out, "[{i}]");
+            }
+        }
+    }
+    out
+}
+
+/// A short human-readable list of names, for "expected one of" hints.
+pub(super) fn listing<S: AsRef<str>>(names: impl IntoIterator<Item = S>) -> String {
+    const SHOWN: usize = 10;
+    let names: Vec<S> = names.into_iter().collect();
+    if names.is_empty() {
+        return "(none)".into();
+    }
+    let mut out = names.iter().take(SHOWN).map(AsRef::as_ref).collect::<Vec<_>>().join(", ");
+    if names.len() > SHOWN {
+        let _ = write!(out, ", ... ({} in all)", names.len());
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// Locations: serde_yaml keeps no positions in a `Value`, so the text is replayed along the
+// path of the faulty field, failing on purpose there; serde_yaml then says where that was.
+
+/// Marks the error the location probe raises on purpose when it reaches its target.
+const PROBE_HIT: &str = "drover-scenario-location-probe";
+
+/// The line and column of `path`, or of its closest ancestor present in the text.
+fn locate_nearest(text: &str, path: &[Step]) -> Option<(usize, usize)> {
+    (1..=path.len()).rev().find_map(|n| locate(text, &path[..n]))
+}
+
+fn locate(text: &str, path: &[Step]) -> Option<(usize, usize)> {
+    let error = Probe(path).deserialize(serde_yaml::Deserializer::from_str(text)).err()?;
+    let location = error.location().filter(|_| error.to_string().contains(PROBE_HIT))?;
+    Some((location.line(), location.column()))
+}
+
+/// Follows a path through the YAML events and fails at its end (a key or a value).
+struct Probe<'p>(&'p [Step]);
+
+impl<'de> DeserializeSeed<'de> for Probe<'_> {
+    type Value = ();
+
+    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Probe<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_empty() { PROBE_HIT } else { "a mapping or a list" })
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let Some((Step::Key(want), rest)) = self.0.split_first() else {
+            return Err(de::Error::invalid_type(Unexpected::Map, &self));
+        };
+        while let Some(found) = map.next_key_seed(KeyProbe { want, last: rest.is_empty() })? {
+            if found {
+                return map.next_value_seed(Probe(rest));
+            }
+            map.next_value::<IgnoredAny>()?;
+        }
+        Ok(())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let Some((Step::Index(want), rest)) = self.0.split_first() else {
+            return Err(de::Error::invalid_type(Unexpected::Seq, &self));
+        };
+        for _ in 0..*want {
+            if seq.next_element::<IgnoredAny>()?.is_none() {
+                return Ok(());
+            }
+        }
+        seq.next_element_seed(Probe(rest)).map(|_| ())
+    }
+}
+
+/// Reads one mapping key: whether it is the wanted one, failing on it when it ends the path.
+struct KeyProbe<'p> {
+    want: &'p str,
+    last: bool,
+}
+
+impl<'de> DeserializeSeed<'de> for KeyProbe<'_> {
+    type Value = bool;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<bool, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for KeyProbe<'_> {
+    type Value = bool;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a mapping key")
+    }
+
+    fn visit_str<E: de::Error>(self, key: &str) -> Result<bool, E> {
+        match key == self.want {
+            true if self.last => Err(E::custom(PROBE_HIT)),
+            found => Ok(found),
+        }
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<bool, E> {
+        Ok(false)
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<bool, E> {
+        Ok(false)
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<bool, E> {
+        Ok(false)
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<bool, E> {
+        Ok(false)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<bool, E> {
+        Ok(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn path(steps: &[&str]) -> Vec<Step> {
+        steps.iter().map(|s| s.parse().map_or_else(|_| Step::Key(s.to_string()), Step::Index)).collect()
+    }
+
+    #[test]
+    fn field_paths_render_like_code() {
+        assert_eq!(render(&path(&["tasks", "2", "requests", "cpu"])), "tasks[2].requests.cpu");
+        assert_eq!(render(&path(&["0", "name"])), "[0].name");
+    }
+
+    #[test]
+    fn locate_finds_keys_and_entries_in_block_and_flow_style() {
+        let text = "a:\n  - {b: 1, c: [x, y]}\n  - d: 2\n";
+        assert_eq!(locate(text, &path(&["a", "0", "c"])), Some((2, 12)));
+        assert_eq!(locate(text, &path(&["a", "0", "c", "1"])), Some((2, 19)));
+        assert_eq!(locate(text, &path(&["a", "1", "d"])), Some((3, 5)));
+        assert_eq!(locate(text, &path(&["a", "2"])), None);
+        assert_eq!(locate(text, &path(&["a", "1", "zz"])), None);
+        assert_eq!(locate_nearest(text, &path(&["a", "1", "zz"])), Some((3, 5)));
+    }
+}
