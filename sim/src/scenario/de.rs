@@ -38,6 +38,12 @@ pub(super) struct Error {
     pub(super) message: String,
 }
 
+impl From<String> for Error {
+    fn from(message: String) -> Error {
+        Error { path: Vec::new(), message }
+    }
+}
+
 impl Error {
     fn within(mut self, step: Step) -> Error {
         self.path.insert(0, step);
@@ -47,11 +53,11 @@ impl Error {
 
 impl de::Error for Error {
     fn custom<T: fmt::Display>(message: T) -> Error {
-        Error { path: Vec::new(), message: message.to_string() }
+        Error::from(message.to_string())
     }
 
     fn missing_field(field: &'static str) -> Error {
-        Error::custom("is required").within(field.into())
+        Error::from("is required".to_string()).within(field.into())
     }
 }
 
@@ -88,7 +94,7 @@ pub(super) struct De<'v>(pub(super) &'v Value);
 
 impl<'de> De<'de> {
     fn wrong(self, expected: &str) -> Error {
-        de::Error::custom(format!("expected {expected}, found {}", describe(self.0)))
+        Error::from(format!("expected {expected}, found {}", describe(self.0)))
     }
 
     fn mapping(self) -> Result<&'de Mapping, Error> {
@@ -102,8 +108,8 @@ impl<'de> De<'de> {
         };
         let n = whole.ok_or_else(|| self.wrong("a whole number"))?;
         T::try_from(n).map_err(|_| match n < 0 && T::try_from(-1).is_err() {
-            true => de::Error::custom(format!("must not be negative, found {n}")),
-            false => de::Error::custom(format!("{n} is out of range")),
+            true => Error::from(format!("must not be negative, found {n}")),
+            false => Error::from(format!("{n} is out of range")),
         })
     }
 }
@@ -146,18 +152,18 @@ impl<'de> Deserializer<'de> for De<'de> {
     }
 
     fn deserialize_newtype_struct<V: Visitor<'de>>(self, name: &'static str, visitor: V) -> Result<V::Value, Error> {
-        if name != FOREIGN {
-            return visitor.visit_newtype_struct(self);
+        match name {
+            QUANTITIES => visitor.visit_newtype_struct(amounts(self.0)?).map_err(de::Error::custom),
+            FOREIGN => visitor.visit_newtype_struct(self.0).map_err(|e| {
+                let message = e.to_string();
+                let unknown = message.strip_prefix("unknown field `").and_then(|rest| rest.split('`').next());
+                match unknown.filter(|key| self.0.get(*key).is_some()) {
+                    Some(key) => Error::from(message.clone()).within(key.into()),
+                    None => Error::from(message),
+                }
+            }),
+            _ => visitor.visit_newtype_struct(self),
         }
-        visitor.visit_newtype_struct(self.0).map_err(|e| {
-            let message = e.to_string();
-            let unknown = message.strip_prefix("unknown field `").and_then(|rest| rest.split('`').next());
-            let error: Error = de::Error::custom(&message);
-            match unknown.filter(|key| self.0.get(*key).is_some()) {
-                Some(key) => error.within(key.into()),
-                None => error,
-            }
-        })
     }
 
     fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
@@ -178,10 +184,10 @@ impl<'de> Deserializer<'de> for De<'de> {
         let map = self.mapping()?;
         for key in map.keys() {
             let Some(name) = key.as_str() else {
-                return Err(de::Error::custom(format!("field names must be strings, found {}", describe(key))));
+                return Err(Error::from(format!("field names must be strings, found {}", describe(key))));
             };
             if !fields.contains(&name) {
-                return Err(<Error as de::Error>::custom(unknown_field(name, fields)).within(name.into()));
+                return Err(Error::from(unknown_field(name, fields)).within(name.into()));
             }
         }
         visitor.visit_map(Map { entries: map.iter(), value: None, skip_null: true })
@@ -232,7 +238,7 @@ impl<'de> MapAccess<'de> for Map<'de> {
             return Ok(None);
         };
         let Some(key) = key.as_str() else {
-            return Err(de::Error::custom(format!("keys must be strings, found {}", describe(key))));
+            return Err(Error::from(format!("keys must be strings, found {}", describe(key))));
         };
         self.value = Some((key, value));
         let key: StrDeserializer<Error> = key.into_deserializer();
@@ -240,7 +246,7 @@ impl<'de> MapAccess<'de> for Map<'de> {
     }
 
     fn next_value_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Result<T::Value, Error> {
-        let (key, value) = self.value.take().ok_or_else(|| de::Error::custom("a value without its key"))?;
+        let (key, value) = self.value.take().ok_or_else(|| Error::from("a value without its key".to_string()))?;
         seed.deserialize(De(value)).map_err(|e| e.within(key.into()))
     }
 }
@@ -297,71 +303,48 @@ pub(super) fn non_empty<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Er
     }
 }
 
-/// An object name: a non-empty string without `/` (which separates namespaces in keys).
-pub(super) fn name<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+/// An object name: a non-empty string without `/` (which separates namespaces in keys), for
+/// a `String` or an `Option` of one.
+pub(super) fn name<'de, D: Deserializer<'de>, R: From<String>>(d: D) -> Result<R, D::Error> {
     let name = non_empty(d)?;
     match name.contains('/') {
         true => Err(de::Error::custom(format!("{name:?} must not contain `/`"))),
-        false => Ok(name),
+        false => Ok(R::from(name)),
     }
 }
 
 /// Resource quantities by name (`{cpu: 500m, memory: 4Gi}`), for a `ResourceList` or an
 /// `Option` of one.
 pub(super) fn resources<'de, D: Deserializer<'de>, R: From<ResourceList>>(d: D) -> Result<R, D::Error> {
-    d.deserialize_map(Quantities).map(R::from)
+    Quantities::deserialize(d).map(|q| R::from(ResourceList(q.0)))
 }
 
-struct Quantities;
+/// The serde name of [`Quantities`], which [`De`] reads with [`amounts`].
+const QUANTITIES: &str = "drover-scenario-quantities";
 
-impl<'de> Visitor<'de> for Quantities {
-    type Value = ResourceList;
+/// Amounts by resource name, read from their quantities by [`amounts`].
+#[derive(Deserialize)]
+#[serde(rename = "drover-scenario-quantities")]
+struct Quantities(std::collections::BTreeMap<String, i64>);
 
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a mapping")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ResourceList, A::Error> {
-        let mut list = ResourceList::default();
-        while let Some(name) = map.next_key::<String>()? {
-            if name.is_empty() {
-                return Err(de::Error::custom("resource names must be non-empty strings, found string \"\""));
-            }
-            let amount = map.next_value_seed(Quantity(&name))?;
-            list.0.insert(name, amount);
-        }
-        Ok(list)
-    }
-}
-
-/// The amount of one named resource.
-struct Quantity<'n>(&'n str);
-
-impl<'de> DeserializeSeed<'de> for Quantity<'_> {
-    type Value = i64;
-
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<i64, D::Error> {
-        let text = match Value::deserialize(d)? {
-            Value::String(s) => s,
+/// Each quantity of a mapping turned into its amount (quantities parse by resource name).
+fn amounts(v: &Value) -> Result<Value, Error> {
+    let mut amounts = Mapping::new();
+    for (key, quantity) in De(v).mapping()? {
+        let Some(name) = key.as_str().filter(|k| !k.is_empty()) else {
+            return Err(Error::from(format!("resource names must be non-empty strings, found {}", describe(key))));
+        };
+        let text = match quantity {
+            Value::String(s) => s.clone(),
             Value::Number(n) => n.to_string(),
             other => {
-                let found = describe(&other);
-                return Err(de::Error::custom(format!("expected a quantity such as 2, 500m or 4Gi, found {found}")));
+                let message = format!("expected a quantity such as 2, 500m or 4Gi, found {}", describe(other));
+                return Err(Error::from(message).within(name.into()));
             }
         };
-        ResourceList::parse_amount(self.0, &text).map_err(de::Error::custom)
+        let amount =
+            ResourceList::parse_amount(name, &text).map_err(|e| Error::from(e.to_string()).within(name.into()))?;
+        amounts.insert(name.into(), amount.into());
     }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn edit_distance_ignores_case() {
-        assert_eq!(edit_distance("replica", "replicas"), 1);
-        assert_eq!(edit_distance("overquotaweight", "overQuotaWeight"), 0);
-        assert_eq!(edit_distance("", "abc"), 3);
-        assert_eq!(edit_distance("kitten", "sitting"), 3);
-    }
+    Ok(Value::Mapping(amounts))
 }

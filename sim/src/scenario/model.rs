@@ -27,20 +27,15 @@ const DEFAULT_MAX_PODS: i64 = 110;
 pub(super) struct File {
     #[serde(deserialize_with = "non_empty")]
     name: String,
-    #[serde(default)]
-    description: String,
+    description: Option<String>,
     cycles: Option<u32>,
-    #[serde(default)]
-    now: i64,
+    now: Option<i64>,
     #[serde(default, deserialize_with = "foreign")]
     config: ConfigOverrides,
-    #[serde(default)]
-    nodes: Vec<Node>,
-    #[serde(default)]
-    queues: Vec<Queue>,
+    nodes: Option<Vec<Node>>,
+    queues: Option<Vec<Queue>>,
     priority_classes: Option<Vec<Class>>,
-    #[serde(default)]
-    jobs: Vec<Job>,
+    jobs: Option<Vec<Job>>,
     expect: Option<Expect>,
 }
 
@@ -70,7 +65,6 @@ struct Queue(#[serde(with = "QueueFields")] QueueInput);
 struct QueueFields {
     #[serde(deserialize_with = "name")]
     name: String,
-    #[serde(default, deserialize_with = "parent")]
     parent: Option<String>,
     #[serde(default, deserialize_with = "resources")]
     deserved: ResourceList,
@@ -97,13 +91,12 @@ struct Class {
 struct Job {
     #[serde(deserialize_with = "name")]
     name: String,
-    #[serde(default = "default_namespace", deserialize_with = "name")]
-    namespace: String,
+    #[serde(default, deserialize_with = "name")]
+    namespace: Option<String>,
     queue: String,
     priority_class: Option<String>,
     min_member: Option<u32>,
-    #[serde(default)]
-    created_at: i64,
+    created_at: Option<i64>,
     duration: Option<u64>,
     started_at: Option<i64>,
     tasks: Vec<Task>,
@@ -115,18 +108,15 @@ struct Task {
     #[serde(deserialize_with = "name")]
     name: String,
     replicas: u32,
-    #[serde(default)]
-    min_available: u32,
+    min_available: Option<u32>,
     #[serde(default, deserialize_with = "resources")]
     requests: ResourceList,
-    #[serde(default)]
-    node_selector: BTreeMap<String, String>,
+    node_selector: Option<BTreeMap<String, String>>,
     #[serde(default, deserialize_with = "foreign_list")]
     tolerations: Vec<Toleration>,
     #[serde(default, deserialize_with = "foreign_list")]
     affinity: Vec<NodeSelectorRequirement>,
-    #[serde(default)]
-    running: Vec<String>,
+    running: Option<Vec<String>>,
 }
 
 fn allocatable<'de, D: Deserializer<'de>>(d: D) -> Result<ResourceList, D::Error> {
@@ -135,21 +125,12 @@ fn allocatable<'de, D: Deserializer<'de>>(d: D) -> Result<ResourceList, D::Error
     Ok(list)
 }
 
-/// A queue's parent; `""` is the root, as when absent.
-fn parent<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    Ok(Some(String::deserialize(d)?).filter(|p| !p.is_empty()))
-}
-
 fn one() -> u32 {
     1
 }
 
 fn yes() -> bool {
     true
-}
-
-fn default_namespace() -> String {
-    "default".into()
 }
 
 /// Checks a scenario file and builds the scenario from it.
@@ -168,12 +149,18 @@ pub(super) fn validate(doc: &Doc, file: File) -> Result<Scenario, ScenarioError>
     };
     let mut scenario = Scenario {
         name: file.name,
-        description: file.description,
+        description: file.description.unwrap_or_default(),
         cycles,
-        now: file.now,
+        now: file.now.unwrap_or(0),
         config: file.config,
-        nodes: file.nodes.into_iter().map(|n| n.0).collect(),
-        queues: file.queues.into_iter().map(|q| q.0).collect(),
+        nodes: file.nodes.into_iter().flatten().map(|n| n.0).collect(),
+        // A parent "" is the root, as when absent.
+        queues: file
+            .queues
+            .into_iter()
+            .flatten()
+            .map(|q| QueueInput { parent: q.0.parent.filter(|p| !p.is_empty()), ..q.0 })
+            .collect(),
         priority_classes,
         jobs: Vec::new(),
         expect: None,
@@ -182,7 +169,7 @@ pub(super) fn validate(doc: &Doc, file: File) -> Result<Scenario, ScenarioError>
     check_unique(doc, "nodes", "node", scenario.nodes.iter().map(|n| n.name.clone()))?;
     check_unique(doc, "queues", "queue", scenario.queues.iter().map(|q| q.name.clone()))?;
     check_queue_tree(doc, &scenario.queues)?;
-    let jobs = file.jobs.into_iter().enumerate().map(|(j, job)| self::job(doc, &scenario, j, job));
+    let jobs = file.jobs.into_iter().flatten().enumerate().map(|(j, job)| self::job(doc, &scenario, j, job));
     scenario.jobs = jobs.collect::<Result<_, _>>()?;
     check_unique(doc, "jobs", "job", scenario.jobs.iter().map(JobInput::key))?;
     check_pod_names(doc, &scenario.jobs)?;
@@ -245,43 +232,29 @@ pub(super) fn check_node(doc: &Doc, at: &[super::de::Step], s: &Scenario, node: 
     }
 }
 
-/// Jobs go to leaf queues only.
-fn check_queue(doc: &Doc, j: usize, s: &Scenario, queue: &str) -> Result<(), ScenarioError> {
+fn job(doc: &Doc, s: &Scenario, j: usize, job: Job) -> Result<JobInput, ScenarioError> {
+    let queue = job.queue.as_str();
     if !s.queues.iter().any(|q| q.name == queue) {
-        let names = s.queues.iter().map(|q| q.name.as_str());
-        return Err(
-            doc.error(steps!["jobs", j, "queue"], format!("names no queue {queue:?}; queues: {}", listing(names)))
-        );
+        let names = listing(s.queues.iter().map(|q| q.name.as_str()));
+        return Err(doc.error(steps!["jobs", j, "queue"], format!("names no queue {queue:?}; queues: {names}")));
     }
+    // Jobs go to leaf queues only.
     let children: Vec<&str> =
         s.queues.iter().filter(|q| q.parent.as_deref() == Some(queue)).map(|q| q.name.as_str()).collect();
     if !children.is_empty() {
         let message = format!("queue {queue} has child queues ({}); jobs must be in leaf queues", listing(children));
         return Err(doc.error(steps!["jobs", j, "queue"], message));
     }
-    Ok(())
-}
-
-/// The job's priority class: the one it names, else the lowest-valued one.
-fn priority_class<'s>(
-    doc: &Doc,
-    j: usize,
-    s: &'s Scenario,
-    class: Option<&str>,
-) -> Result<Option<&'s PriorityClass>, ScenarioError> {
-    let Some(class) = class else {
-        return Ok(s.priority_classes.iter().min_by_key(|c| c.value));
+    // The job's priority class: the one it names, else the lowest-valued one.
+    let classes = &s.priority_classes;
+    let class = match job.priority_class.as_deref() {
+        None => classes.iter().min_by_key(|c| c.value),
+        Some(name) => Some(classes.iter().find(|c| c.name == name).ok_or_else(|| {
+            let message =
+                format!("names no priority class {name:?}; classes: {}", listing(classes.iter().map(|c| &c.name)));
+            doc.error(steps!["jobs", j, "priorityClass"], message)
+        })?),
     };
-    if let Some(found) = s.priority_classes.iter().find(|c| c.name == class) {
-        return Ok(Some(found));
-    }
-    let names = listing(s.priority_classes.iter().map(|c| c.name.as_str()));
-    Err(doc.error(steps!["jobs", j, "priorityClass"], format!("names no priority class {class:?}; classes: {names}")))
-}
-
-fn job(doc: &Doc, s: &Scenario, j: usize, job: Job) -> Result<JobInput, ScenarioError> {
-    check_queue(doc, j, s, &job.queue)?;
-    let class = priority_class(doc, j, s, job.priority_class.as_deref())?;
     if job.started_at.is_some() && job.duration.is_none() {
         let message = "needs `duration`, the run time after which the job ends";
         return Err(doc.error(steps!["jobs", j, "startedAt"], message));
@@ -313,13 +286,13 @@ fn job(doc: &Doc, s: &Scenario, j: usize, job: Job) -> Result<JobInput, Scenario
     let run_time = job.duration.map(|d| i64::try_from(d).unwrap_or(i64::MAX));
     Ok(JobInput {
         name: job.name,
-        namespace: job.namespace,
+        namespace: job.namespace.unwrap_or_else(|| "default".into()),
         queue: job.queue,
         priority_class: class.map(|c| c.name.clone()).unwrap_or_default(),
         priority: class.map_or(0, |c| c.value),
         preemptible: class.is_none_or(|c| c.preemptible),
         min_member,
-        created_at: job.created_at,
+        created_at: job.created_at.unwrap_or(0),
         phase,
         tasks,
         run_time,
@@ -342,26 +315,27 @@ fn gang_size(doc: &Doc, j: usize, tasks: &[TaskInput], min_member: Option<u32>) 
 }
 
 fn task(doc: &Doc, s: &Scenario, j: usize, t: usize, task: Task) -> Result<TaskInput, ScenarioError> {
-    let replicas = task.replicas;
-    if task.min_available > replicas {
-        let message = format!("is {}, more than the task's {replicas} replicas", task.min_available);
+    let (replicas, min_available, running) = (task.replicas, task.min_available.unwrap_or(0), task.running);
+    if min_available > replicas {
+        let message = format!("is {min_available}, more than the task's {replicas} replicas");
         return Err(doc.error(steps!["jobs", j, "tasks", t, "minAvailable"], message));
     }
-    for (i, node) in task.running.iter().enumerate() {
+    let running = running.unwrap_or_default();
+    for (i, node) in running.iter().enumerate() {
         check_node(doc, steps!["jobs", j, "tasks", t, "running", i], s, node)?;
     }
-    if task.running.len() > replicas as usize {
-        let message = format!("lists {} running pods but the task has {replicas} replicas", task.running.len());
+    if running.len() > replicas as usize {
+        let message = format!("lists {} running pods but the task has {replicas} replicas", running.len());
         return Err(doc.error(steps!["jobs", j, "tasks", t, "running"], message));
     }
     for (i, requirement) in task.affinity.iter().enumerate() {
         requirement.validate().map_err(|m| doc.error(steps!["jobs", j, "tasks", t, "affinity", i], m))?;
     }
-    let mut pods: Vec<PodPhaseInput> = task.running.into_iter().map(PodPhaseInput::Bound).collect();
+    let mut pods: Vec<PodPhaseInput> = running.into_iter().map(PodPhaseInput::Bound).collect();
     pods.resize(replicas as usize, PodPhaseInput::Pending);
-    let constraints =
-        Constraints { node_selector: task.node_selector, tolerations: task.tolerations, affinity: task.affinity };
-    Ok(TaskInput { name: task.name, min_available: task.min_available, requests: task.requests, constraints, pods })
+    let node_selector = task.node_selector.unwrap_or_default();
+    let constraints = Constraints { node_selector, tolerations: task.tolerations, affinity: task.affinity };
+    Ok(TaskInput { name: task.name, min_available, requests: task.requests, constraints, pods })
 }
 
 /// Pod names (`<job>-<task>-<index>`) must not collide within a namespace: expectations use them.
