@@ -8,7 +8,7 @@ use std::fmt::{self, Write as _};
 
 use drover_api::ResourceList;
 use serde::de::value::StrDeserializer;
-use serde::de::{self, DeserializeSeed, Deserializer, IntoDeserializer, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, DeserializeSeed, Deserializer, Error as _, IntoDeserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_yaml::{Mapping, Value};
 
@@ -38,12 +38,6 @@ pub(super) struct Error {
     pub(super) message: String,
 }
 
-impl From<String> for Error {
-    fn from(message: String) -> Error {
-        Error { path: Vec::new(), message }
-    }
-}
-
 impl Error {
     fn within(mut self, step: Step) -> Error {
         self.path.insert(0, step);
@@ -53,11 +47,11 @@ impl Error {
 
 impl de::Error for Error {
     fn custom<T: fmt::Display>(message: T) -> Error {
-        Error::from(message.to_string())
+        Error { path: Vec::new(), message: message.to_string() }
     }
 
     fn missing_field(field: &'static str) -> Error {
-        Error::from("is required".to_string()).within(field.into())
+        Error::custom("is required").within(field.into())
     }
 }
 
@@ -72,7 +66,7 @@ impl std::error::Error for Error {}
 /// The serde name of [`Foreign`], which [`De`] recognizes.
 const FOREIGN: &str = "drover-scenario-foreign";
 
-/// A value of a type that has its own serde definition (taints, tolerations, config, ...):
+/// A value of a type that has its own serde definition (taints, tolerations, enums, config):
 /// serde_yaml reads it, and its errors are kept as serde words them.
 #[derive(Deserialize)]
 #[serde(rename = "drover-scenario-foreign")]
@@ -94,7 +88,7 @@ pub(super) struct De<'v>(pub(super) &'v Value);
 
 impl<'de> De<'de> {
     fn wrong(self, expected: &str) -> Error {
-        Error::from(format!("expected {expected}, found {}", describe(self.0)))
+        Error::custom(format!("expected {expected}, found {}", describe(self.0)))
     }
 
     fn mapping(self) -> Result<&'de Mapping, Error> {
@@ -108,8 +102,8 @@ impl<'de> De<'de> {
         };
         let n = whole.ok_or_else(|| self.wrong("a whole number"))?;
         T::try_from(n).map_err(|_| match n < 0 && T::try_from(-1).is_err() {
-            true => Error::from(format!("must not be negative, found {n}")),
-            false => Error::from(format!("{n} is out of range")),
+            true => Error::custom(format!("must not be negative, found {n}")),
+            false => Error::custom(format!("{n} is out of range")),
         })
     }
 }
@@ -126,7 +120,7 @@ impl<'de> Deserializer<'de> for De<'de> {
     type Error = Error;
 
     fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        self.0.deserialize_any(visitor).map_err(de::Error::custom)
+        self.0.deserialize_any(visitor).map_err(Error::custom)
     }
 
     fn deserialize_bool<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
@@ -153,13 +147,13 @@ impl<'de> Deserializer<'de> for De<'de> {
 
     fn deserialize_newtype_struct<V: Visitor<'de>>(self, name: &'static str, visitor: V) -> Result<V::Value, Error> {
         match name {
-            QUANTITIES => visitor.visit_newtype_struct(amounts(self.0)?).map_err(de::Error::custom),
+            QUANTITIES => visitor.visit_newtype_struct(amounts(self.0)?).map_err(Error::custom),
             FOREIGN => visitor.visit_newtype_struct(self.0).map_err(|e| {
                 let message = e.to_string();
                 let unknown = message.strip_prefix("unknown field `").and_then(|rest| rest.split('`').next());
                 match unknown.filter(|key| self.0.get(*key).is_some()) {
-                    Some(key) => Error::from(message.clone()).within(key.into()),
-                    None => Error::from(message),
+                    Some(key) => Error::custom(&message).within(key.into()),
+                    None => Error::custom(message),
                 }
             }),
             _ => visitor.visit_newtype_struct(self),
@@ -184,26 +178,17 @@ impl<'de> Deserializer<'de> for De<'de> {
         let map = self.mapping()?;
         for key in map.keys() {
             let Some(name) = key.as_str() else {
-                return Err(Error::from(format!("field names must be strings, found {}", describe(key))));
+                return Err(Error::custom(format!("field names must be strings, found {}", describe(key))));
             };
             if !fields.contains(&name) {
-                return Err(Error::from(unknown_field(name, fields)).within(name.into()));
+                return Err(Error::custom(unknown_field(name, fields)).within(name.into()));
             }
         }
         visitor.visit_map(Map { entries: map.iter(), value: None, skip_null: true })
     }
 
-    fn deserialize_enum<V: Visitor<'de>>(
-        self,
-        name: &'static str,
-        variants: &'static [&'static str],
-        visitor: V,
-    ) -> Result<V::Value, Error> {
-        self.0.deserialize_enum(name, variants, visitor).map_err(de::Error::custom)
-    }
-
     serde::forward_to_deserialize_any! {
-        i8 i16 i128 u8 u16 u128 f32 f64 char bytes byte_buf unit unit_struct tuple tuple_struct identifier ignored_any
+        i8 i16 i128 u8 u16 u128 f32 f64 char bytes byte_buf unit unit_struct tuple tuple_struct enum identifier ignored_any
     }
 }
 
@@ -238,7 +223,7 @@ impl<'de> MapAccess<'de> for Map<'de> {
             return Ok(None);
         };
         let Some(key) = key.as_str() else {
-            return Err(Error::from(format!("keys must be strings, found {}", describe(key))));
+            return Err(Error::custom(format!("keys must be strings, found {}", describe(key))));
         };
         self.value = Some((key, value));
         let key: StrDeserializer<Error> = key.into_deserializer();
@@ -246,13 +231,13 @@ impl<'de> MapAccess<'de> for Map<'de> {
     }
 
     fn next_value_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Result<T::Value, Error> {
-        let (key, value) = self.value.take().ok_or_else(|| Error::from("a value without its key".to_string()))?;
+        let (key, value) = self.value.take().ok_or_else(|| Error::custom("a value without its key"))?;
         seed.deserialize(De(value)).map_err(|e| e.within(key.into()))
     }
 }
 
 /// A value as errors describe it: `number 7`, `string "x"`, `a list`.
-pub(super) fn describe(v: &Value) -> String {
+fn describe(v: &Value) -> String {
     match v {
         Value::Null => "null".into(),
         Value::Bool(b) => format!("boolean {b}"),
@@ -298,7 +283,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
 pub(super) fn non_empty<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     let text = String::deserialize(d)?;
     match text.is_empty() {
-        true => Err(de::Error::custom("must not be empty")),
+        true => Err(D::Error::custom("must not be empty")),
         false => Ok(text),
     }
 }
@@ -308,7 +293,7 @@ pub(super) fn non_empty<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Er
 pub(super) fn name<'de, D: Deserializer<'de>, R: From<String>>(d: D) -> Result<R, D::Error> {
     let name = non_empty(d)?;
     match name.contains('/') {
-        true => Err(de::Error::custom(format!("{name:?} must not contain `/`"))),
+        true => Err(D::Error::custom(format!("{name:?} must not contain `/`"))),
         false => Ok(R::from(name)),
     }
 }
@@ -332,18 +317,18 @@ fn amounts(v: &Value) -> Result<Value, Error> {
     let mut amounts = Mapping::new();
     for (key, quantity) in De(v).mapping()? {
         let Some(name) = key.as_str().filter(|k| !k.is_empty()) else {
-            return Err(Error::from(format!("resource names must be non-empty strings, found {}", describe(key))));
+            return Err(Error::custom(format!("resource names must be non-empty strings, found {}", describe(key))));
         };
         let text = match quantity {
             Value::String(s) => s.clone(),
             Value::Number(n) => n.to_string(),
             other => {
                 let message = format!("expected a quantity such as 2, 500m or 4Gi, found {}", describe(other));
-                return Err(Error::from(message).within(name.into()));
+                return Err(Error::custom(message).within(name.into()));
             }
         };
         let amount =
-            ResourceList::parse_amount(name, &text).map_err(|e| Error::from(e.to_string()).within(name.into()))?;
+            ResourceList::parse_amount(name, &text).map_err(|e| Error::custom(e.to_string()).within(name.into()))?;
         amounts.insert(name.into(), amount.into());
     }
     Ok(Value::Mapping(amounts))

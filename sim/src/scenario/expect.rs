@@ -63,11 +63,18 @@ pub struct QueueExpect {
 
 /// Checks that every key of `expect` names one object of the scenario, and only once.
 pub(super) fn check(doc: &Doc, expect: &Expect, s: &Scenario) -> Result<(), ScenarioError> {
+    // Rejects a second expectation about the same object written another way (`j1` and `default/j1`).
+    let once = |seen: &mut BTreeMap<String, String>, at: &[Step], canonical: String, written: &str| match seen
+        .insert(canonical.clone(), written.to_string())
+    {
+        Some(other) => Err(doc.error(at, format!("names {canonical}, which `{other}` already names"))),
+        None => Ok(()),
+    };
     let mut seen = BTreeMap::new();
     for key in keys(doc, "jobs") {
         let at = steps!["expect", "jobs", key];
         match s.find_jobs(key).as_slice() {
-            [job] => once(doc, at, &mut seen, job.key(), key)?,
+            [job] => once(&mut seen, at, job.key(), key)?,
             [] => {
                 return Err(doc.error(at, format!("names no job; jobs: {}", listing(s.jobs.iter().map(JobInput::key)))))
             }
@@ -81,7 +88,7 @@ pub(super) fn check(doc: &Doc, expect: &Expect, s: &Scenario) -> Result<(), Scen
     for key in keys(doc, "placements") {
         let at = steps!["expect", "placements", key];
         let pod = resolve_pod(doc, at, key, s)?.ok_or_else(|| no_pod(doc, at))?;
-        once(doc, at, &mut seen, pod.key(), key)?;
+        once(&mut seen, at, pod.key(), key)?;
         check_node(doc, at, s, &expect.placements[key])?;
     }
     let mut seen = BTreeMap::new();
@@ -92,7 +99,7 @@ pub(super) fn check(doc: &Doc, expect: &Expect, s: &Scenario) -> Result<(), Scen
             None if names_a_job(s, key) => return Err(no_pod(doc, at)),
             None => key.clone(),
         };
-        once(doc, at, &mut seen, canonical, key)?;
+        once(&mut seen, at, canonical, key)?;
     }
     if let Some(key) = keys(doc, "queues").find(|key| !s.queues.iter().any(|q| q.name == *key)) {
         let queues = listing(s.queues.iter().map(|q| q.name.as_str()));
@@ -106,20 +113,6 @@ pub(super) fn check(doc: &Doc, expect: &Expect, s: &Scenario) -> Result<(), Scen
 fn keys<'d>(doc: &Doc<'d>, section: &str) -> impl Iterator<Item = &'d str> {
     let map = doc.root.get("expect").and_then(|e| e.get(section)).and_then(Value::as_mapping);
     map.into_iter().flat_map(|m| m.keys()).filter_map(Value::as_str)
-}
-
-/// Rejects a second expectation about the same object written another way (`j1` and `default/j1`).
-fn once(
-    doc: &Doc,
-    at: &[Step],
-    seen: &mut BTreeMap<String, String>,
-    canonical: String,
-    written: &str,
-) -> Result<(), ScenarioError> {
-    match seen.insert(canonical.clone(), written.to_string()) {
-        Some(other) => Err(doc.error(at, format!("names {canonical}, which `{other}` already names"))),
-        None => Ok(()),
-    }
 }
 
 /// The pod an expectation key names, if any.

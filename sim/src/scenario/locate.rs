@@ -44,38 +44,32 @@ impl Doc<'_> {
 /// entry of `nodes`, `queues`, `priorityClasses` or `jobs` (by its name when it has a usable
 /// one, else by its position), a job's task, `expect`, or else the scenario.
 fn object(root: &Value, path: &[Step]) -> (String, usize) {
-    let named = |entry: Option<&Value>, kind: &str, position: String| match entry
-        .and_then(|v| v.get("name"))
-        .and_then(Value::as_str)
-        .filter(|n| !n.is_empty())
-    {
-        Some(name) => format!("{kind}{name}"),
-        None => position,
+    fn text<'v>(v: Option<&'v Value>, key: &str) -> Option<&'v str> {
+        v.and_then(|v| v.get(key)).and_then(Value::as_str)
+    }
+    let named = |entry: Option<&Value>, kind: String, position: String| match text(entry, "name") {
+        Some(name) if !name.is_empty() => kind + name,
+        _ => position,
     };
     let [Step::Key(section), Step::Index(index), rest @ ..] = path else {
         let expect = matches!(path.first(), Some(Step::Key(k)) if k == "expect");
         return if expect { ("expect".into(), 1) } else { ("scenario".into(), 0) };
     };
     let entry = root.get(section.as_str()).and_then(|list| list.get(index));
-    let position = format!("{section}[{index}]");
     let kind = match section.as_str() {
-        "nodes" => "node ",
-        "queues" => "queue ",
-        "priorityClasses" => "priority class ",
-        "jobs" => "job ",
+        "nodes" => "node ".to_string(),
+        "queues" => "queue ".into(),
+        "priorityClasses" => "priority class ".into(),
+        "jobs" => format!("job {}/", text(entry, "namespace").unwrap_or("default")),
         _ => return ("scenario".into(), 0),
     };
-    if kind != "job " {
-        return (named(entry, kind, position), 2);
-    }
-    let namespace = entry.and_then(|v| v.get("namespace")).and_then(Value::as_str).unwrap_or("default");
-    let job = named(entry, &format!("job {namespace}/"), position);
+    let object = named(entry, kind, format!("{section}[{index}]"));
     match rest {
-        [Step::Key(tasks), Step::Index(t), ..] if tasks == "tasks" => {
+        [Step::Key(tasks), Step::Index(t), ..] if tasks == "tasks" && section == "jobs" => {
             let task = entry.and_then(|v| v.get("tasks")).and_then(|list| list.get(t));
-            (named(task, &format!("{job} task "), format!("{job} tasks[{t}]")), 4)
+            (named(task, format!("{object} task "), format!("{object} tasks[{t}]")), 4)
         }
-        _ => (job, 2),
+        _ => (object, 2),
     }
 }
 

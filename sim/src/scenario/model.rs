@@ -13,7 +13,7 @@ use drover_scheduler::snapshot::{
 };
 use serde::{Deserialize, Deserializer};
 
-use super::de::{foreign, foreign_list, name, non_empty, resources};
+use super::de::{foreign, foreign_list, name, non_empty, resources, Step};
 use super::expect::{self, Expect};
 use super::locate::{listing, steps, Doc};
 use super::{Scenario, ScenarioError};
@@ -42,6 +42,7 @@ pub(super) struct File {
 #[derive(Deserialize)]
 struct Node(#[serde(with = "NodeFields")] NodeInput);
 
+/// A node as the file writes it: the core's input (`remote` derives a reader of `NodeInput`).
 #[derive(Deserialize)]
 #[serde(remote = "NodeInput")]
 struct NodeFields {
@@ -60,6 +61,7 @@ struct NodeFields {
 #[derive(Deserialize)]
 struct Queue(#[serde(with = "QueueFields")] QueueInput);
 
+/// A queue as the file writes it: the core's input.
 #[derive(Deserialize)]
 #[serde(remote = "QueueInput", rename_all = "camelCase")]
 struct QueueFields {
@@ -74,7 +76,7 @@ struct QueueFields {
     over_quota_weight: u32,
     #[serde(default = "yes")]
     reclaimable: bool,
-    #[serde(default, rename = "queueingStrategy")]
+    #[serde(default, rename = "queueingStrategy", deserialize_with = "foreign")]
     strategy: QueueingStrategy,
 }
 
@@ -147,6 +149,12 @@ pub(super) fn validate(doc: &Doc, file: File) -> Result<Scenario, ScenarioError>
         }
         Some(classes) => classes.into_iter().map(|c| PriorityClass::new(&c.name, c.value, c.preemptible)).collect(),
     };
+    // A parent "" is the root, as when absent.
+    let queues = file
+        .queues
+        .into_iter()
+        .flatten()
+        .map(|Queue(q)| QueueInput { parent: q.parent.filter(|p| !p.is_empty()), ..q });
     let mut scenario = Scenario {
         name: file.name,
         description: file.description.unwrap_or_default(),
@@ -154,24 +162,18 @@ pub(super) fn validate(doc: &Doc, file: File) -> Result<Scenario, ScenarioError>
         now: file.now.unwrap_or(0),
         config: file.config,
         nodes: file.nodes.into_iter().flatten().map(|n| n.0).collect(),
-        // A parent "" is the root, as when absent.
-        queues: file
-            .queues
-            .into_iter()
-            .flatten()
-            .map(|q| QueueInput { parent: q.0.parent.filter(|p| !p.is_empty()), ..q.0 })
-            .collect(),
+        queues: queues.collect(),
         priority_classes,
         jobs: Vec::new(),
         expect: None,
     };
-    check_unique(doc, "priorityClasses", "priority class", scenario.priority_classes.iter().map(|c| c.name.clone()))?;
-    check_unique(doc, "nodes", "node", scenario.nodes.iter().map(|n| n.name.clone()))?;
-    check_unique(doc, "queues", "queue", scenario.queues.iter().map(|q| q.name.clone()))?;
+    unique(doc, "priorityClasses", "priority class", scenario.priority_classes.iter().map(|c| c.name.clone()))?;
+    unique(doc, "nodes", "node", scenario.nodes.iter().map(|n| n.name.clone()))?;
+    unique(doc, "queues", "queue", scenario.queues.iter().map(|q| q.name.clone()))?;
     check_queue_tree(doc, &scenario.queues)?;
     let jobs = file.jobs.into_iter().flatten().enumerate().map(|(j, job)| self::job(doc, &scenario, j, job));
     scenario.jobs = jobs.collect::<Result<_, _>>()?;
-    check_unique(doc, "jobs", "job", scenario.jobs.iter().map(JobInput::key))?;
+    unique(doc, "jobs", "job", scenario.jobs.iter().map(JobInput::key))?;
     check_pod_names(doc, &scenario.jobs)?;
     if let Some(expect) = file.expect {
         expect::check(doc, &expect, &scenario)?;
@@ -181,12 +183,7 @@ pub(super) fn validate(doc: &Doc, file: File) -> Result<Scenario, ScenarioError>
 }
 
 /// Rejects the second of two entries of a top-level list that share a name.
-fn check_unique(
-    doc: &Doc,
-    section: &str,
-    kind: &str,
-    names: impl Iterator<Item = String>,
-) -> Result<(), ScenarioError> {
+fn unique(doc: &Doc, section: &str, kind: &str, names: impl Iterator<Item = String>) -> Result<(), ScenarioError> {
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
     for (index, name) in names.enumerate() {
         if let Some(first) = seen.get(&name) {
@@ -223,13 +220,11 @@ fn check_queue_tree(doc: &Doc, queues: &[QueueInput]) -> Result<(), ScenarioErro
 }
 
 /// Checks that `node` names one of the scenario's nodes.
-pub(super) fn check_node(doc: &Doc, at: &[super::de::Step], s: &Scenario, node: &str) -> Result<(), ScenarioError> {
-    match s.nodes.iter().any(|n| n.name == node) {
-        true => Ok(()),
-        false => {
-            Err(doc.error(at, format!("names no node {node:?}; nodes: {}", listing(s.nodes.iter().map(|n| &n.name)))))
-        }
+pub(super) fn check_node(doc: &Doc, at: &[Step], s: &Scenario, node: &str) -> Result<(), ScenarioError> {
+    if s.nodes.iter().any(|n| n.name == node) {
+        return Ok(());
     }
+    Err(doc.error(at, format!("names no node {node:?}; nodes: {}", listing(s.nodes.iter().map(|n| &n.name)))))
 }
 
 fn job(doc: &Doc, s: &Scenario, j: usize, job: Job) -> Result<JobInput, ScenarioError> {
@@ -273,7 +268,19 @@ fn job(doc: &Doc, s: &Scenario, j: usize, job: Job) -> Result<JobInput, Scenario
             return Err(doc.error_in(steps!["jobs", j], steps!["jobs", j, "tasks", t, "name"], message));
         }
     }
-    let min_member = gang_size(doc, j, &tasks, job.min_member)?;
+    // The gang size: `minMember` when given (between 1 and the job's pods), else all pods.
+    let total: u64 = tasks.iter().map(|t| t.pods.len() as u64).sum();
+    let at = steps!["jobs", j, "minMember"];
+    let min_member = match job.min_member {
+        Some(0) if total > 0 => return Err(doc.error(at, "must be at least 1")),
+        Some(m) if u64::from(m) > total => {
+            return Err(doc.error(at, format!("is {m}, more than the job's {total} replicas")))
+        }
+        Some(m) => m,
+        None => u32::try_from(total).map_err(|_| {
+            doc.error(steps!["jobs", j, "tasks"], format!("the job has {total} replicas, more than {}", u32::MAX))
+        })?,
+    };
     let bound = |t: &TaskInput| t.pods.iter().filter(|p| matches!(p, PodPhaseInput::Bound(_))).count() as u32;
     let running: u32 = tasks.iter().map(bound).sum();
     let phase = if running >= min_member && tasks.iter().all(|t| bound(t) >= t.min_available) {
@@ -298,20 +305,6 @@ fn job(doc: &Doc, s: &Scenario, j: usize, job: Job) -> Result<JobInput, Scenario
         run_time,
         ends_at: run_time.filter(|_| running > 0).map(|d| job.started_at.unwrap_or(s.now).saturating_add(d)),
     })
-}
-
-/// The gang size: `minMember` when given (between 1 and the job's pods), else all pods.
-fn gang_size(doc: &Doc, j: usize, tasks: &[TaskInput], min_member: Option<u32>) -> Result<u32, ScenarioError> {
-    let total: u64 = tasks.iter().map(|t| t.pods.len() as u64).sum();
-    let at = steps!["jobs", j, "minMember"];
-    match min_member {
-        Some(0) if total > 0 => Err(doc.error(at, "must be at least 1")),
-        Some(m) if u64::from(m) > total => Err(doc.error(at, format!("is {m}, more than the job's {total} replicas"))),
-        Some(m) => Ok(m),
-        None => u32::try_from(total).map_err(|_| {
-            doc.error(steps!["jobs", j, "tasks"], format!("the job has {total} replicas, more than {}", u32::MAX))
-        }),
-    }
 }
 
 fn task(doc: &Doc, s: &Scenario, j: usize, t: usize, task: Task) -> Result<TaskInput, ScenarioError> {
