@@ -11,7 +11,7 @@ use super::ScenarioError;
 
 /// A path from the document root, written as its steps: `steps!["jobs", 0, "queue"]`.
 macro_rules! steps {
-    ($($step:expr),*) => { &[$(super::de::Step::from($step)),*] };
+    ($($step:expr),*) => { &[$($crate::scenario::de::Step::from($step)),*] };
 }
 pub(super) use steps;
 
@@ -33,7 +33,7 @@ impl Doc<'_> {
     pub(super) fn error_in(&self, within: &[Step], path: &[Step], message: impl fmt::Display) -> ScenarioError {
         let (object, depth) = object(self.root, within);
         let mut message = message.to_string();
-        if let Some((line, column)) = locate_nearest(self.text, path) {
+        if let Some((line, column)) = locate(self.text, self.root, path) {
             let _ = write!(message, " (line {line}, column {column})");
         }
         ScenarioError { file: self.file.to_string(), object, field: render(&path[depth..]), message }
@@ -112,19 +112,30 @@ pub(super) fn listing<S: AsRef<str>>(names: impl IntoIterator<Item = S>) -> Stri
 /// Marks the error the location probe raises on purpose when it reaches its target.
 const PROBE_HIT: &str = "drover-scenario-location-probe";
 
-/// The line and column of `path`, or of its closest ancestor present in the text.
-fn locate_nearest(text: &str, path: &[Step]) -> Option<(usize, usize)> {
-    (1..=path.len()).rev().find_map(|n| locate(text, &path[..n]))
-}
-
-fn locate(text: &str, path: &[Step]) -> Option<(usize, usize)> {
-    let error = Probe(path).deserialize(serde_yaml::Deserializer::from_str(text)).err()?;
-    let location = error.location().filter(|_| error.to_string().contains(PROBE_HIT))?;
+/// The line and column of `path` (of its last key, or its last list entry), or of its closest
+/// ancestor present in the text.
+fn locate(text: &str, root: &Value, path: &[Step]) -> Option<(usize, usize)> {
+    let mut value = root;
+    let mut positions = Vec::new();
+    for step in path {
+        let entry = match step {
+            Step::Key(key) => value.as_mapping().and_then(|m| {
+                m.iter().enumerate().find(|(_, (k, _))| k.as_str() == Some(key)).map(|(i, (_, v))| (i, v))
+            }),
+            Step::Index(i) => value.as_sequence().and_then(|s| s.get(*i)).map(|v| (*i, v)),
+        };
+        let Some((position, next)) = entry else { break };
+        positions.push(position);
+        value = next;
+    }
+    let error = Probe(&positions).deserialize(serde_yaml::Deserializer::from_str(text)).err()?;
+    let location = error.location().filter(|_| !positions.is_empty() && error.to_string().contains(PROBE_HIT))?;
     Some((location.line(), location.column()))
 }
 
-/// Follows a path through the YAML events and fails at its end (a key or a value).
-struct Probe<'p>(&'p [Step]);
+/// Follows a path of entry positions (in mappings and lists, as they are in the text) through
+/// the YAML events and fails at its end: on the key of a mapping entry, on a list entry.
+struct Probe<'p>(&'p [usize]);
 
 impl<'de> DeserializeSeed<'de> for Probe<'_> {
     type Value = ();
@@ -142,59 +153,27 @@ impl<'de> Visitor<'de> for Probe<'_> {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        let Some((Step::Key(want), rest)) = self.0.split_first() else {
+        let Some((want, rest)) = self.0.split_first() else {
             return Err(de::Error::invalid_type(Unexpected::Map, &self));
         };
-        while let Some(found) = map.next_key_seed(KeyProbe { want, last: rest.is_empty() })? {
-            if found {
-                return map.next_value_seed(Probe(rest));
-            }
-            map.next_value::<IgnoredAny>()?;
+        for _ in 0..*want {
+            map.next_entry::<IgnoredAny, IgnoredAny>()?;
         }
-        Ok(())
+        if rest.is_empty() {
+            return map.next_key_seed(Probe(rest)).map(|_| ());
+        }
+        map.next_key::<IgnoredAny>()?;
+        map.next_value_seed(Probe(rest))
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        let Some((Step::Index(want), rest)) = self.0.split_first() else {
+        let Some((want, rest)) = self.0.split_first() else {
             return Err(de::Error::invalid_type(Unexpected::Seq, &self));
         };
         for _ in 0..*want {
-            if seq.next_element::<IgnoredAny>()?.is_none() {
-                return Ok(());
-            }
+            seq.next_element::<IgnoredAny>()?;
         }
         seq.next_element_seed(Probe(rest)).map(|_| ())
-    }
-}
-
-/// Reads one mapping key: whether it is the wanted one, failing on it when it ends the path
-/// (keys that are not strings fail the probe: they are errors of their own, never passed on
-/// the way to another).
-struct KeyProbe<'p> {
-    want: &'p str,
-    last: bool,
-}
-
-impl<'de> DeserializeSeed<'de> for KeyProbe<'_> {
-    type Value = bool;
-
-    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<bool, D::Error> {
-        deserializer.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for KeyProbe<'_> {
-    type Value = bool;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a mapping key")
-    }
-
-    fn visit_str<E: de::Error>(self, key: &str) -> Result<bool, E> {
-        match key == self.want {
-            true if self.last => Err(E::custom(PROBE_HIT)),
-            found => Ok(found),
-        }
     }
 }
 
@@ -202,18 +181,15 @@ impl<'de> Visitor<'de> for KeyProbe<'_> {
 mod tests {
     use super::*;
 
-    fn path(steps: &[&str]) -> Vec<Step> {
-        steps.iter().map(|s| s.parse().map_or_else(|_| Step::Key(s.to_string()), Step::Index)).collect()
-    }
-
     #[test]
     fn locate_finds_keys_and_entries_in_block_and_flow_style() {
         let text = "a:\n  - {b: 1, c: [x, y]}\n  - d: 2\n";
-        assert_eq!(locate(text, &path(&["a", "0", "c"])), Some((2, 12)));
-        assert_eq!(locate(text, &path(&["a", "0", "c", "1"])), Some((2, 19)));
-        assert_eq!(locate(text, &path(&["a", "1", "d"])), Some((3, 5)));
-        assert_eq!(locate(text, &path(&["a", "2"])), None);
-        assert_eq!(locate(text, &path(&["a", "1", "zz"])), None);
-        assert_eq!(locate_nearest(text, &path(&["a", "1", "zz"])), Some((3, 5)));
+        let root: Value = serde_yaml::from_str(text).unwrap();
+        assert_eq!(locate(text, &root, steps!["a", 0, "c"]), Some((2, 12)));
+        assert_eq!(locate(text, &root, steps!["a", 0, "c", 1]), Some((2, 19)));
+        assert_eq!(locate(text, &root, steps!["a", 1, "d"]), Some((3, 5)));
+        assert_eq!(locate(text, &root, steps!["a", 1, "zz"]), Some((3, 5)));
+        assert_eq!(locate(text, &root, steps!["a", 2]), Some((1, 1)));
+        assert_eq!(locate(text, &root, steps![]), None);
     }
 }
