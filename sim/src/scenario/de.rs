@@ -279,19 +279,13 @@ fn edit_distance(a: &str, b: &str) -> usize {
 // ---------------------------------------------------------------------------------------------
 // Readers for `deserialize_with`: their errors are located at the value they read.
 
-/// A string that must not be empty.
-pub(super) fn non_empty<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-    let text = String::deserialize(d)?;
-    match text.is_empty() {
-        true => Err(D::Error::custom("must not be empty")),
-        false => Ok(text),
-    }
-}
-
 /// An object name: a non-empty string without `/` (which separates namespaces in keys), for
 /// a `String` or an `Option` of one.
 pub(super) fn name<'de, D: Deserializer<'de>, R: From<String>>(d: D) -> Result<R, D::Error> {
-    let name = non_empty(d)?;
+    let name = String::deserialize(d)?;
+    if name.is_empty() {
+        return Err(D::Error::custom("must not be empty"));
+    }
     match name.contains('/') {
         true => Err(D::Error::custom(format!("{name:?} must not contain `/`"))),
         false => Ok(R::from(name)),

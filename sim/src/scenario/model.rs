@@ -13,7 +13,7 @@ use drover_scheduler::snapshot::{
 };
 use serde::{Deserialize, Deserializer};
 
-use super::de::{foreign, foreign_list, name, non_empty, resources, Step};
+use super::de::{foreign, foreign_list, name, resources, Step};
 use super::expect::{self, Expect};
 use super::locate::{listing, steps, Doc};
 use super::{Scenario, ScenarioError};
@@ -25,7 +25,6 @@ const DEFAULT_MAX_PODS: i64 = 110;
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(super) struct File {
-    #[serde(deserialize_with = "non_empty")]
     name: String,
     description: Option<String>,
     cycles: Option<u32>,
@@ -137,6 +136,9 @@ fn yes() -> bool {
 
 /// Checks a scenario file and builds the scenario from it.
 pub(super) fn validate(doc: &Doc, file: File) -> Result<Scenario, ScenarioError> {
+    if file.name.is_empty() {
+        return Err(doc.error(steps!["name"], "must not be empty"));
+    }
     let cycles = file.cycles.unwrap_or(1);
     if cycles == 0 {
         return Err(doc.error(steps!["cycles"], "must be at least 1"));
