@@ -82,7 +82,7 @@ pub(super) fn foreign_list<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D)
     Ok(Vec::<Foreign<T>>::deserialize(d)?.into_iter().map(|f| f.0).collect())
 }
 
-/// A YAML value, read for serde.
+/// A YAML value, read for serde. Enums and the API's own types are read with [`foreign`].
 #[derive(Clone, Copy)]
 pub(super) struct De<'v>(pub(super) &'v Value);
 
