@@ -3,10 +3,10 @@
 //!
 //! The cluster is read straight into the core's inputs ([`NodeInput`], [`QueueInput`],
 //! [`JobInput`]); [`Scenario`] adds only what is not cluster state. The text is first read as
-//! a `serde_yaml::Value`, then every object (node, queue, job, task, ...) is read on its own
-//! ([`model`], [`expect`], with the readers of [`read`]), so that each error can name the
-//! file, the object (`job default/j1`) and the field (`requests.cpu`), and the line and
-//! column of that field.
+//! a `serde_yaml::Value`, then with serde through [`de`], which says where an error is, and
+//! checked in one pass ([`model`], [`expect`]); each error names the file, the object (`job
+//! default/j1`) and the field (`requests.cpu`), and the line and column of that field
+//! ([`locate`]).
 
 use std::fmt;
 use std::path::Path;
@@ -15,11 +15,13 @@ use drover_api::PriorityClass;
 use drover_scheduler::config::ConfigOverrides;
 pub use drover_scheduler::snapshot::QueueingStrategy;
 use drover_scheduler::snapshot::{JobInput, NodeInput, QueueInput, TaskInput};
+use serde::Deserialize;
 use serde_yaml::Value;
 
+mod de;
 mod expect;
+mod locate;
 mod model;
-mod read;
 
 pub use expect::{Expect, JobExpect, QueueExpect};
 
@@ -98,27 +100,24 @@ pub fn pod_name(job: &str, task: &str, index: u32) -> String {
 /// Reads and validates a scenario file.
 pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
     let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| ScenarioError {
-        file: file.clone(),
-        object: String::new(),
-        field: String::new(),
-        message: format!("cannot read the file: {e}"),
-    })?;
+    let text = std::fs::read_to_string(path).map_err(|e| file_error(&file, format!("cannot read the file: {e}")))?;
     parse(&text, &file)
 }
 
 /// Parses and validates scenario text; `file` names the text in errors.
 pub fn parse(text: &str, file: &str) -> Result<Scenario, ScenarioError> {
-    let doc = read::Doc { text, file };
-    let root: Value = serde_yaml::from_str(text).map_err(|e| doc.error(e))?;
+    let root: Value = serde_yaml::from_str(text).map_err(|e| file_error(file, e))?;
     if root.is_null() {
-        return Err(doc.error("the file is empty; a scenario needs at least a `name`"));
+        return Err(file_error(file, "the file is empty; a scenario needs at least a `name`"));
     }
-    let mut scenario = model::scenario(&doc, &root)?;
-    if let Some(v) = root.get("expect").filter(|v| !v.is_null()) {
-        scenario.expect = Some(expect::read(&doc, v, &scenario)?);
-    }
-    Ok(scenario)
+    let doc = locate::Doc { text, file, root: &root };
+    let raw = model::File::deserialize(de::De(&root)).map_err(|e| doc.error(&e.path, e.message))?;
+    model::validate(&doc, raw)
+}
+
+/// An error about a file as a whole.
+fn file_error(file: &str, message: impl fmt::Display) -> ScenarioError {
+    ScenarioError { file: file.to_string(), object: String::new(), field: String::new(), message: message.to_string() }
 }
 
 impl PodRef<'_> {
