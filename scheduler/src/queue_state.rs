@@ -3,6 +3,7 @@
 //! carries every queue's state at its end ([`QueueOutcome`]) for status, reports and
 //! `drover explain`, so no consumer judges it again.
 
+use crate::ids::TiVec;
 use crate::res::Res;
 use crate::session::Session;
 use crate::snapshot::{Queue, QueueId, Snapshot};
@@ -50,7 +51,11 @@ pub fn queue_state(ssn: &Session, q: QueueId) -> QueueState {
 }
 
 /// Every queue's outcome from its allocation after the cycle and its fair share.
-pub(crate) fn outcomes(snap: &Snapshot, allocated: Vec<Res>, fair: Vec<Res>) -> Vec<QueueOutcome> {
+pub(crate) fn outcomes(
+    snap: &Snapshot,
+    allocated: TiVec<QueueId, Res>,
+    fair: TiVec<QueueId, Res>,
+) -> TiVec<QueueId, QueueOutcome> {
     let queues = snap.queues.iter().zip(allocated).zip(fair);
     queues
         .map(|((queue, allocated), fair_share)| {

@@ -3,6 +3,7 @@
 //! through a [`Statement`] so that a gang's placements (or a preemption's evictions) commit
 //! or roll back as one.
 
+use crate::ids::{ti_vec, TiVec};
 use crate::node_index::NodeIndex;
 use crate::plugin::Blocker;
 use crate::res::Res;
@@ -93,34 +94,34 @@ pub struct Session<'s> {
     /// The cluster at the start of the cycle.
     pub snap: &'s Snapshot,
     /// State of every pod.
-    pub pod_state: Vec<PodState>,
+    pub pod_state: TiVec<PodId, PodState>,
     /// Resources held on each node (bound, allocated and releasing pods).
-    pub node_used: Vec<Res>,
+    pub node_used: TiVec<NodeId, Res>,
     /// Resources of releasing pods on each node.
-    pub node_releasing: Vec<Res>,
+    pub node_releasing: TiVec<NodeId, Res>,
     /// Resources promised to pipelined pods on each node.
-    pub node_pipelined: Vec<Res>,
+    pub node_pipelined: TiVec<NodeId, Res>,
     /// Resources of running and pipelined pods per queue, including descendants (index 0 =
     /// whole cluster).
-    pub queue_alloc: Vec<Res>,
+    pub queue_alloc: TiVec<QueueId, Res>,
     /// Same, counting only non-preemptible jobs.
-    pub queue_alloc_np: Vec<Res>,
+    pub queue_alloc_np: TiVec<QueueId, Res>,
     /// Running pods per job.
-    pub job_running: Vec<u32>,
+    pub job_running: TiVec<JobId, u32>,
     /// Pipelined pods per job.
-    pub job_pipelined: Vec<u32>,
+    pub job_pipelined: TiVec<JobId, u32>,
     /// Running pods per job and task.
-    pub task_running: Vec<Vec<u32>>,
+    pub task_running: TiVec<JobId, Vec<u32>>,
     /// Phase of each job.
-    pub job_phase: Vec<JobPhase>,
+    pub job_phase: TiVec<JobId, JobPhase>,
     /// Fair share per queue (index 0 = cluster capacity).
-    pub fair_share: Vec<Res>,
+    pub fair_share: TiVec<QueueId, Res>,
     /// Demand per queue: requests of all pods of its jobs, capped by its limit.
-    pub demand: Vec<Res>,
+    pub demand: TiVec<QueueId, Res>,
     /// Why each job still waits, when it does.
-    pub reasons: Vec<Option<String>>,
+    pub reasons: TiVec<JobId, Option<String>>,
     /// Per job, the structured refusal that gave its reason, where one did.
-    pub blocked_by: Vec<Option<Blocker>>,
+    pub blocked_by: TiVec<JobId, Option<Blocker>>,
     /// Idle capacity index for placement.
     pub index: NodeIndex,
     /// Bumped by every change, so that results computed on an unchanged state can be reused.
@@ -135,25 +136,25 @@ impl<'s> Session<'s> {
         let n = snap.resources.len();
         let mut s = Session {
             snap,
-            pod_state: Vec::with_capacity(snap.pods.len()),
-            node_used: vec![Res::zero(n); snap.nodes.len()],
-            node_releasing: vec![Res::zero(n); snap.nodes.len()],
-            node_pipelined: vec![Res::zero(n); snap.nodes.len()],
-            queue_alloc: vec![Res::zero(n); snap.queues.len()],
-            queue_alloc_np: vec![Res::zero(n); snap.queues.len()],
-            job_running: vec![0; snap.jobs.len()],
-            job_pipelined: vec![0; snap.jobs.len()],
+            pod_state: TiVec::with_capacity(snap.pods.len()),
+            node_used: ti_vec![Res::zero(n); snap.nodes.len()],
+            node_releasing: ti_vec![Res::zero(n); snap.nodes.len()],
+            node_pipelined: ti_vec![Res::zero(n); snap.nodes.len()],
+            queue_alloc: ti_vec![Res::zero(n); snap.queues.len()],
+            queue_alloc_np: ti_vec![Res::zero(n); snap.queues.len()],
+            job_running: ti_vec![0; snap.jobs.len()],
+            job_pipelined: ti_vec![0; snap.jobs.len()],
             task_running: snap.jobs.iter().map(|j| vec![0; j.tasks.len()]).collect(),
             job_phase: snap.jobs.iter().map(|j| j.phase).collect(),
-            fair_share: vec![snap.capacity.clone(); snap.queues.len()],
-            demand: vec![Res::zero(n); snap.queues.len()],
-            reasons: vec![None; snap.jobs.len()],
-            blocked_by: vec![None; snap.jobs.len()],
+            fair_share: ti_vec![snap.capacity.clone(); snap.queues.len()],
+            demand: ti_vec![Res::zero(n); snap.queues.len()],
+            reasons: ti_vec![None; snap.jobs.len()],
+            blocked_by: ti_vec![None; snap.jobs.len()],
             index: NodeIndex::new(snap.nodes.iter().map(|n| n.pool).collect(), snap.pools.len().max(1)),
             version: 0,
             decisions: Decisions::default(),
         };
-        for (pod_id, pod) in snap.pods.iter().enumerate() {
+        for (pod_id, pod) in snap.pods.iter_enumerated() {
             let state = match pod.phase {
                 PodPhase::Pending => PodState::Pending,
                 PodPhase::Bound(n) => PodState::Bound(n),
@@ -173,7 +174,7 @@ impl<'s> Session<'s> {
                 _ => {}
             }
         }
-        for n in 0..snap.nodes.len() {
+        for n in snap.nodes.keys() {
             s.reindex(n);
         }
         s
@@ -278,9 +279,9 @@ impl<'s> Session<'s> {
     }
 
     /// Resources of running pods per queue: the allocation without pipelined claims.
-    pub fn running_alloc(&self) -> Vec<Res> {
+    pub fn running_alloc(&self) -> TiVec<QueueId, Res> {
         let mut alloc = self.queue_alloc.clone();
-        for (pod, state) in self.pod_state.iter().enumerate() {
+        for (pod, state) in self.pod_state.iter_enumerated() {
             if let PodState::Pipelined(_) = state {
                 let job = &self.snap.jobs[self.snap.pods[pod].job];
                 for q in self.snap.ancestry(job.queue).chain(std::iter::once(crate::snapshot::ROOT)) {
