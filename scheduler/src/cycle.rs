@@ -116,7 +116,7 @@ fn close(fw: &Framework, mut ssn: Session, reservations: Reservations) -> CycleO
             ssn.job_phase[j] = if ssn.job_running[j] == 0 { JobPhase::Pending } else { JobPhase::Inqueue };
         }
     }
-    let queues = queue_state::outcomes(snap, ssn.running_alloc(), ssn.fair_share);
+    let queues = queue_state::outcomes(&ssn);
     CycleOutcome {
         decisions: ssn.decisions,
         pod_state: ssn.pod_state,

@@ -9,17 +9,20 @@ use std::sync::Arc;
 
 use crate::config::PlacementStrategy;
 use crate::framework::Framework;
-use crate::ids::{TiSlice, TiVec};
+use crate::ids::TiVec;
 use crate::node_index::Class;
 use crate::res::Res;
 use crate::session::Session;
 use crate::snapshot::{NodeId, PodId};
 
+/// Capacity set aside on each node (for gangs ahead, and reservations).
+pub type Holds = TiVec<NodeId, Res>;
+
 /// Which capacity a search may use.
 #[derive(Debug, Clone, Copy)]
 pub enum Avail<'a> {
     /// Idle capacity now, less optional per-node holds (backfill reservations).
-    Idle(Option<&'a TiSlice<NodeId, Res>>),
+    Idle(Option<&'a Holds>),
     /// Capacity of these nodes once their releasing pods terminate (preempt and reclaim
     /// pipelining), else idle capacity anywhere.
     Future(&'a [NodeId]),
@@ -129,13 +132,7 @@ impl Placer {
     }
 
     /// The best node with idle room for a pod, less `hold` per node.
-    fn find_idle(
-        &mut self,
-        ssn: &Session,
-        fw: &Framework,
-        pod: PodId,
-        hold: Option<&TiSlice<NodeId, Res>>,
-    ) -> Option<NodeId> {
+    fn find_idle(&mut self, ssn: &Session, fw: &Framework, pod: PodId, hold: Option<&Holds>) -> Option<NodeId> {
         let feas = self.feasibility(ssn, fw, pod);
         let p = &ssn.snap.pods[pod];
         let task = &ssn.snap.jobs[p.job].tasks[p.task];
@@ -158,13 +155,7 @@ impl Placer {
 
     /// Why no node fits the pod: `0/N nodes are available: 3 Insufficient nvidia.com/gpu, ...`.
     /// Reused while the session is unchanged, since gangs that fail alike fail in a row.
-    pub fn explain(
-        &mut self,
-        ssn: &Session,
-        fw: &Framework,
-        pod: PodId,
-        hold: Option<&TiSlice<NodeId, Res>>,
-    ) -> String {
+    pub fn explain(&mut self, ssn: &Session, fw: &Framework, pod: PodId, hold: Option<&Holds>) -> String {
         let feas = self.feasibility(ssn, fw, pod);
         let req = ssn.requests(pod);
         if hold.is_some() && !feas.nodes.iter().any(|&n| ssn.fits_idle(n, req, None)) {

@@ -12,7 +12,7 @@ use std::rc::Rc;
 
 use crate::framework::Framework;
 use crate::ids::{ti_vec, TiSlice, TiVec};
-use crate::placement::{Feasibility, Placer};
+use crate::placement::{Feasibility, Holds, Placer};
 use crate::plugin::{Reservation, ShareBound};
 use crate::res::Res;
 use crate::session::{PodState, Session};
@@ -34,7 +34,7 @@ pub struct Reservations {
     /// worked out at the first request.
     timed: Option<bool>,
     /// The holds of every reservation together, for work none exempts.
-    all: Option<Rc<TiVec<NodeId, Res>>>,
+    all: Option<Rc<Holds>>,
 }
 
 impl Reservations {
@@ -80,13 +80,7 @@ impl Reservations {
 
     /// The capacity `job`, placed within `bound`, must leave idle on each node: the holds of
     /// every reservation the plugins do not let it use; `None` when there are none.
-    pub fn holds_for(
-        &mut self,
-        ssn: &Session,
-        fw: &Framework,
-        job: JobId,
-        bound: ShareBound,
-    ) -> Option<Rc<TiVec<NodeId, Res>>> {
+    pub fn holds_for(&mut self, ssn: &Session, fw: &Framework, job: JobId, bound: ShareBound) -> Option<Rc<Holds>> {
         let binds: Vec<bool> = self.list.iter().map(|r| fw.may_use_reserved(ssn, job, bound, r).is_err()).collect();
         if !binds.contains(&true) {
             return None;

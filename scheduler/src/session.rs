@@ -1,7 +1,8 @@
 //! One scheduling cycle's mutable view of the snapshot: node usage, queue allocations, gang
-//! progress, fair shares, pending reasons and the decisions taken so far. Every change goes
-//! through a [`Statement`] so that a gang's placements (or a preemption's evictions) commit
-//! or roll back as one.
+//! progress, fair shares, pending reasons and the decisions taken so far. Every change of
+//! placement (node usage, pod states, queue and job counts) goes through a [`Statement`] so
+//! that a gang's placements (or a preemption's evictions) commit or roll back as one; what
+//! changes outside one says why it needs no undo.
 
 use crate::ids::{ti_vec, TiVec};
 use crate::node_index::NodeIndex;
@@ -112,11 +113,14 @@ pub struct Session<'s> {
     pub job_pipelined: TiVec<JobId, u32>,
     /// Running pods per job and task.
     pub task_running: TiVec<JobId, Vec<u32>>,
-    /// Phase of each job.
+    /// Phase of each job; changed outside statements, at admission and once a committed
+    /// placement starts the gang, neither of which is undone within the cycle.
     pub job_phase: TiVec<JobId, JobPhase>,
-    /// Fair share per queue (index 0 = cluster capacity).
+    /// Fair share per queue (index 0 = cluster capacity); set by the plugins when the session
+    /// opens, before any statement, and fixed after.
     pub fair_share: TiVec<QueueId, Res>,
-    /// Demand per queue: requests of all pods of its jobs, capped by its limit.
+    /// Demand per queue: requests of all pods of its jobs, capped by its limit; set with
+    /// `fair_share`.
     pub demand: TiVec<QueueId, Res>,
     /// Why each job still waits, when it does.
     pub reasons: TiVec<JobId, Option<String>>,
@@ -197,19 +201,12 @@ impl<'s> Session<'s> {
 
     /// Whether `req` fits the node's idle resources less `held` (capacity set aside).
     pub fn fits_idle(&self, node: NodeId, req: &Res, held: Option<&Res>) -> bool {
-        let alloc = &self.snap.nodes[node].allocatable;
-        let (used, rel, pip) = (&self.node_used[node], &self.node_releasing[node], &self.node_pipelined[node]);
-        (0..req.len()).all(|r| {
-            let idle = alloc[r] - used[r] - (pip[r] - rel[r]).max(0) - held.map_or(0, |h| h[r]);
-            req[r] <= idle
-        })
+        (0..req.len()).all(|r| req[r] <= self.idle_of(node, r) - held.map_or(0, |h| h[r]))
     }
 
     /// Whether `req` fits what the node will have once releasing pods terminate.
     pub fn fits_future(&self, node: NodeId, req: &Res) -> bool {
-        let alloc = &self.snap.nodes[node].allocatable;
-        let (used, rel, pip) = (&self.node_used[node], &self.node_releasing[node], &self.node_pipelined[node]);
-        (0..req.len()).all(|r| req[r] <= alloc[r] - used[r] + rel[r] - pip[r])
+        (0..req.len()).all(|r| req[r] <= self.future_of(node, r))
     }
 
     /// Idle amount of one resource on a node now.
@@ -251,17 +248,11 @@ impl<'s> Session<'s> {
         let p = &self.snap.pods[pod];
         let job = &self.snap.jobs[p.job];
         let req = &job.tasks[p.task].requests;
+        let change = |r: &mut Res| if add { r.add(req) } else { r.sub(req) };
         for q in self.snap.ancestry(job.queue).chain(std::iter::once(crate::snapshot::ROOT)) {
-            let mut targets = vec![&mut self.queue_alloc[q]];
+            change(&mut self.queue_alloc[q]);
             if !job.preemptible {
-                targets.push(&mut self.queue_alloc_np[q]);
-            }
-            for t in targets {
-                if add {
-                    t.add(req);
-                } else {
-                    t.sub(req);
-                }
+                change(&mut self.queue_alloc_np[q]);
             }
         }
     }
@@ -295,80 +286,67 @@ impl<'s> Session<'s> {
     /// Places a pending pod on a node.
     pub fn allocate(&mut self, st: &mut Statement, pod: PodId, node: NodeId) {
         debug_assert_eq!(self.pod_state[pod], PodState::Pending);
-        let req = self.requests(pod);
-        self.node_used[node].add(req);
-        self.pod_state[pod] = PodState::Allocated(node);
-        self.account_running(pod, true);
-        self.reindex(node);
-        st.ops.push(Op::Allocate(pod, node));
+        self.record(st, Op::Allocate(pod, node));
     }
 
     /// Promises a pending pod a node that evictions are freeing.
     pub fn pipeline(&mut self, st: &mut Statement, pod: PodId, node: NodeId) {
         debug_assert_eq!(self.pod_state[pod], PodState::Pending);
-        let req = self.requests(pod);
-        self.node_pipelined[node].add(req);
-        self.pod_state[pod] = PodState::Pipelined(node);
-        self.job_pipelined[self.snap.pods[pod].job] += 1;
-        self.account_queues(pod, true);
-        self.reindex(node);
-        st.ops.push(Op::Pipeline(pod, node));
+        self.record(st, Op::Pipeline(pod, node));
     }
 
     /// Evicts a running pod; its resources stay held until it terminates.
     pub fn evict(&mut self, st: &mut Statement, pod: PodId, reason: EvictReason) {
         let prev = self.pod_state[pod];
         let node = prev.running_on().expect("only running pods are evicted");
-        let req = self.requests(pod);
-        self.node_releasing[node].add(req);
-        self.pod_state[pod] = PodState::Releasing(node);
-        self.account_running(pod, false);
-        self.reindex(node);
-        st.ops.push(Op::Evict(pod, node, prev, reason));
+        self.record(st, Op::Evict(pod, node, prev, reason));
     }
 
     /// Sets capacity of a node aside, for the rest of the cycle, for the pod that will replace
     /// a pod moved by consolidation (the pod itself is releasing its old node).
     pub fn hold(&mut self, st: &mut Statement, pod: PodId, node: NodeId) {
-        let req = self.requests(pod);
-        self.node_used[node].add(req);
-        self.reindex(node);
-        st.ops.push(Op::Hold(pod, node));
+        self.record(st, Op::Hold(pod, node));
+    }
+
+    fn record(&mut self, st: &mut Statement, op: Op) {
+        self.apply(op, true);
+        st.ops.push(op);
     }
 
     /// Undoes every change of the statement, newest first.
     pub fn discard(&mut self, st: Statement) {
         for op in st.ops.into_iter().rev() {
-            match op {
-                Op::Allocate(pod, node) => {
-                    let req = self.requests(pod);
-                    self.node_used[node].sub(req);
-                    self.pod_state[pod] = PodState::Pending;
-                    self.account_running(pod, false);
-                    self.reindex(node);
-                }
-                Op::Pipeline(pod, node) => {
-                    let req = self.requests(pod);
-                    self.node_pipelined[node].sub(req);
-                    self.pod_state[pod] = PodState::Pending;
-                    self.job_pipelined[self.snap.pods[pod].job] -= 1;
-                    self.account_queues(pod, false);
-                    self.reindex(node);
-                }
-                Op::Evict(pod, node, prev, _) => {
-                    let req = self.requests(pod);
-                    self.node_releasing[node].sub(req);
-                    self.pod_state[pod] = prev;
-                    self.account_running(pod, true);
-                    self.reindex(node);
-                }
-                Op::Hold(pod, node) => {
-                    let req = self.requests(pod);
-                    self.node_used[node].sub(req);
-                    self.reindex(node);
-                }
-            }
+            self.apply(op, false);
         }
+    }
+
+    /// Makes the change `op` (`forward`) or undoes it: the one place node usage, pod states
+    /// and queue and job accounting change once the session is open.
+    fn apply(&mut self, op: Op, forward: bool) {
+        let (Op::Allocate(pod, node) | Op::Pipeline(pod, node) | Op::Evict(pod, node, ..) | Op::Hold(pod, node)) = op;
+        let req = self.requests(pod);
+        let change = |r: &mut Res| if forward { r.add(req) } else { r.sub(req) };
+        match op {
+            Op::Allocate(..) => {
+                change(&mut self.node_used[node]);
+                self.pod_state[pod] = if forward { PodState::Allocated(node) } else { PodState::Pending };
+                self.account_running(pod, forward);
+            }
+            Op::Pipeline(..) => {
+                change(&mut self.node_pipelined[node]);
+                self.pod_state[pod] = if forward { PodState::Pipelined(node) } else { PodState::Pending };
+                let pipelined = &mut self.job_pipelined[self.snap.pods[pod].job];
+                *pipelined = if forward { *pipelined + 1 } else { *pipelined - 1 };
+                self.account_queues(pod, forward);
+            }
+            Op::Evict(_, _, prev, _) => {
+                change(&mut self.node_releasing[node]);
+                self.pod_state[pod] = if forward { PodState::Releasing(node) } else { prev };
+                self.account_running(pod, !forward);
+            }
+            Op::Hold(..) => change(&mut self.node_used[node]),
+        }
+        self.reindex(node);
     }
 
     /// Moves another statement's changes into `st` (they stay applied).
@@ -465,18 +443,22 @@ impl<'s> Session<'s> {
         r
     }
 
-    /// Records why a job waits (the latest reason wins), given by no structured refusal.
+    /// Records why a job waits (the latest reason wins), given by no structured refusal. Like
+    /// every reason, outside statements: per-cycle text, read only by later reasons and the
+    /// outcome, never by a decision.
     pub fn set_reason(&mut self, job: JobId, reason: String) {
         self.set_refusal(job, reason, None);
     }
 
-    /// Records why a job waits and the structured refusal, if any, that gave the reason.
+    /// Records why a job waits and the structured refusal, if any, that gave the reason (no
+    /// undo: see [`Session::set_reason`]).
     pub fn set_refusal(&mut self, job: JobId, reason: String, by: Option<Blocker>) {
         self.reasons[job] = Some(reason);
         self.blocked_by[job] = by;
     }
 
-    /// Forgets why a job waited, and the refusal behind it (it no longer waits for that).
+    /// Forgets why a job waited, and the refusal behind it (it no longer waits for that; no
+    /// undo: see [`Session::set_reason`]).
     pub fn clear_reason(&mut self, job: JobId) {
         self.reasons[job] = None;
         self.blocked_by[job] = None;

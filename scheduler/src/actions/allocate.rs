@@ -168,7 +168,7 @@ fn place_minimum(ctx: &mut Ctx, job: JobId, bound: ShareBound) -> Result<bool, W
         return Err((why, Some(refusal.into())));
     }
     let holds = ctx.reservations.holds_for(ctx.ssn, ctx.fw, job, bound);
-    let st = match place_all(ctx, &pods, Avail::Idle(holds.as_deref().map(TiVec::as_slice))) {
+    let st = match place_all(ctx, &pods, Avail::Idle(holds.as_deref())) {
         Ok(st) => st,
         Err(why) => return Err((with_reservation(ctx, job, why), None)),
     };
@@ -185,8 +185,7 @@ fn place_one_elastic(ctx: &mut Ctx, job: JobId, bound: ShareBound) -> Result<boo
     let waits = |why: &dyn std::fmt::Display| format!("elastic pods wait: {why}");
     ctx.fw.allocatable(ctx.ssn, job, &req, bound).map_err(|why| (waits(&why), Some(why.into())))?;
     let holds = ctx.reservations.holds_for(ctx.ssn, ctx.fw, job, bound);
-    let st = place_all(ctx, &[pod], Avail::Idle(holds.as_deref().map(TiVec::as_slice)))
-        .map_err(|why| (waits(&why), None))?;
+    let st = place_all(ctx, &[pod], Avail::Idle(holds.as_deref())).map_err(|why| (waits(&why), None))?;
     ctx.ssn.commit(st);
     Ok(ctx.ssn.pending_pods(job).next().is_some())
 }

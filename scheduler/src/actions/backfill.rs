@@ -7,8 +7,8 @@
 //! [`crate::reservation`]) is held too, for every job not declared to end before the
 //! reservation starts.
 
-use crate::ids::{ti_vec, TiSlice, TiVec};
-use crate::placement::Avail;
+use crate::ids::{ti_vec, TiSlice};
+use crate::placement::{Avail, Holds};
 use crate::plugin::ShareBound;
 use crate::res::Res;
 use crate::snapshot::{JobId, JobPhase, NodeId, PodId, QueueingStrategy};
@@ -50,9 +50,9 @@ pub fn run(ctx: &mut Ctx) {
             continue;
         }
         let reserved = ctx.reservations.holds_for(ctx.ssn, ctx.fw, job, ShareBound::Idle);
-        let with_reserved: Option<TiVec<NodeId, Res>> =
+        let with_reserved: Option<Holds> =
             reserved.map(|r| hold.iter().zip(r.iter()).map(|(h, r)| h.plus(r)).collect());
-        match place_all(ctx, &gang, Avail::Idle(Some(with_reserved.as_deref().unwrap_or(&hold)))) {
+        match place_all(ctx, &gang, Avail::Idle(Some(with_reserved.as_ref().unwrap_or(&hold)))) {
             Ok(st) => {
                 ctx.ssn.commit(st);
                 ctx.ssn.job_phase[job] = JobPhase::Running;
