@@ -165,15 +165,15 @@ impl<'s> Session<'s> {
                 PodPhase::Releasing(n) => PodState::Releasing(n),
             };
             s.pod_state.push(state);
-            let req = s.requests(pod_id).clone();
+            let req = s.requests(pod_id);
             match state {
                 PodState::Bound(n) => {
-                    s.node_used[n].add(&req);
+                    s.node_used[n].add(req);
                     s.account_running(pod_id, true);
                 }
                 PodState::Releasing(n) => {
-                    s.node_used[n].add(&req);
-                    s.node_releasing[n].add(&req);
+                    s.node_used[n].add(req);
+                    s.node_releasing[n].add(req);
                 }
                 _ => {}
             }
@@ -201,12 +201,19 @@ impl<'s> Session<'s> {
 
     /// Whether `req` fits the node's idle resources less `held` (capacity set aside).
     pub fn fits_idle(&self, node: NodeId, req: &Res, held: Option<&Res>) -> bool {
-        (0..req.len()).all(|r| req[r] <= self.idle_of(node, r) - held.map_or(0, |h| h[r]))
+        let alloc = &self.snap.nodes[node].allocatable;
+        let (used, rel, pip) = (&self.node_used[node], &self.node_releasing[node], &self.node_pipelined[node]);
+        (0..req.len()).all(|r| {
+            let idle = alloc[r] - used[r] - (pip[r] - rel[r]).max(0) - held.map_or(0, |h| h[r]);
+            req[r] <= idle
+        })
     }
 
     /// Whether `req` fits what the node will have once releasing pods terminate.
     pub fn fits_future(&self, node: NodeId, req: &Res) -> bool {
-        (0..req.len()).all(|r| req[r] <= self.future_of(node, r))
+        let alloc = &self.snap.nodes[node].allocatable;
+        let (used, rel, pip) = (&self.node_used[node], &self.node_releasing[node], &self.node_pipelined[node]);
+        (0..req.len()).all(|r| req[r] <= alloc[r] - used[r] + rel[r] - pip[r])
     }
 
     /// Idle amount of one resource on a node now.
@@ -260,13 +267,9 @@ impl<'s> Session<'s> {
     fn account_running(&mut self, pod: PodId, add: bool) {
         self.account_queues(pod, add);
         let p = &self.snap.pods[pod];
-        if add {
-            self.job_running[p.job] += 1;
-            self.task_running[p.job][p.task] += 1;
-        } else {
-            self.job_running[p.job] -= 1;
-            self.task_running[p.job][p.task] -= 1;
-        }
+        let step = |n: &mut u32| if add { *n += 1 } else { *n -= 1 };
+        step(&mut self.job_running[p.job]);
+        step(&mut self.task_running[p.job][p.task]);
     }
 
     /// Resources of running pods per queue: the allocation without pipelined claims.

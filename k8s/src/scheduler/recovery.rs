@@ -337,10 +337,7 @@ mod tests {
         let mut snap = drover_scheduler::snapshot::build(&converted.nodes, &converted.queues, &converted.jobs).unwrap();
         let (a, b) = (converted.pods[PodId(0)].clone(), converted.pods[PodId(1)].clone());
         note_in_snapshot(&mut snap, &converted, &[(a, "n1".into())], &[b]);
-        let n1 = NodeId(0);
-        assert_eq!(
-            snap.pods.iter().map(|p| p.phase).collect::<Vec<_>>(),
-            [PodPhase::Bound(n1), PodPhase::Releasing(n1)]
-        );
+        let phases: Vec<PodPhase> = snap.pods.iter().map(|p| p.phase).collect();
+        assert_eq!(phases, [PodPhase::Bound(NodeId(0)), PodPhase::Releasing(NodeId(0))]);
     }
 }
