@@ -89,22 +89,15 @@ fn blocker(fw: &Framework, ssn: &Session, job: JobId) -> (String, Option<Blocker
 fn close(fw: &Framework, mut ssn: Session, reservations: Reservations) -> CycleOutcome {
     let snap = ssn.snap;
     for j in snap.jobs.keys() {
-        let waiting =
-            ssn.snap.jobs[j].tasks.iter().flat_map(|t| &t.pods).any(|&p| ssn.pod_state[p].running_on().is_none());
-        if !waiting {
+        let states = || snap.jobs[j].tasks.iter().flat_map(|t| &t.pods).map(|&p| ssn.pod_state[p]);
+        if states().all(|s| s.running_on().is_some()) {
             ssn.clear_reason(j);
         } else if ssn.reasons[j].is_none() {
             let admission = format!("not admitted yet to queue {}", snap.queues[snap.jobs[j].queue].name);
             let why = match ssn.job_phase[j] {
                 JobPhase::Pending => admission.as_str(),
                 _ if ssn.job_pipelined[j] > 0 => "waiting for evicted pods to terminate",
-                _ if ssn
-                    .pod_state
-                    .iter_enumerated()
-                    .any(|(p, s)| snap.pods[p].job == j && matches!(s, PodState::Releasing(_))) =>
-                {
-                    "evicted pods are terminating"
-                }
+                _ if states().any(|s| matches!(s, PodState::Releasing(_))) => "evicted pods are terminating",
                 _ => "",
             };
             let (why, by) = if why.is_empty() { blocker(fw, &ssn, j) } else { (why.to_string(), None) };

@@ -9,11 +9,10 @@ use std::sync::Arc;
 
 use crate::config::PlacementStrategy;
 use crate::framework::Framework;
-use crate::ids::TiVec;
+use crate::ids::{NodeId, PodId, TiVec};
 use crate::node_index::Class;
 use crate::res::Res;
 use crate::session::Session;
-use crate::snapshot::{NodeId, PodId};
 
 /// Capacity set aside on each node (for gangs ahead, and reservations).
 pub type Holds = TiVec<NodeId, Res>;

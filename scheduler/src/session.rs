@@ -159,24 +159,21 @@ impl<'s> Session<'s> {
             decisions: Decisions::default(),
         };
         for (pod_id, pod) in snap.pods.iter_enumerated() {
+            let req = s.requests(pod_id);
             let state = match pod.phase {
                 PodPhase::Pending => PodState::Pending,
-                PodPhase::Bound(n) => PodState::Bound(n),
-                PodPhase::Releasing(n) => PodState::Releasing(n),
-            };
-            s.pod_state.push(state);
-            let req = s.requests(pod_id);
-            match state {
-                PodState::Bound(n) => {
+                PodPhase::Bound(n) => {
                     s.node_used[n].add(req);
                     s.account_running(pod_id, true);
+                    PodState::Bound(n)
                 }
-                PodState::Releasing(n) => {
+                PodPhase::Releasing(n) => {
                     s.node_used[n].add(req);
                     s.node_releasing[n].add(req);
+                    PodState::Releasing(n)
                 }
-                _ => {}
-            }
+            };
+            s.pod_state.push(state);
         }
         for n in snap.nodes.keys() {
             s.reindex(n);

@@ -15,10 +15,9 @@
 //! queue only the first waiting job of each class claims (as in preempt and reclaim), and
 //! queues over their fair share claim nothing.
 
-use crate::ids::TiSlice;
+use crate::ids::{JobId, NodeId, PodId, QueueId, TiSlice};
 use crate::placement::Avail;
 use crate::plugin::ShareBound;
-use crate::snapshot::{JobId, NodeId, PodId, QueueId};
 
 use super::{
     elastic_evicting_jobs, elastic_waiting, evicting_jobs, serve_in_queue_order, starving, try_place_all, Ctx,

@@ -10,10 +10,9 @@
 //! every candidate and sorting the rest again after each eviction, without doing either.
 
 use crate::framework::{Framework, VictimKey};
-use crate::ids::{ti_vec, TiVec};
+use crate::ids::{ti_vec, JobId, PodId, QueueId, TiVec};
 use crate::plugin::{EvictMode, Victim};
 use crate::session::{PodState, Session};
-use crate::snapshot::{JobId, PodId, QueueId};
 
 /// Eviction units of a running job: its pods above the gang minimum one by one (newest
 /// index first), then all of it. Pods bound by this very cycle are never victims: a binding

@@ -10,10 +10,9 @@
 use std::cmp::Ordering;
 
 use crate::config::ShortestFirstArgs;
-use crate::ids::TiVec;
+use crate::ids::{JobId, TiVec};
 use crate::plugin::Plugin;
 use crate::session::Session;
-use crate::snapshot::JobId;
 
 /// The shortest-first plugin.
 pub struct ShortestFirst {
