@@ -235,7 +235,7 @@ pub fn explain(
             return out;
         }
     };
-    let Some(j) = snap.jobs.iter().position(|j| j.namespace == namespace && j.name == name) else {
+    let Some(j) = snap.jobs.position(|j| j.namespace == namespace && j.name == name) else {
         return left_out(out, &converted.problems, listed, &snap);
     };
     let core = drover_scheduler::explain::explain(&snap, config, j);
@@ -273,7 +273,7 @@ fn left_out(mut out: Explanation, problems: &[convert::Problem], listed: &Object
     // A closed queue is a wait, not a fault: name the closed queues on the way up.
     out.verdict = "Waiting".into();
     let closed = |q: &str| listed.queues.iter().any(|o| o.name_any() == q && o.spec.state == QueueOpenState::Closed);
-    let leaf = snap.queues.iter().position(|q| q.name == out.queue);
+    let leaf = snap.queues.position(|q| q.name == out.queue);
     for q in leaf.into_iter().flat_map(|l| snap.ancestry(l)).map(|q| &snap.queues[q].name) {
         if closed(q) {
             out.to_start.push(format!("a cluster admin opens queue {q}: `drover queue open {q}`"));

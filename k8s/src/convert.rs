@@ -26,6 +26,7 @@ use drover_api::crd::podgroup::{Admission, PodGroup, PodGroupPhase};
 use drover_api::crd::queue::{namespace_refusal, Queue};
 use drover_api::labels::PROJECT_LABEL;
 use drover_api::ResourceList;
+use drover_scheduler::ids::{PodId, TiVec};
 use drover_scheduler::snapshot::{Constraints, JobInput, JobPhase, NodeInput, PodPhaseInput, QueueInput, TaskInput};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
@@ -227,7 +228,7 @@ pub struct Converted {
     /// Jobs, by `namespace/name`.
     pub jobs: Vec<JobInput>,
     /// One per pod of `jobs`, in job, task, index order: index `i` is the snapshot's pod `i`.
-    pub pods: Vec<PodRef>,
+    pub pods: TiVec<PodId, PodRef>,
     /// Every existing PodGroup (handed over or not), by (namespace, name).
     pub groups: BTreeMap<(String, String), GroupFacts>,
     /// Problems, sorted.
@@ -382,7 +383,7 @@ pub fn convert(objects: &Objects, scheduler_name: &str) -> Converted {
         classes: &classes,
     };
     let mut jobs = Vec::new();
-    let mut refs = Vec::new();
+    let mut refs = TiVec::new();
     let mut detached = Detached::default();
     for (key, group) in &groups {
         // Bound pods charged to another queue than the group's stay charged there.

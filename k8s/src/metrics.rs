@@ -376,7 +376,7 @@ impl Metrics {
         self.set_pending_reasons(outcome.reasons.iter().flatten().map(String::as_str));
 
         let mut series = BTreeSet::new();
-        for (q, queue) in snap.queues.iter().enumerate() {
+        for (q, queue) in snap.queues.iter_enumerated() {
             if queue.parent.is_none() {
                 continue; // the root
             }

@@ -14,6 +14,7 @@ use drover_k8s::convert::{
 };
 use drover_scheduler::config::SchedulerConfig;
 use drover_scheduler::cycle::run_cycle;
+use drover_scheduler::ids::PodId;
 use drover_scheduler::snapshot::{self, JobInput, JobPhase, PodPhaseInput, QueueingStrategy, Snapshot};
 use serde_json::{json, Value};
 
@@ -274,8 +275,8 @@ fn pod_phases_and_counts() {
     );
     let names: Vec<&str> = c.pods.iter().map(|p| p.name.as_str()).collect();
     assert_eq!(names, ["p0-pending", "p1-bound", "p2-releasing"]);
-    assert_eq!(c.pods[1].uid.as_deref(), Some("uid-p1-bound"));
-    assert_eq!(c.pods[1].resource_version.as_deref(), Some("7"));
+    assert_eq!(c.pods[PodId(1)].uid.as_deref(), Some("uid-p1-bound"));
+    assert_eq!(c.pods[PodId(1)].resource_version.as_deref(), Some("7"));
     assert_eq!(
         c.groups[&("ns".to_string(), "g".to_string())].counts,
         PodCounts { total: 8, running: 3, succeeded: 1, failed: 1 },
@@ -419,10 +420,10 @@ fn pod_index_order_and_pod_refs_match_the_snapshot() {
     ]
     .into();
     assert_eq!(snap.pods.len(), expected.len());
-    for (id, pod) in snap.pods.iter().enumerate() {
+    for (id, pod) in snap.pods.iter_enumerated() {
         let j = &snap.jobs[pod.job];
         let key = (j.name.as_str(), j.tasks[pod.task].name.as_str(), pod.index);
-        assert_eq!(c.pods[id].name, expected[&key], "pod id {id} = {key:?}");
+        assert_eq!(c.pods[id].name, expected[&key], "pod id {id:?} = {key:?}");
         assert_eq!(c.pods[id].namespace, j.namespace);
     }
 }
@@ -895,7 +896,7 @@ fn end_to_end_a_gang_gets_bound() {
     assert_eq!(bound.len(), 2, "{bound:?} {:?}", outcome.reasons);
     assert_eq!((bound[0].0.as_str(), bound[1].0.as_str()), ("train-0", "train-1"));
     assert_ne!(bound[0].1, bound[1].1, "8 GPUs each: one pod per GPU node");
-    let huge = snap.jobs.iter().position(|j| j.name == "huge").unwrap();
+    let huge = snap.jobs.position(|j| j.name == "huge").unwrap();
     assert!(outcome.reasons[huge].is_some(), "the 16-GPU pod waits with a reason");
 }
 
@@ -1064,7 +1065,7 @@ mod random {
             let snap = snap.unwrap();
             prop_assert_eq!(snap.pods.len(), c.pods.len());
             let mut seen = std::collections::BTreeSet::new();
-            for (id, pod) in snap.pods.iter().enumerate() {
+            for (id, pod) in snap.pods.iter_enumerated() {
                 let (r, j) = (&c.pods[id], &snap.jobs[pod.job]);
                 prop_assert_eq!(&r.namespace, &j.namespace);
                 prop_assert!(seen.insert((r.namespace.clone(), r.name.clone())), "{:?} twice", r);

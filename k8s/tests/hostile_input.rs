@@ -18,6 +18,7 @@ use drover_k8s::convert::{
 };
 use drover_scheduler::config::SchedulerConfig;
 use drover_scheduler::cycle::{run_cycle, CycleOutcome};
+use drover_scheduler::ids::{ti_vec, NodeId, TiVec};
 use drover_scheduler::snapshot::{self, PodPhase, Snapshot};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -958,7 +959,7 @@ fn schedule(c: &Converted) -> Result<(Snapshot, CycleOutcome), TestCaseError> {
     prop_assert_eq!(snap.pods.len(), c.pods.len());
     let outcome = run_cycle(&snap, &SchedulerConfig::default());
     // Fair shares divide the cluster: no queue's share exceeds the capacity.
-    for (q, share) in outcome.queues.iter().map(|o| &o.fair_share).enumerate() {
+    for (q, share) in outcome.queues.iter_enumerated().map(|(q, o)| (q, &o.fair_share)) {
         for r in (0..snap.resources.len()).filter(|&r| r != snap.pods_resource) {
             prop_assert!(
                 (0..=snap.capacity[r]).contains(&share[r]),
@@ -971,7 +972,7 @@ fn schedule(c: &Converted) -> Result<(Snapshot, CycleOutcome), TestCaseError> {
         }
     }
     // New bindings never push a node that had room over its allocatable.
-    let mut used = vec![vec![0i64; snap.resources.len()]; snap.nodes.len()];
+    let mut used: TiVec<NodeId, Vec<i64>> = ti_vec![vec![0i64; snap.resources.len()]; snap.nodes.len()];
     for pod in &snap.pods {
         let requests = &snap.jobs[pod.job].tasks[pod.task].requests;
         if let PodPhase::Bound(n) | PodPhase::Releasing(n) = pod.phase {
@@ -980,9 +981,8 @@ fn schedule(c: &Converted) -> Result<(Snapshot, CycleOutcome), TestCaseError> {
             }
         }
     }
-    let fitted: Vec<bool> = used
-        .iter()
-        .enumerate()
+    let fitted: TiVec<NodeId, bool> = used
+        .iter_enumerated()
         .map(|(n, u)| u.iter().enumerate().all(|(r, v)| *v <= snap.nodes[n].allocatable[r]))
         .collect();
     for &(pod, node) in &outcome.decisions.binds {
@@ -992,7 +992,7 @@ fn schedule(c: &Converted) -> Result<(Snapshot, CycleOutcome), TestCaseError> {
             *u = u.saturating_add(snap.jobs[p.job].tasks[p.task].requests[r]);
         }
     }
-    for (n, u) in used.iter().enumerate() {
+    for (n, u) in used.iter_enumerated() {
         if fitted[n] {
             for (r, v) in u.iter().enumerate() {
                 prop_assert!(
@@ -1137,7 +1137,7 @@ fn task_minimums_naming_missing_tasks_make_the_gang_wait() {
         waiting.tasks.iter().map(|t| (t.name.as_str(), t.min_available, t.pods.len())).collect();
     assert_eq!(shape, [("", 3, 0), ("launcher", u32::MAX, 0), ("main", 1, 1)]);
     let (snap, outcome) = schedule(&c).unwrap();
-    let id = snap.jobs.iter().position(|j| j.name == "waiting").unwrap();
+    let id = snap.jobs.position(|j| j.name == "waiting").unwrap();
     assert!(outcome.reasons[id].is_some(), "the gang waits with a reason");
     assert!(outcome.decisions.binds.iter().all(|&(p, _)| snap.pods[p].job != id), "nothing of it binds");
     assert_eq!(good_bindings(&c, &snap, &outcome).len(), 2);
@@ -1183,7 +1183,7 @@ fn fair_shares_of_huge_oversubscribed_quotas_stay_within_the_cluster() {
     let (snap, outcome) = schedule(&c).unwrap();
     let memory = snap.resources.iter().position(|r| r == "memory").unwrap();
     for i in 0..3 {
-        let q = snap.queues.iter().position(|q| q.name == format!("huge-{i}")).unwrap();
+        let q = snap.queues.position(|q| q.name == format!("huge-{i}")).unwrap();
         let share = outcome.queues[q].fair_share[memory];
         assert!(share <= snap.capacity[memory], "{share}");
     }

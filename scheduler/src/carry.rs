@@ -4,7 +4,7 @@
 
 use crate::cycle::CycleOutcome;
 use crate::session::PodState;
-use crate::snapshot::{JobInput, PodPhase, PodPhaseInput, Snapshot};
+use crate::snapshot::{JobInput, NodeId, PodPhase, PodPhaseInput, Snapshot};
 
 /// How long pods evicted in a cycle take to terminate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,10 +21,10 @@ pub enum Termination {
 /// the cycle decided, and a job with a declared run time that starts running now is expected
 /// to end that long after the cycle's time (one that stops running has no end).
 pub fn carry(jobs: &mut [JobInput], snap: &Snapshot, outcome: &CycleOutcome, termination: Termination) {
-    for (p, state) in outcome.pod_state.iter().enumerate() {
+    for (p, state) in outcome.pod_state.iter_enumerated() {
         let pod = &snap.pods[p];
-        let name = |n: usize| snap.nodes[n].name.clone();
-        jobs[pod.job].tasks[pod.task].pods[pod.index as usize] = match *state {
+        let name = |n: NodeId| snap.nodes[n].name.clone();
+        jobs[pod.job.0].tasks[pod.task].pods[pod.index as usize] = match *state {
             PodState::Bound(n) | PodState::Allocated(n) => PodPhaseInput::Bound(name(n)),
             PodState::Releasing(n) if termination == Termination::Slow && matches!(pod.phase, PodPhase::Bound(_)) => {
                 PodPhaseInput::Releasing(name(n))

@@ -6,13 +6,14 @@ use std::time::{Duration, Instant};
 use crate::actions::{self, Ctx};
 use crate::config::{ActionName, SchedulerConfig};
 use crate::framework::Framework;
+use crate::ids::TiVec;
 use crate::placement::Placer;
 use crate::plugin::{Blocker, Reservation, ShareBound};
 use crate::plugins;
 use crate::queue_state::{self, QueueOutcome};
 use crate::reservation::Reservations;
 use crate::session::{Decisions, PodState, Session};
-use crate::snapshot::{JobId, JobPhase, Snapshot};
+use crate::snapshot::{JobId, JobPhase, PodId, QueueId, Snapshot};
 
 /// Everything a cycle produced.
 #[derive(Debug, Clone)]
@@ -20,15 +21,15 @@ pub struct CycleOutcome {
     /// Bindings, evictions and pipelined pods.
     pub decisions: Decisions,
     /// Final state of every pod.
-    pub pod_state: Vec<PodState>,
+    pub pod_state: TiVec<PodId, PodState>,
     /// Phase of every job after the cycle.
-    pub job_phase: Vec<JobPhase>,
+    pub job_phase: TiVec<JobId, JobPhase>,
     /// Why each job with waiting pods waits.
-    pub reasons: Vec<Option<String>>,
+    pub reasons: TiVec<JobId, Option<String>>,
     /// Per job, the structured refusal that gave its reason, where one did.
-    pub blocked_by: Vec<Option<Blocker>>,
+    pub blocked_by: TiVec<JobId, Option<Blocker>>,
     /// Every queue as the cycle left it: state, fair share, deserved quota, allocation.
-    pub queues: Vec<QueueOutcome>,
+    pub queues: TiVec<QueueId, QueueOutcome>,
     /// Gangs that wait with nodes reserved for them, and when they are expected to start.
     pub reservations: Vec<Reservation>,
 }
@@ -87,24 +88,16 @@ fn blocker(fw: &Framework, ssn: &Session, job: JobId) -> (String, Option<Blocker
 
 fn close(fw: &Framework, mut ssn: Session, reservations: Reservations) -> CycleOutcome {
     let snap = ssn.snap;
-    for j in 0..snap.jobs.len() {
-        let waiting =
-            ssn.snap.jobs[j].tasks.iter().flat_map(|t| &t.pods).any(|&p| ssn.pod_state[p].running_on().is_none());
-        if !waiting {
+    for j in snap.jobs.keys() {
+        let states = || snap.jobs[j].tasks.iter().flat_map(|t| &t.pods).map(|&p| ssn.pod_state[p]);
+        if states().all(|s| s.running_on().is_some()) {
             ssn.clear_reason(j);
         } else if ssn.reasons[j].is_none() {
             let admission = format!("not admitted yet to queue {}", snap.queues[snap.jobs[j].queue].name);
             let why = match ssn.job_phase[j] {
                 JobPhase::Pending => admission.as_str(),
                 _ if ssn.job_pipelined[j] > 0 => "waiting for evicted pods to terminate",
-                _ if ssn
-                    .pod_state
-                    .iter()
-                    .enumerate()
-                    .any(|(p, s)| snap.pods[p].job == j && matches!(s, PodState::Releasing(_))) =>
-                {
-                    "evicted pods are terminating"
-                }
+                _ if states().any(|s| matches!(s, PodState::Releasing(_))) => "evicted pods are terminating",
                 _ => "",
             };
             let (why, by) = if why.is_empty() { blocker(fw, &ssn, j) } else { (why.to_string(), None) };
@@ -116,7 +109,7 @@ fn close(fw: &Framework, mut ssn: Session, reservations: Reservations) -> CycleO
             ssn.job_phase[j] = if ssn.job_running[j] == 0 { JobPhase::Pending } else { JobPhase::Inqueue };
         }
     }
-    let queues = queue_state::outcomes(snap, ssn.running_alloc(), ssn.fair_share);
+    let queues = queue_state::outcomes(&ssn);
     CycleOutcome {
         decisions: ssn.decisions,
         pod_state: ssn.pod_state,

@@ -4,6 +4,7 @@
 use std::cmp::Ordering;
 
 use crate::config::PlacementStrategy;
+use crate::ids::{ti_vec, TiSlice, TiVec};
 use crate::plugin::{EvictMode, Plugin, Reservation, Rule, ShareBound, Subject, Verdict, Victim, Why};
 use crate::res::Res;
 use crate::session::Session;
@@ -19,7 +20,7 @@ pub type VictimKey = ([i64; MAX_RANKS], std::cmp::Reverse<i64>, std::cmp::Revers
 pub struct Framework {
     enabled: Vec<Box<dyn Plugin>>,
     victim_precedence: Vec<usize>,
-    job_name_rank: Vec<usize>,
+    job_name_rank: TiVec<JobId, usize>,
 }
 
 impl Framework {
@@ -30,15 +31,15 @@ impl Framework {
             (0..enabled.len()).filter(|&i| enabled[i].victim_rank_precedence().is_some()).collect();
         victim_precedence.sort_by_key(|&i| enabled[i].victim_rank_precedence());
         assert!(victim_precedence.len() <= MAX_RANKS, "at most {MAX_RANKS} victim ranks");
-        Framework { enabled, victim_precedence, job_name_rank: Vec::new() }
+        Framework { enabled, victim_precedence, job_name_rank: TiVec::new() }
     }
 
     /// Runs every plugin's `on_open`.
     pub fn open(&mut self, ssn: &mut Session) {
         let jobs = &ssn.snap.jobs;
-        let mut by_name: Vec<usize> = (0..jobs.len()).collect();
+        let mut by_name: Vec<JobId> = jobs.keys().collect();
         by_name.sort_by(|&a, &b| (&jobs[a].namespace, &jobs[a].name).cmp(&(&jobs[b].namespace, &jobs[b].name)));
-        self.job_name_rank = vec![0; jobs.len()];
+        self.job_name_rank = ti_vec![0; jobs.len()];
         for (rank, &j) in by_name.iter().enumerate() {
             self.job_name_rank[j] = rank;
         }
@@ -128,7 +129,7 @@ impl Framework {
     }
 
     /// Whether every plugin admits the job.
-    pub fn enqueueable<'s>(&self, ssn: &Session<'s>, job: JobId, reserved: &[Res]) -> Verdict<'s> {
+    pub fn enqueueable<'s>(&self, ssn: &Session<'s>, job: JobId, reserved: &TiSlice<QueueId, Res>) -> Verdict<'s> {
         self.enabled.iter().try_for_each(|p| p.enqueueable(ssn, job, reserved))
     }
 

@@ -10,6 +10,7 @@ pub mod config;
 pub mod cycle;
 pub mod explain;
 pub mod framework;
+pub mod ids;
 pub mod node_index;
 pub mod placement;
 pub mod plugin;

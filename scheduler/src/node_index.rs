@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 
 use crate::config::PlacementStrategy;
-use crate::snapshot::NodeId;
+use crate::ids::{ti_vec, NodeId, TiVec};
 
 /// Which key a search uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,16 +19,16 @@ pub enum Class {
 /// Ordered sets of (idle amount, node) per pool and class.
 #[derive(Debug, Clone, Default)]
 pub struct NodeIndex {
-    keys: Vec<Option<[i64; 2]>>,
+    keys: TiVec<NodeId, Option<[i64; 2]>>,
     pools: Vec<[BTreeSet<(i64, NodeId)>; 2]>,
-    node_pool: Vec<usize>,
+    node_pool: TiVec<NodeId, usize>,
 }
 
 impl NodeIndex {
     /// An empty index for `nodes` nodes spread over `pools` pools.
-    pub fn new(node_pool: Vec<usize>, pools: usize) -> NodeIndex {
+    pub fn new(node_pool: TiVec<NodeId, usize>, pools: usize) -> NodeIndex {
         NodeIndex {
-            keys: vec![None; node_pool.len()],
+            keys: ti_vec![None; node_pool.len()],
             pools: (0..pools).map(|_| [BTreeSet::new(), BTreeSet::new()]).collect(),
             node_pool,
         }
@@ -62,20 +62,20 @@ impl NodeIndex {
     ) -> Box<dyn Iterator<Item = NodeId> + '_> {
         let set = &self.pools[pool][class as usize];
         match strategy {
-            PlacementStrategy::Binpack => Box::new(set.range((min, 0)..).map(|&(_, n)| n)),
+            PlacementStrategy::Binpack => Box::new(set.range((min, NodeId(0))..).map(|&(_, n)| n)),
             PlacementStrategy::Spread => {
                 let mut upper: Option<i64> = None;
                 Box::new(
                     std::iter::from_fn(move || {
                         let (key, _) = match upper {
                             None => set.iter().next_back()?,
-                            Some(u) => set.range(..(u, 0)).next_back()?,
+                            Some(u) => set.range(..(u, NodeId(0))).next_back()?,
                         };
                         if *key < min {
                             return None;
                         }
                         upper = Some(*key);
-                        Some(set.range((*key, 0)..=(*key, NodeId::MAX)).map(|&(_, n)| n))
+                        Some(set.range((*key, NodeId(0))..=(*key, NodeId(usize::MAX))).map(|&(_, n)| n))
                     })
                     .flatten(),
                 )
@@ -90,18 +90,18 @@ mod tests {
 
     #[test]
     fn binpack_prefers_least_idle_and_spread_most_idle() {
-        let mut ix = NodeIndex::new(vec![0, 0, 0, 0], 1);
-        ix.set(0, Some([8, 1000]));
-        ix.set(1, Some([2, 1000]));
-        ix.set(2, Some([8, 1000]));
-        ix.set(3, Some([0, 1000]));
+        let mut ix = NodeIndex::new(vec![0, 0, 0, 0].into(), 1);
+        ix.set(NodeId(0), Some([8, 1000]));
+        ix.set(NodeId(1), Some([2, 1000]));
+        ix.set(NodeId(2), Some([8, 1000]));
+        ix.set(NodeId(3), Some([0, 1000]));
         let bin: Vec<_> = ix.candidates(0, Class::Gpu, 1, PlacementStrategy::Binpack).collect();
-        assert_eq!(bin, [1, 0, 2]);
+        assert_eq!(bin, [1, 0, 2].map(NodeId));
         let spread: Vec<_> = ix.candidates(0, Class::Gpu, 1, PlacementStrategy::Spread).collect();
-        assert_eq!(spread, [0, 2, 1]);
-        ix.set(0, Some([1, 1000]));
-        ix.set(2, None);
+        assert_eq!(spread, [0, 2, 1].map(NodeId));
+        ix.set(NodeId(0), Some([1, 1000]));
+        ix.set(NodeId(2), None);
         let bin: Vec<_> = ix.candidates(0, Class::Gpu, 2, PlacementStrategy::Binpack).collect();
-        assert_eq!(bin, [1]);
+        assert_eq!(bin, [NodeId(1)]);
     }
 }

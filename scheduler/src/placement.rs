@@ -9,16 +9,19 @@ use std::sync::Arc;
 
 use crate::config::PlacementStrategy;
 use crate::framework::Framework;
+use crate::ids::{NodeId, PodId, TiVec};
 use crate::node_index::Class;
 use crate::res::Res;
 use crate::session::Session;
-use crate::snapshot::{NodeId, PodId};
+
+/// Capacity set aside on each node (for gangs ahead, and reservations).
+pub type Holds = TiVec<NodeId, Res>;
 
 /// Which capacity a search may use.
 #[derive(Debug, Clone, Copy)]
 pub enum Avail<'a> {
     /// Idle capacity now, less optional per-node holds (backfill reservations).
-    Idle(Option<&'a [Res]>),
+    Idle(Option<&'a Holds>),
     /// Capacity of these nodes once their releasing pods terminate (preempt and reclaim
     /// pipelining), else idle capacity anywhere.
     Future(&'a [NodeId]),
@@ -30,7 +33,7 @@ pub enum Avail<'a> {
 #[derive(Debug)]
 pub struct Feasibility {
     /// Per node: index into `reasons` of why it is excluded.
-    excluded: Vec<Option<usize>>,
+    excluded: TiVec<NodeId, Option<usize>>,
     reasons: Vec<String>,
     /// Feasible nodes, ascending.
     pub nodes: Vec<NodeId>,
@@ -68,10 +71,10 @@ impl Placer {
             .entry(key)
             .or_insert_with(|| {
                 let mut reasons: Vec<String> = Vec::new();
-                let mut excluded = Vec::with_capacity(ssn.snap.nodes.len());
+                let mut excluded = TiVec::with_capacity(ssn.snap.nodes.len());
                 let mut nodes = Vec::new();
                 let mut pools = Vec::new();
-                for (n, node) in ssn.snap.nodes.iter().enumerate() {
+                for (n, node) in ssn.snap.nodes.iter_enumerated() {
                     match fw.node_filter(ssn.snap, p.job, p.task, n) {
                         Ok(()) => {
                             excluded.push(None);
@@ -128,7 +131,7 @@ impl Placer {
     }
 
     /// The best node with idle room for a pod, less `hold` per node.
-    fn find_idle(&mut self, ssn: &Session, fw: &Framework, pod: PodId, hold: Option<&[Res]>) -> Option<NodeId> {
+    fn find_idle(&mut self, ssn: &Session, fw: &Framework, pod: PodId, hold: Option<&Holds>) -> Option<NodeId> {
         let feas = self.feasibility(ssn, fw, pod);
         let p = &ssn.snap.pods[pod];
         let task = &ssn.snap.jobs[p.job].tasks[p.task];
@@ -151,7 +154,7 @@ impl Placer {
 
     /// Why no node fits the pod: `0/N nodes are available: 3 Insufficient nvidia.com/gpu, ...`.
     /// Reused while the session is unchanged, since gangs that fail alike fail in a row.
-    pub fn explain(&mut self, ssn: &Session, fw: &Framework, pod: PodId, hold: Option<&[Res]>) -> String {
+    pub fn explain(&mut self, ssn: &Session, fw: &Framework, pod: PodId, hold: Option<&Holds>) -> String {
         let feas = self.feasibility(ssn, fw, pod);
         let req = ssn.requests(pod);
         if hold.is_some() && !feas.nodes.iter().any(|&n| ssn.fits_idle(n, req, None)) {
@@ -172,7 +175,7 @@ impl Placer {
         let statics = feas.reasons.len();
         let resources = ssn.snap.resources.len();
         let mut counts = vec![0usize; statics + resources + 1];
-        for n in 0..ssn.snap.nodes.len() {
+        for n in ssn.snap.nodes.keys() {
             let slot = match feas.excluded[n] {
                 Some(i) => i,
                 None => match (0..resources).find(|&r| req[r] > ssn.idle_of(n, r)) {

@@ -7,6 +7,7 @@ use std::cmp::Ordering;
 use std::fmt;
 
 use crate::config::PlacementStrategy;
+use crate::ids::TiSlice;
 use crate::res::Res;
 use crate::session::Session;
 use crate::snapshot::{JobId, NodeId, PodId, QueueId, Snapshot};
@@ -294,7 +295,7 @@ pub trait Plugin {
 
     /// Whether a pending job may be admitted; `reserved` is what admitted-but-unplaced jobs
     /// already claim per queue.
-    fn enqueueable<'s>(&self, _ssn: &Session<'s>, _job: JobId, _reserved: &[Res]) -> Verdict<'s> {
+    fn enqueueable<'s>(&self, _ssn: &Session<'s>, _job: JobId, _reserved: &TiSlice<QueueId, Res>) -> Verdict<'s> {
         Ok(())
     }
 

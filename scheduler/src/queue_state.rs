@@ -3,6 +3,7 @@
 //! carries every queue's state at its end ([`QueueOutcome`]) for status, reports and
 //! `drover explain`, so no consumer judges it again.
 
+use crate::ids::TiVec;
 use crate::res::Res;
 use crate::session::Session;
 use crate::snapshot::{Queue, QueueId, Snapshot};
@@ -49,9 +50,10 @@ pub fn queue_state(ssn: &Session, q: QueueId) -> QueueState {
     classify(ssn.snap, &ssn.snap.queues[q], &ssn.queue_alloc[q], &ssn.fair_share[q]).0
 }
 
-/// Every queue's outcome from its allocation after the cycle and its fair share.
-pub(crate) fn outcomes(snap: &Snapshot, allocated: Vec<Res>, fair: Vec<Res>) -> Vec<QueueOutcome> {
-    let queues = snap.queues.iter().zip(allocated).zip(fair);
+/// Every queue's outcome from its allocation as the session stands and its fair share.
+pub(crate) fn outcomes(ssn: &Session) -> TiVec<QueueId, QueueOutcome> {
+    let snap = ssn.snap;
+    let queues = snap.queues.iter().zip(ssn.running_alloc()).zip(ssn.fair_share.iter().cloned());
     queues
         .map(|((queue, allocated), fair_share)| {
             let (state, decided_by) = classify(snap, queue, &allocated, &fair_share);

@@ -11,11 +11,11 @@
 use std::rc::Rc;
 
 use crate::framework::Framework;
-use crate::placement::{Feasibility, Placer};
+use crate::ids::{ti_vec, JobId, NodeId, PodId, TiSlice, TiVec};
+use crate::placement::{Feasibility, Holds, Placer};
 use crate::plugin::{Reservation, ShareBound};
 use crate::res::Res;
 use crate::session::{PodState, Session};
-use crate::snapshot::{JobId, NodeId, PodId};
 
 /// Plans a cycle may try per gang it may reserve for (plans fail for gangs whose start cannot
 /// be known, e.g. behind pods without a declared run time).
@@ -26,14 +26,14 @@ const PLANS_PER_RESERVATION: usize = 4;
 pub struct Reservations {
     list: Vec<Reservation>,
     /// Per node, whether a reservation holds it (empty until the first reservation).
-    taken: Vec<bool>,
+    taken: TiVec<NodeId, bool>,
     /// Plans tried so far.
     plans: usize,
     /// Whether any job declares a run time or an end (without one no start can be planned),
     /// worked out at the first request.
     timed: Option<bool>,
     /// The holds of every reservation together, for work none exempts.
-    all: Option<Rc<Vec<Res>>>,
+    all: Option<Rc<Holds>>,
 }
 
 impl Reservations {
@@ -60,7 +60,7 @@ impl Reservations {
         }
         self.plans += 1;
         if self.taken.is_empty() {
-            self.taken = vec![false; ssn.snap.nodes.len()];
+            self.taken = ti_vec![false; ssn.snap.nodes.len()];
         }
         let r = plan(ssn, fw, placer, job, &self.taken)?;
         for &(n, _) in &r.nodes {
@@ -79,13 +79,13 @@ impl Reservations {
 
     /// The capacity `job`, placed within `bound`, must leave idle on each node: the holds of
     /// every reservation the plugins do not let it use; `None` when there are none.
-    pub fn holds_for(&mut self, ssn: &Session, fw: &Framework, job: JobId, bound: ShareBound) -> Option<Rc<Vec<Res>>> {
+    pub fn holds_for(&mut self, ssn: &Session, fw: &Framework, job: JobId, bound: ShareBound) -> Option<Rc<Holds>> {
         let binds: Vec<bool> = self.list.iter().map(|r| fw.may_use_reserved(ssn, job, bound, r).is_err()).collect();
         if !binds.contains(&true) {
             return None;
         }
         let sum = |keep: &dyn Fn(usize) -> bool| {
-            let mut holds = vec![Res::zero(ssn.snap.resources.len()); ssn.snap.nodes.len()];
+            let mut holds = ti_vec![Res::zero(ssn.snap.resources.len()); ssn.snap.nodes.len()];
             for (_, r) in self.list.iter().enumerate().filter(|(i, _)| keep(*i)) {
                 for (n, amount) in &r.held {
                     holds[*n].add(amount);
@@ -103,7 +103,13 @@ impl Reservations {
 /// The earliest start of the gang's pending minimum on nodes no other gang reserved, and the
 /// nodes it takes then; `None` when even every pod with a known end ending would not make
 /// room for it.
-fn plan(ssn: &Session, fw: &Framework, placer: &mut Placer, job: JobId, taken: &[bool]) -> Option<Reservation> {
+fn plan(
+    ssn: &Session,
+    fw: &Framework,
+    placer: &mut Placer,
+    job: JobId,
+    taken: &TiSlice<NodeId, bool>,
+) -> Option<Reservation> {
     let snap = ssn.snap;
     let pods = ssn.gang_pods(job);
     if pods.is_empty() {
@@ -112,7 +118,7 @@ fn plan(ssn: &Session, fw: &Framework, placer: &mut Placer, job: JobId, taken: &
     let feasible: Vec<Rc<Feasibility>> = pods.iter().map(|&p| placer.feasibility(ssn, fw, p)).collect();
     // Dense slots for the usable nodes, so that each trial copies only their capacity.
     const NONE: usize = usize::MAX;
-    let mut slot = vec![NONE; snap.nodes.len()];
+    let mut slot = ti_vec![NONE; snap.nodes.len()];
     let mut nodes: Vec<NodeId> = Vec::new();
     for f in &feasible {
         for &n in &f.nodes {
@@ -133,7 +139,7 @@ fn plan(ssn: &Session, fw: &Framework, placer: &mut Placer, job: JobId, taken: &
         .collect();
     let now = snap.now;
     let mut ends: Vec<(i64, usize, PodId)> = Vec::new();
-    for (p, state) in ssn.pod_state.iter().enumerate() {
+    for (p, state) in ssn.pod_state.iter_enumerated() {
         let j = &snap.jobs[snap.pods[p].job];
         let (node, end) = match *state {
             PodState::Bound(n) => (n, j.ends_at),
@@ -195,7 +201,7 @@ fn fit_after(
     ssn: &Session,
     pods: &[PodId],
     feasible: &[Rc<Feasibility>],
-    slot: &[usize],
+    slot: &TiSlice<NodeId, usize>,
     base: &[Res],
     ended: &[(i64, usize, PodId)],
 ) -> Option<Vec<usize>> {

@@ -1,8 +1,10 @@
 //! One scheduling cycle's mutable view of the snapshot: node usage, queue allocations, gang
-//! progress, fair shares, pending reasons and the decisions taken so far. Every change goes
-//! through a [`Statement`] so that a gang's placements (or a preemption's evictions) commit
-//! or roll back as one.
+//! progress, fair shares, pending reasons and the decisions taken so far. Every change of
+//! placement (node usage, pod states, queue and job counts) goes through a [`Statement`] so
+//! that a gang's placements (or a preemption's evictions) commit or roll back as one; what
+//! changes outside one says why it needs no undo.
 
+use crate::ids::{ti_vec, TiVec};
 use crate::node_index::NodeIndex;
 use crate::plugin::Blocker;
 use crate::res::Res;
@@ -93,34 +95,37 @@ pub struct Session<'s> {
     /// The cluster at the start of the cycle.
     pub snap: &'s Snapshot,
     /// State of every pod.
-    pub pod_state: Vec<PodState>,
+    pub pod_state: TiVec<PodId, PodState>,
     /// Resources held on each node (bound, allocated and releasing pods).
-    pub node_used: Vec<Res>,
+    pub node_used: TiVec<NodeId, Res>,
     /// Resources of releasing pods on each node.
-    pub node_releasing: Vec<Res>,
+    pub node_releasing: TiVec<NodeId, Res>,
     /// Resources promised to pipelined pods on each node.
-    pub node_pipelined: Vec<Res>,
+    pub node_pipelined: TiVec<NodeId, Res>,
     /// Resources of running and pipelined pods per queue, including descendants (index 0 =
     /// whole cluster).
-    pub queue_alloc: Vec<Res>,
+    pub queue_alloc: TiVec<QueueId, Res>,
     /// Same, counting only non-preemptible jobs.
-    pub queue_alloc_np: Vec<Res>,
+    pub queue_alloc_np: TiVec<QueueId, Res>,
     /// Running pods per job.
-    pub job_running: Vec<u32>,
+    pub job_running: TiVec<JobId, u32>,
     /// Pipelined pods per job.
-    pub job_pipelined: Vec<u32>,
+    pub job_pipelined: TiVec<JobId, u32>,
     /// Running pods per job and task.
-    pub task_running: Vec<Vec<u32>>,
-    /// Phase of each job.
-    pub job_phase: Vec<JobPhase>,
-    /// Fair share per queue (index 0 = cluster capacity).
-    pub fair_share: Vec<Res>,
-    /// Demand per queue: requests of all pods of its jobs, capped by its limit.
-    pub demand: Vec<Res>,
+    pub task_running: TiVec<JobId, Vec<u32>>,
+    /// Phase of each job; changed outside statements, at admission and once a committed
+    /// placement starts the gang, neither of which is undone within the cycle.
+    pub job_phase: TiVec<JobId, JobPhase>,
+    /// Fair share per queue (index 0 = cluster capacity); set by the plugins when the session
+    /// opens, before any statement, and fixed after.
+    pub fair_share: TiVec<QueueId, Res>,
+    /// Demand per queue: requests of all pods of its jobs, capped by its limit; set with
+    /// `fair_share`.
+    pub demand: TiVec<QueueId, Res>,
     /// Why each job still waits, when it does.
-    pub reasons: Vec<Option<String>>,
+    pub reasons: TiVec<JobId, Option<String>>,
     /// Per job, the structured refusal that gave its reason, where one did.
-    pub blocked_by: Vec<Option<Blocker>>,
+    pub blocked_by: TiVec<JobId, Option<Blocker>>,
     /// Idle capacity index for placement.
     pub index: NodeIndex,
     /// Bumped by every change, so that results computed on an unchanged state can be reused.
@@ -135,45 +140,42 @@ impl<'s> Session<'s> {
         let n = snap.resources.len();
         let mut s = Session {
             snap,
-            pod_state: Vec::with_capacity(snap.pods.len()),
-            node_used: vec![Res::zero(n); snap.nodes.len()],
-            node_releasing: vec![Res::zero(n); snap.nodes.len()],
-            node_pipelined: vec![Res::zero(n); snap.nodes.len()],
-            queue_alloc: vec![Res::zero(n); snap.queues.len()],
-            queue_alloc_np: vec![Res::zero(n); snap.queues.len()],
-            job_running: vec![0; snap.jobs.len()],
-            job_pipelined: vec![0; snap.jobs.len()],
+            pod_state: TiVec::with_capacity(snap.pods.len()),
+            node_used: ti_vec![Res::zero(n); snap.nodes.len()],
+            node_releasing: ti_vec![Res::zero(n); snap.nodes.len()],
+            node_pipelined: ti_vec![Res::zero(n); snap.nodes.len()],
+            queue_alloc: ti_vec![Res::zero(n); snap.queues.len()],
+            queue_alloc_np: ti_vec![Res::zero(n); snap.queues.len()],
+            job_running: ti_vec![0; snap.jobs.len()],
+            job_pipelined: ti_vec![0; snap.jobs.len()],
             task_running: snap.jobs.iter().map(|j| vec![0; j.tasks.len()]).collect(),
             job_phase: snap.jobs.iter().map(|j| j.phase).collect(),
-            fair_share: vec![snap.capacity.clone(); snap.queues.len()],
-            demand: vec![Res::zero(n); snap.queues.len()],
-            reasons: vec![None; snap.jobs.len()],
-            blocked_by: vec![None; snap.jobs.len()],
+            fair_share: ti_vec![snap.capacity.clone(); snap.queues.len()],
+            demand: ti_vec![Res::zero(n); snap.queues.len()],
+            reasons: ti_vec![None; snap.jobs.len()],
+            blocked_by: ti_vec![None; snap.jobs.len()],
             index: NodeIndex::new(snap.nodes.iter().map(|n| n.pool).collect(), snap.pools.len().max(1)),
             version: 0,
             decisions: Decisions::default(),
         };
-        for (pod_id, pod) in snap.pods.iter().enumerate() {
+        for (pod_id, pod) in snap.pods.iter_enumerated() {
+            let req = s.requests(pod_id);
             let state = match pod.phase {
                 PodPhase::Pending => PodState::Pending,
-                PodPhase::Bound(n) => PodState::Bound(n),
-                PodPhase::Releasing(n) => PodState::Releasing(n),
+                PodPhase::Bound(n) => {
+                    s.node_used[n].add(req);
+                    s.account_running(pod_id, true);
+                    PodState::Bound(n)
+                }
+                PodPhase::Releasing(n) => {
+                    s.node_used[n].add(req);
+                    s.node_releasing[n].add(req);
+                    PodState::Releasing(n)
+                }
             };
             s.pod_state.push(state);
-            let req = s.requests(pod_id).clone();
-            match state {
-                PodState::Bound(n) => {
-                    s.node_used[n].add(&req);
-                    s.account_running(pod_id, true);
-                }
-                PodState::Releasing(n) => {
-                    s.node_used[n].add(&req);
-                    s.node_releasing[n].add(&req);
-                }
-                _ => {}
-            }
         }
-        for n in 0..snap.nodes.len() {
+        for n in snap.nodes.keys() {
             s.reindex(n);
         }
         s
@@ -250,17 +252,11 @@ impl<'s> Session<'s> {
         let p = &self.snap.pods[pod];
         let job = &self.snap.jobs[p.job];
         let req = &job.tasks[p.task].requests;
+        let change = |r: &mut Res| if add { r.add(req) } else { r.sub(req) };
         for q in self.snap.ancestry(job.queue).chain(std::iter::once(crate::snapshot::ROOT)) {
-            let mut targets = vec![&mut self.queue_alloc[q]];
+            change(&mut self.queue_alloc[q]);
             if !job.preemptible {
-                targets.push(&mut self.queue_alloc_np[q]);
-            }
-            for t in targets {
-                if add {
-                    t.add(req);
-                } else {
-                    t.sub(req);
-                }
+                change(&mut self.queue_alloc_np[q]);
             }
         }
     }
@@ -268,19 +264,15 @@ impl<'s> Session<'s> {
     fn account_running(&mut self, pod: PodId, add: bool) {
         self.account_queues(pod, add);
         let p = &self.snap.pods[pod];
-        if add {
-            self.job_running[p.job] += 1;
-            self.task_running[p.job][p.task] += 1;
-        } else {
-            self.job_running[p.job] -= 1;
-            self.task_running[p.job][p.task] -= 1;
-        }
+        let step = |n: &mut u32| if add { *n += 1 } else { *n -= 1 };
+        step(&mut self.job_running[p.job]);
+        step(&mut self.task_running[p.job][p.task]);
     }
 
     /// Resources of running pods per queue: the allocation without pipelined claims.
-    pub fn running_alloc(&self) -> Vec<Res> {
+    pub fn running_alloc(&self) -> TiVec<QueueId, Res> {
         let mut alloc = self.queue_alloc.clone();
-        for (pod, state) in self.pod_state.iter().enumerate() {
+        for (pod, state) in self.pod_state.iter_enumerated() {
             if let PodState::Pipelined(_) = state {
                 let job = &self.snap.jobs[self.snap.pods[pod].job];
                 for q in self.snap.ancestry(job.queue).chain(std::iter::once(crate::snapshot::ROOT)) {
@@ -294,80 +286,67 @@ impl<'s> Session<'s> {
     /// Places a pending pod on a node.
     pub fn allocate(&mut self, st: &mut Statement, pod: PodId, node: NodeId) {
         debug_assert_eq!(self.pod_state[pod], PodState::Pending);
-        let req = self.requests(pod);
-        self.node_used[node].add(req);
-        self.pod_state[pod] = PodState::Allocated(node);
-        self.account_running(pod, true);
-        self.reindex(node);
-        st.ops.push(Op::Allocate(pod, node));
+        self.record(st, Op::Allocate(pod, node));
     }
 
     /// Promises a pending pod a node that evictions are freeing.
     pub fn pipeline(&mut self, st: &mut Statement, pod: PodId, node: NodeId) {
         debug_assert_eq!(self.pod_state[pod], PodState::Pending);
-        let req = self.requests(pod);
-        self.node_pipelined[node].add(req);
-        self.pod_state[pod] = PodState::Pipelined(node);
-        self.job_pipelined[self.snap.pods[pod].job] += 1;
-        self.account_queues(pod, true);
-        self.reindex(node);
-        st.ops.push(Op::Pipeline(pod, node));
+        self.record(st, Op::Pipeline(pod, node));
     }
 
     /// Evicts a running pod; its resources stay held until it terminates.
     pub fn evict(&mut self, st: &mut Statement, pod: PodId, reason: EvictReason) {
         let prev = self.pod_state[pod];
         let node = prev.running_on().expect("only running pods are evicted");
-        let req = self.requests(pod);
-        self.node_releasing[node].add(req);
-        self.pod_state[pod] = PodState::Releasing(node);
-        self.account_running(pod, false);
-        self.reindex(node);
-        st.ops.push(Op::Evict(pod, node, prev, reason));
+        self.record(st, Op::Evict(pod, node, prev, reason));
     }
 
     /// Sets capacity of a node aside, for the rest of the cycle, for the pod that will replace
     /// a pod moved by consolidation (the pod itself is releasing its old node).
     pub fn hold(&mut self, st: &mut Statement, pod: PodId, node: NodeId) {
-        let req = self.requests(pod);
-        self.node_used[node].add(req);
-        self.reindex(node);
-        st.ops.push(Op::Hold(pod, node));
+        self.record(st, Op::Hold(pod, node));
+    }
+
+    fn record(&mut self, st: &mut Statement, op: Op) {
+        self.apply(op, true);
+        st.ops.push(op);
     }
 
     /// Undoes every change of the statement, newest first.
     pub fn discard(&mut self, st: Statement) {
         for op in st.ops.into_iter().rev() {
-            match op {
-                Op::Allocate(pod, node) => {
-                    let req = self.requests(pod);
-                    self.node_used[node].sub(req);
-                    self.pod_state[pod] = PodState::Pending;
-                    self.account_running(pod, false);
-                    self.reindex(node);
-                }
-                Op::Pipeline(pod, node) => {
-                    let req = self.requests(pod);
-                    self.node_pipelined[node].sub(req);
-                    self.pod_state[pod] = PodState::Pending;
-                    self.job_pipelined[self.snap.pods[pod].job] -= 1;
-                    self.account_queues(pod, false);
-                    self.reindex(node);
-                }
-                Op::Evict(pod, node, prev, _) => {
-                    let req = self.requests(pod);
-                    self.node_releasing[node].sub(req);
-                    self.pod_state[pod] = prev;
-                    self.account_running(pod, true);
-                    self.reindex(node);
-                }
-                Op::Hold(pod, node) => {
-                    let req = self.requests(pod);
-                    self.node_used[node].sub(req);
-                    self.reindex(node);
-                }
-            }
+            self.apply(op, false);
         }
+    }
+
+    /// Makes the change `op` (`forward`) or undoes it: the one place node usage, pod states
+    /// and queue and job accounting change once the session is open.
+    fn apply(&mut self, op: Op, forward: bool) {
+        let (Op::Allocate(pod, node) | Op::Pipeline(pod, node) | Op::Evict(pod, node, ..) | Op::Hold(pod, node)) = op;
+        let req = self.requests(pod);
+        let change = |r: &mut Res| if forward { r.add(req) } else { r.sub(req) };
+        match op {
+            Op::Allocate(..) => {
+                change(&mut self.node_used[node]);
+                self.pod_state[pod] = if forward { PodState::Allocated(node) } else { PodState::Pending };
+                self.account_running(pod, forward);
+            }
+            Op::Pipeline(..) => {
+                change(&mut self.node_pipelined[node]);
+                self.pod_state[pod] = if forward { PodState::Pipelined(node) } else { PodState::Pending };
+                let pipelined = &mut self.job_pipelined[self.snap.pods[pod].job];
+                *pipelined = if forward { *pipelined + 1 } else { *pipelined - 1 };
+                self.account_queues(pod, forward);
+            }
+            Op::Evict(_, _, prev, _) => {
+                change(&mut self.node_releasing[node]);
+                self.pod_state[pod] = if forward { PodState::Releasing(node) } else { prev };
+                self.account_running(pod, !forward);
+            }
+            Op::Hold(..) => change(&mut self.node_used[node]),
+        }
+        self.reindex(node);
     }
 
     /// Moves another statement's changes into `st` (they stay applied).
@@ -464,18 +443,22 @@ impl<'s> Session<'s> {
         r
     }
 
-    /// Records why a job waits (the latest reason wins), given by no structured refusal.
+    /// Records why a job waits (the latest reason wins), given by no structured refusal. Like
+    /// every reason, outside statements: per-cycle text, read only by later reasons and the
+    /// outcome, never by a decision.
     pub fn set_reason(&mut self, job: JobId, reason: String) {
         self.set_refusal(job, reason, None);
     }
 
-    /// Records why a job waits and the structured refusal, if any, that gave the reason.
+    /// Records why a job waits and the structured refusal, if any, that gave the reason (no
+    /// undo: see [`Session::set_reason`]).
     pub fn set_refusal(&mut self, job: JobId, reason: String, by: Option<Blocker>) {
         self.reasons[job] = Some(reason);
         self.blocked_by[job] = by;
     }
 
-    /// Forgets why a job waited, and the refusal behind it (it no longer waits for that).
+    /// Forgets why a job waited, and the refusal behind it (it no longer waits for that; no
+    /// undo: see [`Session::set_reason`]).
     pub fn clear_reason(&mut self, job: JobId) {
         self.reasons[job] = None;
         self.blocked_by[job] = None;

@@ -12,17 +12,11 @@ use crate::res::{Res, UNLIMITED};
 mod jobs;
 pub use jobs::JobConverter;
 
-/// Index of a node in `Snapshot::nodes`.
-pub type NodeId = usize;
-/// Index of a queue in `Snapshot::queues`; 0 is the implicit root.
-pub type QueueId = usize;
-/// Index of a job (pod group) in `Snapshot::jobs`.
-pub type JobId = usize;
-/// Index of a pod in `Snapshot::pods`.
-pub type PodId = usize;
+use crate::ids::{ti_vec, TiVec};
+pub use crate::ids::{JobId, NodeId, PodId, QueueId};
 
 /// The implicit root of the queue tree.
-pub const ROOT: QueueId = 0;
+pub const ROOT: QueueId = QueueId(0);
 
 pub use drover_api::crd::queue::QueueingStrategy;
 
@@ -198,13 +192,13 @@ pub struct Snapshot {
     /// Node pool names (values of `drover.dev/node-pool`; "" for unlabelled nodes).
     pub pools: Vec<String>,
     /// Nodes.
-    pub nodes: Vec<Node>,
+    pub nodes: TiVec<NodeId, Node>,
     /// Queues; index 0 is the root.
-    pub queues: Vec<Queue>,
+    pub queues: TiVec<QueueId, Queue>,
     /// Jobs.
-    pub jobs: Vec<Job>,
+    pub jobs: TiVec<JobId, Job>,
     /// Pods.
-    pub pods: Vec<Pod>,
+    pub pods: TiVec<PodId, Pod>,
     /// Sum of allocatable resources of schedulable nodes.
     pub capacity: Res,
     /// The resources queue quotas are about: those some queue declares a deserved quota for,
@@ -421,7 +415,7 @@ pub fn build(nodes: &[NodeInput], queues: &[QueueInput], jobs: &[JobInput]) -> R
     pools.sort();
     pools.dedup();
     let mut node_index = HashMap::new();
-    let mut snap_nodes = Vec::with_capacity(nodes.len());
+    let mut snap_nodes = TiVec::with_capacity(nodes.len());
     let mut capacity = Res::zero(n);
     for (i, node) in nodes.iter().enumerate() {
         if node_index.insert(node.name.as_str(), i).is_some() {
@@ -454,8 +448,8 @@ pub fn build(nodes: &[NodeInput], queues: &[QueueInput], jobs: &[JobInput]) -> R
         pools,
         nodes: snap_nodes,
         queues: snap_queues,
-        jobs: Vec::with_capacity(jobs.len()),
-        pods: Vec::new(),
+        jobs: TiVec::with_capacity(jobs.len()),
+        pods: TiVec::new(),
         capacity,
         quota_resources,
         now: 0,
@@ -473,10 +467,10 @@ fn build_queues(
     vec_of: &dyn Fn(&ResourceList, i64) -> Res,
     index: &HashMap<&str, usize>,
     pods_resource: usize,
-) -> Result<Vec<Queue>, SnapshotError> {
+) -> Result<TiVec<QueueId, Queue>, SnapshotError> {
     let mut sorted: Vec<&QueueInput> = queues.iter().collect();
     sorted.sort_by(|a, b| a.name.cmp(&b.name));
-    let mut out = vec![Queue {
+    let mut out: TiVec<QueueId, Queue> = ti_vec![Queue {
         name: String::new(),
         parent: None,
         children: Vec::new(),
@@ -491,7 +485,7 @@ fn build_queues(
     }];
     let mut by_name: HashMap<&str, QueueId> = HashMap::new();
     for q in &sorted {
-        if by_name.insert(q.name.as_str(), out.len()).is_some() {
+        if by_name.insert(q.name.as_str(), out.next_key()).is_some() {
             return Err(SnapshotError::Duplicate(format!("queue {}", q.name)));
         }
         let mut declared = vec![false; n];
@@ -515,7 +509,7 @@ fn build_queues(
         });
     }
     for (i, q) in sorted.iter().enumerate() {
-        let id = i + 1;
+        let id = QueueId(i + 1);
         let parent = match q.parent.as_deref() {
             None | Some("") => ROOT,
             Some(p) => *by_name.get(p).ok_or_else(|| SnapshotError::Missing {
@@ -527,7 +521,7 @@ fn build_queues(
         out[id].parent = Some(parent);
         out[parent].children.push(id);
     }
-    for start in 1..out.len() {
+    for start in out.keys().skip(1) {
         let mut q = start;
         for _ in 0..out.len() {
             match out[q].parent {

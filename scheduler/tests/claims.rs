@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use drover_api::{ResourceList, CPU, PODS};
 use drover_scheduler::config::SchedulerConfig;
 use drover_scheduler::cycle::{run_cycle, CycleOutcome};
+use drover_scheduler::ids::NodeId;
 use drover_scheduler::session::PodState;
 use drover_scheduler::snapshot::{
     self, Constraints, JobInput, JobPhase, NodeInput, PodPhaseInput, QueueInput, QueueingStrategy, Snapshot, TaskInput,
@@ -86,7 +87,7 @@ fn cluster(a_cpus: i64) -> Snapshot {
 
 /// The state of the one pod of the job named `name` after the cycle.
 fn pod_of(snap: &Snapshot, out: &CycleOutcome, name: &str) -> PodState {
-    let j = snap.jobs.iter().position(|j| j.name == name).expect("the job exists");
+    let j = snap.jobs.position(|j| j.name == name).expect("the job exists");
     out.pod_state[snap.jobs[j].tasks[0].pods[0]]
 }
 
@@ -94,7 +95,7 @@ fn pod_of(snap: &Snapshot, out: &CycleOutcome, name: &str) -> PodState {
 fn a_waiting_job_keeps_its_claim_on_capacity_being_freed() {
     let snap = cluster(12);
     let out = run_cycle(&snap, &SchedulerConfig::default());
-    assert_eq!(pod_of(&snap, &out, "a"), PodState::Pipelined(0), "a claims what v's termination frees");
+    assert_eq!(pod_of(&snap, &out, "a"), PodState::Pipelined(NodeId(0)), "a claims what v's termination frees");
     assert_eq!(pod_of(&snap, &out, "s"), PodState::Pending, "s may not take the idle rest of n1 that a needs");
     assert!(out.decisions.evictions.is_empty(), "nothing more is evicted: {:?}", out.decisions.evictions);
 }
@@ -104,8 +105,8 @@ fn a_claim_evicts_nothing_and_leaves_what_it_does_not_need() {
     // a fits the capacity being freed without the idle rest: s may still use that.
     let snap = cluster(8);
     let out = run_cycle(&snap, &SchedulerConfig::default());
-    assert_eq!(pod_of(&snap, &out, "a"), PodState::Pipelined(0));
-    assert_eq!(pod_of(&snap, &out, "s"), PodState::Allocated(0), "the idle 4 CPUs a does not need go to s");
+    assert_eq!(pod_of(&snap, &out, "a"), PodState::Pipelined(NodeId(0)));
+    assert_eq!(pod_of(&snap, &out, "s"), PodState::Allocated(NodeId(0)), "the idle 4 CPUs a does not need go to s");
     assert!(out.decisions.evictions.is_empty());
 }
 
@@ -116,7 +117,7 @@ fn nothing_is_claimed_beyond_fair_share() {
     let snap = cluster(13);
     let out = run_cycle(&snap, &SchedulerConfig::default());
     assert_eq!(pod_of(&snap, &out, "a"), PodState::Pending);
-    assert_eq!(pod_of(&snap, &out, "s"), PodState::Allocated(0));
+    assert_eq!(pod_of(&snap, &out, "s"), PodState::Allocated(NodeId(0)));
 }
 
 #[test]
@@ -139,10 +140,13 @@ fn a_gang_claims_idle_capacity_beside_the_capacity_being_freed() {
     });
     let snap = snapshot::build(&snap_input.0, &snap_input.1, &snap_input.2).expect("the cluster is consistent");
     let out = run_cycle(&snap, &SchedulerConfig::default());
-    assert_eq!(pod_of(&snap, &out, "a"), PodState::Pipelined(0), "a claims what v frees: {:?}", out.reasons);
-    let a = snap.jobs.iter().position(|j| j.name == "a").expect("a exists");
+    assert_eq!(pod_of(&snap, &out, "a"), PodState::Pipelined(NodeId(0)), "a claims what v frees: {:?}", out.reasons);
+    let a = snap.jobs.position(|j| j.name == "a").expect("a exists");
     let small = out.pod_state[snap.jobs[a].tasks[1].pods[0]];
-    assert!(matches!(small, PodState::Pipelined(1) | PodState::Allocated(1)), "a's small pod holds n2: {small:?}");
+    assert!(
+        matches!(small, PodState::Pipelined(NodeId(1)) | PodState::Allocated(NodeId(1))),
+        "a's small pod holds n2: {small:?}"
+    );
     assert_eq!(pod_of(&snap, &out, "s"), PodState::Pending, "s may not take n2, which the gang needs");
     assert!(out.decisions.evictions.is_empty(), "nothing more is evicted: {:?}", out.decisions.evictions);
 }

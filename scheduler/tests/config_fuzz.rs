@@ -14,6 +14,7 @@ use drover_scheduler::config::{
     PluginConfig, PoolPlacement, SchedulerConfig, DEFAULT_CONFIG_YAML,
 };
 use drover_scheduler::cycle::run_cycle;
+use drover_scheduler::ids::{NodeId, TiVec};
 use drover_scheduler::snapshot::{
     self, Constraints, JobInput, JobPhase, NodeInput, PodPhase, PodPhaseInput, QueueInput, QueueingStrategy, Snapshot,
     TaskInput,
@@ -93,11 +94,11 @@ fn run_checked(snap: &Snapshot, config: &SchedulerConfig) -> Result<(), TestCase
     prop_assert_eq!(outcome.pod_state.len(), snap.pods.len());
     prop_assert_eq!(outcome.job_phase.len(), snap.jobs.len());
     prop_assert!(outcome.decisions.evictions.is_empty(), "{:?}", outcome.decisions.evictions);
-    let mut used: Vec<Vec<i64>> = snap.nodes.iter().map(|_| vec![0; snap.resources.len()]).collect();
+    let mut used: TiVec<NodeId, Vec<i64>> = snap.nodes.iter().map(|_| vec![0; snap.resources.len()]).collect();
     let mut seen = std::collections::BTreeSet::new();
     for &(pod, node) in &outcome.decisions.binds {
-        prop_assert!(seen.insert(pod), "pod {} bound twice", pod);
-        prop_assert!(node < snap.nodes.len());
+        prop_assert!(seen.insert(pod), "pod {:?} bound twice", pod);
+        prop_assert!(node.0 < snap.nodes.len());
         prop_assert_eq!(&snap.pods[pod].phase, &PodPhase::Pending);
         let p = &snap.pods[pod];
         let requests = &snap.jobs[p.job].tasks[p.task].requests;
@@ -105,7 +106,7 @@ fn run_checked(snap: &Snapshot, config: &SchedulerConfig) -> Result<(), TestCase
             *u += requests[r];
         }
     }
-    for (n, u) in used.iter().enumerate() {
+    for (n, u) in used.iter_enumerated() {
         for (r, amount) in u.iter().enumerate() {
             prop_assert!(
                 *amount <= snap.nodes[n].allocatable[r],

@@ -19,6 +19,7 @@ use drover_scheduler::config::{
     PoolPlacement, SchedulerConfig,
 };
 use drover_scheduler::cycle::{run_cycle, CycleOutcome};
+use drover_scheduler::ids::{ti_vec, JobId, NodeId, PodId, QueueId, TiVec};
 use drover_scheduler::res::Res;
 use drover_scheduler::session::{EvictReason, PodState};
 use drover_scheduler::snapshot::{
@@ -516,13 +517,13 @@ fn termination(case: &Case) -> Termination {
 }
 
 /// Requests of one pod (including its pod slot).
-fn requests(snap: &Snapshot, pod: usize) -> &Res {
+fn requests(snap: &Snapshot, pod: PodId) -> &Res {
     let p = &snap.pods[pod];
     &snap.jobs[p.job].tasks[p.task].requests
 }
 
 /// `namespace/job-task-index` of a pod.
-fn pod_name(snap: &Snapshot, pod: usize) -> String {
+fn pod_name(snap: &Snapshot, pod: PodId) -> String {
     let p = &snap.pods[pod];
     let job = &snap.jobs[p.job];
     format!("{}-{}-{}", job.key(), job.tasks[p.task].name, p.index)
@@ -532,9 +533,9 @@ fn pod_name(snap: &Snapshot, pod: usize) -> String {
 /// pipelined requests beyond what releasing pods free, never above allocatable.
 fn nodes_not_over_committed(c: &Cycle) -> Result<(), String> {
     let snap = c.snap;
-    let zero = vec![Res::zero(snap.resources.len()); snap.nodes.len()];
+    let zero: TiVec<NodeId, Res> = ti_vec![Res::zero(snap.resources.len()); snap.nodes.len()];
     let (mut held, mut releasing, mut pipelined) = (zero.clone(), zero.clone(), zero);
-    for (p, state) in c.out.pod_state.iter().enumerate() {
+    for (p, state) in c.out.pod_state.iter_enumerated() {
         let req = requests(snap, p);
         match *state {
             PodState::Bound(n) | PodState::Allocated(n) => held[n].add(req),
@@ -546,7 +547,7 @@ fn nodes_not_over_committed(c: &Cycle) -> Result<(), String> {
             PodState::Pending => {}
         }
     }
-    for (n, node) in snap.nodes.iter().enumerate() {
+    for (n, node) in snap.nodes.iter_enumerated() {
         for r in 0..snap.resources.len() {
             let committed = held[n][r] + (pipelined[n][r] - releasing[n][r]).max(0);
             if committed > node.allocatable[r] {
@@ -561,9 +562,9 @@ fn nodes_not_over_committed(c: &Cycle) -> Result<(), String> {
 }
 
 /// Running (bound or allocated) pods per job and per task after the cycle.
-fn running_counts(snap: &Snapshot, out: &CycleOutcome) -> Vec<Vec<u32>> {
-    let mut counts: Vec<Vec<u32>> = snap.jobs.iter().map(|j| vec![0; j.tasks.len()]).collect();
-    for (p, state) in out.pod_state.iter().enumerate() {
+fn running_counts(snap: &Snapshot, out: &CycleOutcome) -> TiVec<JobId, Vec<u32>> {
+    let mut counts: TiVec<JobId, Vec<u32>> = snap.jobs.iter().map(|j| vec![0; j.tasks.len()]).collect();
+    for (p, state) in out.pod_state.iter_enumerated() {
         if state.running_on().is_some() {
             counts[snap.pods[p].job][snap.pods[p].task] += 1;
         }
@@ -575,7 +576,7 @@ fn running_counts(snap: &Snapshot, out: &CycleOutcome) -> Vec<Vec<u32>> {
 /// pods, and each of its tasks at least minAvailable.
 fn gangs_at_or_above_minimum(c: &Cycle) -> Result<(), String> {
     let snap = c.snap;
-    for (j, tasks) in running_counts(snap, c.out).iter().enumerate() {
+    for (j, tasks) in running_counts(snap, c.out).iter_enumerated() {
         let job = &snap.jobs[j];
         let running: u32 = tasks.iter().sum();
         if running == 0 {
@@ -599,15 +600,15 @@ fn gangs_at_or_above_minimum(c: &Cycle) -> Result<(), String> {
 fn only_preemptible_evicted(c: &Cycle) -> Result<(), String> {
     let snap = c.snap;
     // Non-preemptible work beyond its queue's deserved quota is a victim like any other.
-    let mut np = vec![Res::zero(snap.resources.len()); snap.queues.len()];
-    for (p, pod) in snap.pods.iter().enumerate() {
+    let mut np = ti_vec![Res::zero(snap.resources.len()); snap.queues.len()];
+    for (p, pod) in snap.pods.iter_enumerated() {
         let job = &snap.jobs[pod.job];
         if !job.preemptible && matches!(pod.phase, PodPhase::Bound(_)) {
             np[job.queue].add(requests(snap, p));
         }
     }
     // A unit is one pod or a whole job: judged here on what any pod of the job asks for.
-    let beyond_deserved = |p: usize| {
+    let beyond_deserved = |p: PodId| {
         let job = &snap.jobs[snap.pods[p].job];
         let (used, deserved) = (&np[job.queue], &snap.queues[job.queue].deserved);
         let asks = |r: usize| job.tasks.iter().any(|t| t.requests[r] > 0);
@@ -632,9 +633,9 @@ fn only_preemptible_evicted(c: &Cycle) -> Result<(), String> {
 }
 
 /// The resources of running pods of every queue, including its descendants' (index 0: all).
-fn queue_usage(snap: &Snapshot, out: &CycleOutcome) -> Vec<Res> {
-    let mut usage = vec![Res::zero(snap.resources.len()); snap.queues.len()];
-    for (p, state) in out.pod_state.iter().enumerate() {
+fn queue_usage(snap: &Snapshot, out: &CycleOutcome) -> TiVec<QueueId, Res> {
+    let mut usage = ti_vec![Res::zero(snap.resources.len()); snap.queues.len()];
+    for (p, state) in out.pod_state.iter_enumerated() {
         if state.running_on().is_some() {
             let leaf = snap.jobs[snap.pods[p].job].queue;
             for q in snap.ancestry(leaf).chain([ROOT]) {
@@ -648,7 +649,7 @@ fn queue_usage(snap: &Snapshot, out: &CycleOutcome) -> Vec<Res> {
 /// No queue's running pods (its own and its descendants') exceed its limit.
 fn queues_within_limits(c: &Cycle) -> Result<(), String> {
     let snap = c.snap;
-    for (q, used) in queue_usage(snap, c.out).iter().enumerate() {
+    for (q, used) in queue_usage(snap, c.out).iter_enumerated() {
         let limit = &snap.queues[q].limit;
         if let Some(r) = used.first_exceeding(limit) {
             return Err(format!(
@@ -664,7 +665,7 @@ fn queues_within_limits(c: &Cycle) -> Result<(), String> {
 /// the allocatable of schedulable nodes, and no queue's share exceeds its limit.
 fn fair_shares_consistent(c: &Cycle) -> Result<(), String> {
     let snap = c.snap;
-    let fair: Vec<&Res> = c.out.queues.iter().map(|o| &o.fair_share).collect();
+    let fair: TiVec<QueueId, &Res> = c.out.queues.iter().map(|o| &o.fair_share).collect();
     let mut capacity = Res::zero(snap.resources.len());
     for node in snap.nodes.iter().filter(|n| !n.unschedulable) {
         capacity.add(&node.allocatable);
@@ -674,7 +675,7 @@ fn fair_shares_consistent(c: &Cycle) -> Result<(), String> {
     if let Some(r) = exceeding(fair[ROOT], &capacity) {
         return Err(format!("root fair share {} {} > capacity {}", snap.resources[r], fair[ROOT][r], capacity[r]));
     }
-    for (q, queue) in snap.queues.iter().enumerate() {
+    for (q, queue) in snap.queues.iter_enumerated() {
         let mut children = Res::zero(snap.resources.len());
         for &child in &queue.children {
             children.add(fair[child]);
@@ -727,7 +728,7 @@ fn placements_respect_predicates(c: &Cycle) -> Result<(), String> {
 /// Every bound pod was pending at the start of the cycle and is bound once.
 fn binds_unique_and_from_pending(c: &Cycle) -> Result<(), String> {
     let snap = c.snap;
-    let mut seen = vec![false; snap.pods.len()];
+    let mut seen: TiVec<PodId, bool> = ti_vec![false; snap.pods.len()];
     for &(p, n) in &c.out.decisions.binds {
         let name = pod_name(snap, p);
         if std::mem::replace(&mut seen[p], true) {
@@ -785,7 +786,7 @@ fn deterministic(c: &Cycle) -> Result<(), String> {
 /// terminating on them); naming only a rule (`not admitted yet`) is not enough.
 fn reasons_name_what_blocks(c: &Cycle) -> Result<(), String> {
     let snap = c.snap;
-    for (j, job) in snap.jobs.iter().enumerate() {
+    for (j, job) in snap.jobs.iter_enumerated() {
         let waiting = job
             .tasks
             .iter()
@@ -807,7 +808,7 @@ fn reasons_name_what_blocks(c: &Cycle) -> Result<(), String> {
 }
 
 /// Whether the job runs its gang minimum (overall and per task) in `out`.
-fn ready(snap: &Snapshot, out: &CycleOutcome, job: usize) -> bool {
+fn ready(snap: &Snapshot, out: &CycleOutcome, job: JobId) -> bool {
     let counts = &running_counts(snap, out)[job];
     let j = &snap.jobs[job];
     counts.iter().sum::<u32>() >= j.min_member && j.tasks.iter().zip(counts).all(|(t, &n)| n >= t.min_available)
@@ -816,11 +817,11 @@ fn ready(snap: &Snapshot, out: &CycleOutcome, job: usize) -> bool {
 /// The one job every eviction of the cycle was made for, when there is one: each eviction
 /// (preemption, reclaim or consolidation move) pipelines the job it makes room for, so when
 /// a single job is pipelined and pods were evicted, they were evicted for it.
-fn lone_evictor(snap: &Snapshot, out: &CycleOutcome) -> Option<usize> {
+fn lone_evictor(snap: &Snapshot, out: &CycleOutcome) -> Option<JobId> {
     if out.decisions.evictions.is_empty() {
         return None;
     }
-    let mut evictors: Vec<usize> = out.decisions.pipelined.iter().map(|&(p, _)| snap.pods[p].job).collect();
+    let mut evictors: Vec<JobId> = out.decisions.pipelined.iter().map(|&(p, _)| snap.pods[p].job).collect();
     evictors.sort_unstable();
     evictors.dedup();
     match evictors[..] {
@@ -830,7 +831,7 @@ fn lone_evictor(snap: &Snapshot, out: &CycleOutcome) -> Option<usize> {
 }
 
 /// Running (bound or allocated) pods of a job after the cycle.
-fn running_of(snap: &Snapshot, out: &CycleOutcome, job: usize) -> u32 {
+fn running_of(snap: &Snapshot, out: &CycleOutcome, job: JobId) -> u32 {
     running_counts(snap, out)[job].iter().sum()
 }
 
@@ -861,11 +862,11 @@ fn evictions_needed(c: &Cycle) -> Result<(), String> {
 /// The leaf queue that every reclaim of the cycle was made for, when the cycle reclaimed
 /// and every pipelined job is in that one queue (a reclaim pipelines the job it reclaims
 /// for); `None` when the cycle reclaimed nothing or its reclaimers cannot be told apart.
-fn reclaimed_for(snap: &Snapshot, out: &CycleOutcome) -> Option<usize> {
+fn reclaimed_for(snap: &Snapshot, out: &CycleOutcome) -> Option<QueueId> {
     if !out.decisions.evictions.iter().any(|&(_, r)| r == EvictReason::Reclaim) {
         return None;
     }
-    let mut queues: Vec<usize> =
+    let mut queues: Vec<QueueId> =
         out.decisions.pipelined.iter().map(|&(p, _)| snap.jobs[snap.pods[p].job].queue).collect();
     queues.sort_unstable();
     queues.dedup();
@@ -876,8 +877,8 @@ fn reclaimed_for(snap: &Snapshot, out: &CycleOutcome) -> Option<usize> {
 }
 
 /// Jobs that lost pods to reclaim in the cycle.
-fn reclaim_victims(snap: &Snapshot, out: &CycleOutcome) -> Vec<usize> {
-    let mut jobs: Vec<usize> = out
+fn reclaim_victims(snap: &Snapshot, out: &CycleOutcome) -> Vec<JobId> {
+    let mut jobs: Vec<JobId> = out
         .decisions
         .evictions
         .iter()
@@ -899,7 +900,7 @@ fn reclaim_victims(snap: &Snapshot, out: &CycleOutcome) -> Vec<usize> {
 fn no_reclaim_ping_pong(c: &Cycle) -> Result<(), String> {
     let (snap, out) = (c.snap, c.out);
     let Some(q) = reclaimed_for(snap, out) else { return Ok(()) };
-    let bound = |s: &Snapshot, p: usize| matches!(s.pods[p].phase, PodPhase::Bound(_));
+    let bound = |s: &Snapshot, p: PodId| matches!(s.pods[p].phase, PodPhase::Bound(_));
     for job in reclaim_victims(snap, out) {
         let first =
             c.earlier.iter().rposition(|(s, o)| reclaimed_for(s, o) == Some(q) && reclaim_victims(s, o).contains(&job));
@@ -907,8 +908,8 @@ fn no_reclaim_ping_pong(c: &Cycle) -> Result<(), String> {
         let later = c.earlier[k + 1..].iter().map(|(s, o)| (s, o)).chain([(snap, out)]);
         let restarted = later.into_iter().any(|(s, o)| o.decisions.binds.iter().any(|&(p, _)| s.pods[p].job == job));
         let before = &c.earlier[k].0;
-        let of_q = |p: usize| snap.jobs[snap.pods[p].job].queue == q;
-        let gained = (0..snap.pods.len()).any(|p| of_q(p) && bound(snap, p) && !bound(before, p))
+        let of_q = |p: PodId| snap.jobs[snap.pods[p].job].queue == q;
+        let gained = snap.pods.keys().any(|p| of_q(p) && bound(snap, p) && !bound(before, p))
             || out.decisions.binds.iter().any(|&(p, _)| of_q(p) && !bound(before, p));
         if restarted && !gained {
             return Err(format!(
@@ -932,7 +933,7 @@ fn history(c: &Cycle) -> String {
         .enumerate()
         .map(|(i, (s, o))| {
             let d = &o.decisions;
-            let placed = |list: &[(usize, usize)]| {
+            let placed = |list: &[(PodId, NodeId)]| {
                 list.iter().map(|&(p, n)| format!("{}@{}", pod_name(s, p), s.nodes[n].name)).collect::<Vec<_>>()
             };
             let evicted: Vec<String> =
@@ -946,7 +947,7 @@ fn history(c: &Cycle) -> String {
             )
         })
         .collect();
-    for (j, why) in c.out.reasons.iter().enumerate() {
+    for (j, why) in c.out.reasons.iter_enumerated() {
         if let Some(why) = why {
             lines.push(format!("  {} waits: {why}", c.snap.jobs[j].key()));
         }
@@ -1143,17 +1144,17 @@ fn a_needless_eviction_is_detected() {
     let check = |out: &CycleOutcome| {
         evictions_needed(&Cycle { case: &case, config: &config, jobs: &case.jobs, snap: &snap, out, earlier: &[] })
     };
-    assert!(ready(&snap, &clean, 0), "the job starts on idle capacity");
+    assert!(ready(&snap, &clean, JobId(0)), "the job starts on idle capacity");
     assert_eq!(check(&clean), Ok(()));
     for reason in [EvictReason::Preempt, EvictReason::Reclaim, EvictReason::Consolidate] {
         // The job's pods pipelined instead of placed, as if an eviction had been made for it.
         let mut bad = clean.clone();
         bad.pod_state.fill(PodState::Pending);
         bad.decisions.binds.clear();
-        bad.decisions.evictions.push((4, reason));
-        for p in 0..2 {
-            bad.pod_state[p] = PodState::Pipelined(0);
-            bad.decisions.pipelined.push((p, 0));
+        bad.decisions.evictions.push((PodId(4), reason));
+        for p in [PodId(0), PodId(1)] {
+            bad.pod_state[p] = PodState::Pipelined(NodeId(0));
+            bad.decisions.pipelined.push((p, NodeId(0)));
         }
         assert!(check(&bad).is_err(), "a {reason:?} eviction for a job that starts without it passes");
     }
@@ -1173,26 +1174,28 @@ fn every_invariant_detects_a_violation() {
     // Two earlier cycles for the ping-pong property: j0 lost pod 0 to a reclaim made for
     // its queue q0 (the pipelined pod 1 is the reclaimer's), then pod 0 was bound again.
     let mut reclaimed = clean.clone();
-    reclaimed.decisions.evictions.push((0, EvictReason::Reclaim));
-    reclaimed.decisions.pipelined.push((1, 0));
+    reclaimed.decisions.evictions.push((PodId(0), EvictReason::Reclaim));
+    reclaimed.decisions.pipelined.push((PodId(1), NodeId(0)));
     let mut restarted = clean.clone();
-    restarted.decisions.binds.push((0, 0));
+    restarted.decisions.binds.push((PodId(0), NodeId(0)));
     let build = || snapshot::build(&case.nodes, &case.queues, &case.jobs).expect("consistent inputs");
     let earlier = [(build(), reclaimed), (build(), restarted)];
     let corruptions: [Corruption; 12] = [
-        ("over-commit", nodes_not_over_committed, |o| o.pod_state.fill(PodState::Allocated(0))),
-        ("gang below minimum", gangs_at_or_above_minimum, |o| o.pod_state[0] = PodState::Bound(0)),
+        ("over-commit", nodes_not_over_committed, |o| o.pod_state.fill(PodState::Allocated(NodeId(0)))),
+        ("gang below minimum", gangs_at_or_above_minimum, |o| o.pod_state[PodId(0)] = PodState::Bound(NodeId(0))),
         ("non-preemptible eviction", only_preemptible_evicted, |o| {
-            o.decisions.evictions.push((0, EvictReason::Preempt))
+            o.decisions.evictions.push((PodId(0), EvictReason::Preempt))
         }),
-        ("queue over limit", queues_within_limits, |o| o.pod_state.fill(PodState::Allocated(0))),
+        ("queue over limit", queues_within_limits, |o| o.pod_state.fill(PodState::Allocated(NodeId(0)))),
         ("fair share over parent", fair_shares_consistent, |o| {
-            o.queues[1].fair_share = o.queues[ROOT].fair_share.times(2)
+            o.queues[QueueId(1)].fair_share = o.queues[ROOT].fair_share.times(2)
         }),
-        ("predicate ignored", placements_respect_predicates, |o| o.decisions.binds.push((0, 0))),
-        ("double bind", binds_unique_and_from_pending, |o| o.decisions.binds.extend([(0, 0), (0, 0)])),
-        ("bind undone", binds_stand, |o| o.decisions.binds.push((0, 0))),
-        ("nondeterminism", deterministic, |o| o.decisions.binds.push((0, 0))),
+        ("predicate ignored", placements_respect_predicates, |o| o.decisions.binds.push((PodId(0), NodeId(0)))),
+        ("double bind", binds_unique_and_from_pending, |o| {
+            o.decisions.binds.extend([(PodId(0), NodeId(0)), (PodId(0), NodeId(0))])
+        }),
+        ("bind undone", binds_stand, |o| o.decisions.binds.push((PodId(0), NodeId(0)))),
+        ("nondeterminism", deterministic, |o| o.decisions.binds.push((PodId(0), NodeId(0)))),
         ("reason missing", reasons_name_what_blocks, |o| {
             o.pod_state.fill(PodState::Pending);
             o.reasons.fill(Some("; something".into()));
@@ -1202,8 +1205,8 @@ fn every_invariant_detects_a_violation() {
             o.reasons.fill(Some("not admitted yet".into()));
         }),
         ("reclaim ping-pong", no_reclaim_ping_pong, |o| {
-            o.decisions.evictions.push((0, EvictReason::Reclaim));
-            o.decisions.pipelined.push((1, 0));
+            o.decisions.evictions.push((PodId(0), EvictReason::Reclaim));
+            o.decisions.pipelined.push((PodId(1), NodeId(0)));
         }),
     ];
     for (what, invariant, corrupt) in corruptions {

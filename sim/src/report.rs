@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use drover_api::PODS;
+use drover_scheduler::ids::{ti_vec, JobId, TiVec};
 use drover_scheduler::res::Res;
 use drover_scheduler::session::EvictReason;
 use drover_scheduler::snapshot::{JobPhase, Snapshot, ROOT};
@@ -108,8 +109,8 @@ fn named(snap: &Snapshot, r: &Res) -> BTreeMap<String, String> {
 pub fn report(name: &str, result: &SimResult) -> Report {
     let snap = &result.snapshot;
     let mut pods = BTreeMap::new();
-    let mut counts = vec![(0u32, 0u32, 0u32); snap.jobs.len()];
-    for (p, fate) in result.fates.iter().enumerate() {
+    let mut counts: TiVec<JobId, (u32, u32, u32)> = ti_vec![(0, 0, 0); snap.jobs.len()];
+    for (p, fate) in result.fates.iter_enumerated() {
         let job = snap.pods[p].job;
         let (node, state) = match fate {
             PodFate::Bound(n) => {
@@ -125,7 +126,8 @@ pub fn report(name: &str, result: &SimResult) -> Report {
         pods.insert(pod_key(snap, p), PodReport { node, state });
     }
     // A job's evictions over the whole run, as the `evictions` list has them.
-    let job_of: BTreeMap<String, usize> = (0..snap.pods.len()).map(|p| (pod_key(snap, p), snap.pods[p].job)).collect();
+    let job_of: BTreeMap<String, JobId> =
+        snap.pods.iter_enumerated().map(|(p, pod)| (pod_key(snap, p), pod.job)).collect();
     for e in &result.evictions {
         if let Some(&j) = job_of.get(&e.pod) {
             counts[j].2 += 1;
@@ -133,8 +135,7 @@ pub fn report(name: &str, result: &SimResult) -> Report {
     }
     let jobs = snap
         .jobs
-        .iter()
-        .enumerate()
+        .iter_enumerated()
         .map(|(j, job)| {
             let (running, pending, evicted) = counts[j];
             let report = JobReport {
@@ -155,8 +156,7 @@ pub fn report(name: &str, result: &SimResult) -> Report {
         .collect();
     let queues = snap
         .queues
-        .iter()
-        .enumerate()
+        .iter_enumerated()
         .filter(|&(q, _)| q != ROOT)
         .map(|(q, queue)| {
             let outcome = &result.last.queues[q];

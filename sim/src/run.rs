@@ -6,6 +6,7 @@
 use drover_scheduler::carry::{carry, Termination};
 use drover_scheduler::config::SchedulerConfig;
 use drover_scheduler::cycle::{run_cycle, CycleOutcome};
+use drover_scheduler::ids::{NodeId, PodId, TiVec};
 use drover_scheduler::session::{EvictReason, PodState};
 use drover_scheduler::snapshot::{self, Snapshot, SnapshotError};
 
@@ -42,7 +43,7 @@ pub struct SimResult {
     /// The last cycle's outcome.
     pub last: CycleOutcome,
     /// Fate of every pod, indexed like `snapshot.pods`.
-    pub fates: Vec<PodFate>,
+    pub fates: TiVec<PodId, PodFate>,
     /// Every eviction, in cycle order and by name within a cycle.
     pub evictions: Vec<Eviction>,
 }
@@ -56,8 +57,8 @@ pub fn simulate(scenario: &Scenario, config: &SchedulerConfig, cycles: u32) -> R
         cycle += 1;
         let snap = snapshot::build(&scenario.nodes, &scenario.queues, &jobs)?.at(scenario.now);
         let outcome = run_cycle(&snap, config);
-        let node = |n: usize| snap.nodes[n].name.clone();
-        let fates: Vec<PodFate> = outcome
+        let node = |n: NodeId| snap.nodes[n].name.clone();
+        let fates: TiVec<PodId, PodFate> = outcome
             .pod_state
             .iter()
             .map(|state| match *state {
@@ -82,7 +83,7 @@ pub fn simulate(scenario: &Scenario, config: &SchedulerConfig, cycles: u32) -> R
 }
 
 /// The pod's `namespace/<job>-<task>-<index>` name.
-pub fn pod_key(snap: &Snapshot, pod: usize) -> String {
+pub fn pod_key(snap: &Snapshot, pod: PodId) -> String {
     let p = &snap.pods[pod];
     let job = &snap.jobs[p.job];
     format!("{}/{}", job.namespace, crate::scenario::pod_name(&job.name, &job.tasks[p.task].name, p.index))

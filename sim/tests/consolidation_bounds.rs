@@ -60,7 +60,7 @@ fn consolidate(gangs: usize, moves: usize) -> (usize, usize) {
     let mut config = SchedulerConfig::default();
     config.apply(&s.config);
     let result = run::simulate(&s, &config, 1).expect("builds");
-    let mut seated: Vec<usize> =
+    let mut seated: Vec<_> =
         result.last.decisions.pipelined.iter().map(|&(p, _)| result.snapshot.pods[p].job).collect();
     seated.sort_unstable();
     seated.dedup();

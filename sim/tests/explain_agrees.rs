@@ -9,6 +9,7 @@ use std::path::Path;
 
 use drover_scheduler::config::{PluginConfig, SchedulerConfig};
 use drover_scheduler::explain::{explain, Verdict};
+use drover_scheduler::ids::JobId;
 use drover_sim::{report, run, scenario};
 
 /// The scenario's configuration and its run.
@@ -28,7 +29,7 @@ fn explain_agrees_with_the_scheduler_on_every_job_of_every_scenario() {
     for path in support::scenario_files() {
         let (config, result, rep) = run(&path);
         let file = path.file_name().unwrap().to_string_lossy().to_string();
-        for (j, job) in result.snapshot.jobs.iter().enumerate() {
+        for (j, job) in result.snapshot.jobs.iter_enumerated() {
             let reported = &rep.jobs[&job.key()];
             let e = explain(&result.snapshot, &config, j);
             let reason = e.reason.clone().unwrap_or_default();
@@ -67,7 +68,7 @@ fn explained_with_another_configuration_the_answer_changes() {
         plugins: config.plugins.iter().filter(|p| !matches!(p, PluginConfig::Fairshare(_))).cloned().collect(),
         ..config.clone()
     };
-    let changed = (0..snap.jobs.len()).filter(|&j| {
+    let changed = snap.jobs.keys().filter(|&j| {
         let (with, without) = (explain(snap, &config, j), explain(snap, &without_fairshare, j));
         with.verdict == Verdict::Waiting && (with.verdict, with.reason) != (without.verdict, without.reason)
     });
@@ -83,7 +84,7 @@ fn a_job_held_by_its_queue_limit_is_told_which_limit_to_raise() {
     let (config, result, _) = run(&path);
     let snap = &result.snapshot;
     let advice = |name: &str| {
-        let j = snap.jobs.iter().position(|j| j.name == name).expect("the scenario's job");
+        let j = snap.jobs.position(|j| j.name == name).expect("the scenario's job");
         explain(snap, &config, j).to_start
     };
     let raise = "raise queue proj-capped's limit of nvidia.com/gpu to at least";
@@ -105,7 +106,7 @@ jobs:
     let s = scenario::parse(text, "inline.yaml").expect("the inline scenario reads");
     let config = SchedulerConfig::default();
     let result = run::simulate(&s, &config, s.cycles).expect("the inline scenario builds");
-    let e = explain(&result.snapshot, &config, 0);
+    let e = explain(&result.snapshot, &config, JobId(0));
     assert_eq!(e.verdict, Verdict::Waiting);
     assert_eq!(
         e.to_start,

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use drover_scheduler::session::EvictReason;
-use drover_scheduler::snapshot::{NodeId, PodId, Snapshot};
+use drover_scheduler::snapshot::{NodeId, PodId, QueueId, Snapshot};
 use futures::StreamExt;
 
 use super::api::{self, Removal};
@@ -34,7 +34,7 @@ pub(super) async fn evict_decisions(
         return 0;
     }
     // The groups the evictions make room for, by queue.
-    let mut waiting: BTreeMap<usize, BTreeSet<String>> = BTreeMap::new();
+    let mut waiting: BTreeMap<QueueId, BTreeSet<String>> = BTreeMap::new();
     for &(pod, _) in pipelined {
         let job = &snap.jobs[snap.pods[pod].job];
         waiting.entry(job.queue).or_default().insert(job.key());

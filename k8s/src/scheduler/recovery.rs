@@ -250,11 +250,11 @@ pub(super) async fn recover(
 }
 
 fn pod_ids(converted: &Converted) -> HashMap<(&str, &str), PodId> {
-    converted.pods.iter().enumerate().map(|(i, r)| ((r.namespace.as_str(), r.name.as_str()), i)).collect()
+    converted.pods.iter_enumerated().map(|(i, r)| ((r.namespace.as_str(), r.name.as_str()), i)).collect()
 }
 
 fn node_ids(snap: &Snapshot) -> HashMap<&str, NodeId> {
-    snap.nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect()
+    snap.nodes.iter_enumerated().map(|(i, n)| (n.name.as_str(), i)).collect()
 }
 
 /// Brings the snapshot up to date with recovery's writes, as the overlay does the stores:
@@ -335,8 +335,9 @@ mod tests {
         };
         let converted = convert(&objects, "drover");
         let mut snap = drover_scheduler::snapshot::build(&converted.nodes, &converted.queues, &converted.jobs).unwrap();
-        let (a, b) = (converted.pods[0].clone(), converted.pods[1].clone());
+        let (a, b) = (converted.pods[PodId(0)].clone(), converted.pods[PodId(1)].clone());
         note_in_snapshot(&mut snap, &converted, &[(a, "n1".into())], &[b]);
-        assert_eq!(snap.pods.iter().map(|p| p.phase).collect::<Vec<_>>(), [PodPhase::Bound(0), PodPhase::Releasing(0)]);
+        let phases: Vec<PodPhase> = snap.pods.iter().map(|p| p.phase).collect();
+        assert_eq!(phases, [PodPhase::Bound(NodeId(0)), PodPhase::Releasing(NodeId(0))]);
     }
 }

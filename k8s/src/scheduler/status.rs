@@ -9,6 +9,7 @@ use drover_api::crd::podgroup::{Admission, PodGroup, PodGroupPhase, PodGroupStat
 use drover_api::crd::queue::Queue;
 use drover_kubeutil::events::{self, EventType};
 use drover_scheduler::cycle::CycleOutcome;
+use drover_scheduler::ids::TiVec;
 use drover_scheduler::plugin::Reservation;
 use drover_scheduler::res::Res;
 use drover_scheduler::snapshot::{JobId, JobPhase, QueueId, Snapshot};
@@ -110,7 +111,7 @@ pub fn wanted_group_statuses<'g>(
 ) -> Vec<(&'g Arc<PodGroup>, PodGroupStatus)> {
     let reservations: HashMap<JobId, ReservationStatus> =
         outcome.reservations.iter().map(|r| (r.job, reservation_status(snap, r))).collect();
-    let charged: Vec<Admission> = snap
+    let charged: TiVec<JobId, Admission> = snap
         .jobs
         .iter()
         .map(|job| Admission {
@@ -121,7 +122,7 @@ pub fn wanted_group_statuses<'g>(
         })
         .collect();
     let mut core: HashMap<Key, Decided> = HashMap::new();
-    for (j, job) in snap.jobs.iter().enumerate() {
+    for (j, job) in snap.jobs.iter_enumerated() {
         let reason = outcome.reasons.get(j).and_then(|r| r.as_deref());
         let phase = outcome.job_phase.get(j).copied().unwrap_or(job.phase);
         let decided = Decided { phase, reason, reservation: reservations.get(&j), charged: &charged[j] };
@@ -256,7 +257,7 @@ pub(super) async fn write_queues(
     outcome: &CycleOutcome,
 ) -> usize {
     let ids: HashMap<&str, QueueId> =
-        snap.queues.iter().enumerate().skip(1).map(|(i, q)| (q.name.as_str(), i)).collect();
+        snap.queues.iter_enumerated().skip(1).map(|(i, q)| (q.name.as_str(), i)).collect();
     let api: Api<Queue> = Api::all(writer.client.clone());
     let mut written = 0;
     for queue in &g.queues {

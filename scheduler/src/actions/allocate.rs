@@ -17,6 +17,7 @@
 //! [`crate::reservation`]); jobs served after it leave that capacity alone unless they are
 //! declared to end before the reservation starts.
 
+use crate::ids::{ti_vec, TiSlice, TiVec};
 use crate::placement::Avail;
 use crate::plugin::{Blocker, ShareBound};
 use crate::snapshot::{JobId, JobPhase, QueueId};
@@ -44,20 +45,20 @@ pub fn run(ctx: &mut Ctx) {
 }
 
 struct Pass<'q> {
-    queues: &'q [Vec<JobId>],
-    cursor: Vec<usize>,
-    done: Vec<bool>,
-    blocker: Vec<[Option<JobId>; 2]>,
+    queues: &'q TiSlice<QueueId, Vec<JobId>>,
+    cursor: TiVec<QueueId, usize>,
+    done: TiVec<JobId, bool>,
+    blocker: TiVec<QueueId, [Option<JobId>; 2]>,
 }
 
-fn run_pass(ctx: &mut Ctx, queues: &[Vec<JobId>], tier: Tier, bound: ShareBound) {
+fn run_pass(ctx: &mut Ctx, queues: &TiSlice<QueueId, Vec<JobId>>, tier: Tier, bound: ShareBound) {
     let mut pass = Pass {
         queues,
-        cursor: vec![0; queues.len()],
-        done: vec![false; ctx.ssn.snap.jobs.len()],
-        blocker: vec![[None, None]; queues.len()],
+        cursor: ti_vec![0; queues.len()],
+        done: ti_vec![false; ctx.ssn.snap.jobs.len()],
+        blocker: ti_vec![[None, None]; queues.len()],
     };
-    let mut heads: Vec<Option<JobId>> = (0..queues.len()).map(|q| pass.head(ctx, q, tier)).collect();
+    let mut heads: TiVec<QueueId, Option<JobId>> = queues.keys().map(|q| pass.head(ctx, q, tier)).collect();
     let fair = bound == ShareBound::FairShare;
     let over = |c: &Ctx, q: QueueId| fair && c.fw.within_fair_share(c.ssn, q).is_err();
     while let Some(q) = select_queue(ctx, &|q| heads[q].is_some() && !over(ctx, q)) {
@@ -167,7 +168,7 @@ fn place_minimum(ctx: &mut Ctx, job: JobId, bound: ShareBound) -> Result<bool, W
         return Err((why, Some(refusal.into())));
     }
     let holds = ctx.reservations.holds_for(ctx.ssn, ctx.fw, job, bound);
-    let st = match place_all(ctx, &pods, Avail::Idle(holds.as_deref().map(Vec::as_slice))) {
+    let st = match place_all(ctx, &pods, Avail::Idle(holds.as_deref())) {
         Ok(st) => st,
         Err(why) => return Err((with_reservation(ctx, job, why), None)),
     };
@@ -184,8 +185,7 @@ fn place_one_elastic(ctx: &mut Ctx, job: JobId, bound: ShareBound) -> Result<boo
     let waits = |why: &dyn std::fmt::Display| format!("elastic pods wait: {why}");
     ctx.fw.allocatable(ctx.ssn, job, &req, bound).map_err(|why| (waits(&why), Some(why.into())))?;
     let holds = ctx.reservations.holds_for(ctx.ssn, ctx.fw, job, bound);
-    let st =
-        place_all(ctx, &[pod], Avail::Idle(holds.as_deref().map(Vec::as_slice))).map_err(|why| (waits(&why), None))?;
+    let st = place_all(ctx, &[pod], Avail::Idle(holds.as_deref())).map_err(|why| (waits(&why), None))?;
     ctx.ssn.commit(st);
     Ok(ctx.ssn.pending_pods(job).next().is_some())
 }

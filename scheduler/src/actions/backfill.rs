@@ -7,10 +7,11 @@
 //! [`crate::reservation`]) is held too, for every job not declared to end before the
 //! reservation starts.
 
-use crate::placement::Avail;
+use crate::ids::{ti_vec, TiSlice};
+use crate::placement::{Avail, Holds};
 use crate::plugin::ShareBound;
 use crate::res::Res;
-use crate::snapshot::{JobId, JobPhase, NodeId, QueueingStrategy};
+use crate::snapshot::{JobId, JobPhase, NodeId, PodId, QueueingStrategy};
 
 use super::{class, place_all, starving, strict, Ctx};
 
@@ -18,25 +19,25 @@ use super::{class, place_all, starving, strict, Ctx};
 pub fn run(ctx: &mut Ctx) {
     let snap = ctx.ssn.snap;
     let n = snap.resources.len();
-    let mut jobs: Vec<JobId> = (0..snap.jobs.len()).filter(|&j| starving(ctx, j) || strict_waiting(ctx, j)).collect();
+    let mut jobs: Vec<JobId> = snap.jobs.keys().filter(|&j| starving(ctx, j) || strict_waiting(ctx, j)).collect();
     jobs.sort_by(|&a, &b| ctx.fw.job_order(ctx.ssn, a, b));
-    let mut hold = vec![Res::zero(n); snap.nodes.len()];
+    let mut hold = ti_vec![Res::zero(n); snap.nodes.len()];
     let mut free = Res::zero(n);
-    for node in 0..snap.nodes.len() {
+    for node in snap.nodes.keys() {
         if !snap.nodes[node].unschedulable {
             free.add(&ctx.ssn.idle(node));
         }
     }
     // Per queue and class: a StrictFIFO queue whose earlier job of that class still waits,
     // which nothing later of that class may pass.
-    let mut blocked = vec![[false; 2]; snap.queues.len()];
+    let mut blocked = ti_vec![[false; 2]; snap.queues.len()];
     for job in jobs {
         let (q, c) = (snap.jobs[job].queue, class(ctx, job));
         if blocked[q][c] {
             continue;
         }
         if strict_waiting(ctx, job) {
-            let waiting: Vec<usize> = ctx.ssn.pending_pods(job).collect();
+            let waiting: Vec<PodId> = ctx.ssn.pending_pods(job).collect();
             hold_for(ctx, &waiting, &mut hold, &mut free, key_resource(ctx, job));
             blocked[q][c] = true;
             continue;
@@ -49,9 +50,9 @@ pub fn run(ctx: &mut Ctx) {
             continue;
         }
         let reserved = ctx.reservations.holds_for(ctx.ssn, ctx.fw, job, ShareBound::Idle);
-        let with_reserved: Option<Vec<Res>> =
+        let with_reserved: Option<Holds> =
             reserved.map(|r| hold.iter().zip(r.iter()).map(|(h, r)| h.plus(r)).collect());
-        match place_all(ctx, &gang, Avail::Idle(Some(with_reserved.as_deref().unwrap_or(&hold)))) {
+        match place_all(ctx, &gang, Avail::Idle(Some(with_reserved.as_ref().unwrap_or(&hold)))) {
             Ok(st) => {
                 ctx.ssn.commit(st);
                 ctx.ssn.job_phase[job] = JobPhase::Running;
@@ -78,7 +79,7 @@ fn strict_waiting(ctx: &Ctx, job: JobId) -> bool {
 }
 
 /// Sets idle capacity aside for pods that cannot start yet.
-fn hold_for(ctx: &mut Ctx, pods: &[usize], hold: &mut [Res], free: &mut Res, key: usize) {
+fn hold_for(ctx: &mut Ctx, pods: &[PodId], hold: &mut TiSlice<NodeId, Res>, free: &mut Res, key: usize) {
     for &pod in pods {
         if free[key] <= 0 {
             return;
@@ -101,7 +102,7 @@ fn key_resource(ctx: &Ctx, job: JobId) -> usize {
 
 /// Where a waiting pod would hold capacity, and how much: on the feasible node that could
 /// ever hold it and has the most unheld idle capacity, as much of its request as is idle.
-fn hold_site(ctx: &mut Ctx, pod: usize, hold: &[Res], key: usize) -> Option<(NodeId, Res)> {
+fn hold_site(ctx: &mut Ctx, pod: PodId, hold: &TiSlice<NodeId, Res>, key: usize) -> Option<(NodeId, Res)> {
     let feas = ctx.placer.feasibility(ctx.ssn, ctx.fw, pod);
     let req = ctx.ssn.requests(pod);
     let node = feas

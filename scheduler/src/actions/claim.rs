@@ -15,9 +15,9 @@
 //! queue only the first waiting job of each class claims (as in preempt and reclaim), and
 //! queues over their fair share claim nothing.
 
+use crate::ids::{JobId, NodeId, PodId, QueueId, TiSlice};
 use crate::placement::Avail;
 use crate::plugin::ShareBound;
-use crate::snapshot::{JobId, NodeId, PodId, QueueId};
 
 use super::{
     elastic_evicting_jobs, elastic_waiting, evicting_jobs, serve_in_queue_order, starving, try_place_all, Ctx,
@@ -27,7 +27,7 @@ use super::{
 pub fn run(ctx: &mut Ctx) {
     let ssn = &ctx.ssn;
     let terminating = |n: NodeId| (0..ssn.snap.resources.len()).any(|r| ssn.node_releasing[n][r] > 0);
-    let releasing: Vec<NodeId> = (0..ssn.snap.nodes.len()).filter(|&n| terminating(n)).collect();
+    let releasing: Vec<NodeId> = ssn.snap.nodes.keys().filter(|&n| terminating(n)).collect();
     if releasing.is_empty() {
         return;
     }
@@ -42,7 +42,7 @@ pub fn run(ctx: &mut Ctx) {
 /// when they fit within the job's fair share.
 fn claim(
     ctx: &mut Ctx,
-    by_queue: &[Vec<JobId>],
+    by_queue: &TiSlice<QueueId, Vec<JobId>>,
     releasing: &[NodeId],
     wants: &dyn Fn(&Ctx, JobId) -> bool,
     pods: &dyn Fn(&Ctx, JobId) -> Vec<PodId>,

@@ -105,7 +105,10 @@ fn movable_units(ctx: &mut Ctx, job: JobId, gang: &[PodId]) -> Vec<Victim> {
     let on_usable = |v: &Victim| {
         v.pods.iter().any(|&p| ssn.pod_state[p].running_on().is_some_and(|n| usable.binary_search(&n).is_ok()))
     };
-    let mut units: Vec<Victim> = (0..ssn.snap.jobs.len())
+    let mut units: Vec<Victim> = ssn
+        .snap
+        .jobs
+        .keys()
         .filter(|&o| o != job && ssn.snap.jobs[o].preemptible && ssn.job_running[o] > 0)
         .flat_map(|o| victim_units(ssn, o))
         .filter(on_usable)

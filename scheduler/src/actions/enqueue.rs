@@ -3,8 +3,9 @@
 //! queue does not admit more than its limit can ever run. Elastic pods, and work the group
 //! could preempt in its own queue, count as free (they can be taken back).
 
+use crate::ids::{ti_vec, TiSlice};
 use crate::res::Res;
-use crate::snapshot::{JobId, JobPhase, ROOT};
+use crate::snapshot::{JobId, JobPhase, QueueId, ROOT};
 
 use super::Ctx;
 
@@ -12,9 +13,9 @@ use super::Ctx;
 pub fn run(ctx: &mut Ctx) {
     let snap = ctx.ssn.snap;
     let n = snap.resources.len();
-    let mut reserved = vec![Res::zero(n); snap.queues.len()];
+    let mut reserved = ti_vec![Res::zero(n); snap.queues.len()];
     let mut pending: Vec<JobId> = Vec::new();
-    for j in 0..snap.jobs.len() {
+    for j in snap.jobs.keys() {
         match ctx.ssn.job_phase[j] {
             JobPhase::Pending if !ctx.fw.job_ready(ctx.ssn, j) => pending.push(j),
             JobPhase::Inqueue => reserve(ctx, j, &mut reserved),
@@ -34,7 +35,7 @@ pub fn run(ctx: &mut Ctx) {
 }
 
 /// Adds the unplaced part of a job's minimum to its queue chain's reservations.
-fn reserve(ctx: &Ctx, job: JobId, reserved: &mut [Res]) {
+fn reserve(ctx: &Ctx, job: JobId, reserved: &mut TiSlice<QueueId, Res>) {
     let min = ctx.ssn.sum_requests(&ctx.ssn.gang_pods(job));
     let snap = ctx.ssn.snap;
     for q in snap.ancestry(snap.jobs[job].queue).chain(std::iter::once(ROOT)) {

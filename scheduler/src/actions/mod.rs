@@ -14,6 +14,7 @@ pub mod victims;
 pub use victims::{victim_units, VictimOrder, VictimPool};
 
 use crate::framework::Framework;
+use crate::ids::{ti_vec, TiSlice, TiVec};
 use crate::plugin::{EvictMode, Victim};
 use std::rc::Rc;
 
@@ -47,7 +48,7 @@ pub fn starving(ctx: &Ctx, job: JobId) -> bool {
 /// The starving jobs of each leaf queue that may evict for their gang, in job order: every
 /// starving job, except that in a `StrictFIFO` queue only the first waiting job of each class
 /// (GPU, CPU-only) may, as nothing passes it there.
-pub fn evicting_jobs(ctx: &Ctx) -> Vec<Vec<JobId>> {
+pub fn evicting_jobs(ctx: &Ctx) -> TiVec<QueueId, Vec<JobId>> {
     let firsts = first_waiting(ctx);
     jobs_by_queue(ctx, |j| starving(ctx, j) && in_turn(ctx, &firsts, j))
 }
@@ -60,14 +61,14 @@ pub fn elastic_waiting(ctx: &Ctx, job: JobId) -> bool {
 /// The jobs of each leaf queue whose elastic pods may evict, in job order, by the same
 /// `StrictFIFO` rule as [`evicting_jobs`]: a later job's elastic pods could not use what is
 /// freed there (nothing passes the waiting job), and the victim would take it back.
-pub fn elastic_evicting_jobs(ctx: &Ctx) -> Vec<Vec<JobId>> {
+pub fn elastic_evicting_jobs(ctx: &Ctx) -> TiVec<QueueId, Vec<JobId>> {
     let firsts = first_waiting(ctx);
     jobs_by_queue(ctx, |j| elastic_waiting(ctx, j) && in_turn(ctx, &firsts, j))
 }
 
 /// Per leaf queue, its first admitted job with a pending pod in job order, per class (GPU,
 /// CPU-only): in a `StrictFIFO` queue only these jobs' turn has come.
-fn first_waiting(ctx: &Ctx) -> Vec<[Option<JobId>; 2]> {
+fn first_waiting(ctx: &Ctx) -> TiVec<QueueId, [Option<JobId>; 2]> {
     let waiting =
         jobs_by_queue(ctx, |j| ctx.ssn.job_phase[j] != JobPhase::Pending && ctx.ssn.pending_pods(j).next().is_some());
     waiting
@@ -84,7 +85,7 @@ fn first_waiting(ctx: &Ctx) -> Vec<[Option<JobId>; 2]> {
 
 /// Whether a job's turn has come in its queue: always, except in a `StrictFIFO` queue
 /// (see [`first_waiting`]).
-fn in_turn(ctx: &Ctx, firsts: &[[Option<JobId>; 2]], job: JobId) -> bool {
+fn in_turn(ctx: &Ctx, firsts: &TiSlice<QueueId, [Option<JobId>; 2]>, job: JobId) -> bool {
     let q = ctx.ssn.snap.jobs[job].queue;
     !strict(ctx, q) || firsts[q][class(ctx, job)] == Some(job)
 }
@@ -95,20 +96,20 @@ fn in_turn(ctx: &Ctx, firsts: &[[Option<JobId>; 2]], job: JobId) -> bool {
 /// does not want it again within the action.
 pub fn serve_in_queue_order(
     ctx: &mut Ctx,
-    by_queue: &[Vec<JobId>],
+    by_queue: &TiSlice<QueueId, Vec<JobId>>,
     wants: &dyn Fn(&Ctx, JobId) -> bool,
     eligible: &dyn Fn(&Ctx, QueueId) -> bool,
     serve: &mut dyn FnMut(&mut Ctx, JobId),
 ) {
-    let mut cursor = vec![0usize; by_queue.len()];
+    let mut cursor = ti_vec![0usize; by_queue.len()];
     loop {
-        let mut head = |c: &Ctx, q: usize| {
+        let mut head = |c: &Ctx, q: QueueId| {
             while by_queue[q].get(cursor[q]).is_some_and(|&j| !wants(c, j)) {
                 cursor[q] += 1;
             }
             by_queue[q].get(cursor[q]).copied()
         };
-        let heads: Vec<Option<JobId>> = (0..by_queue.len()).map(|q| head(ctx, q)).collect();
+        let heads: TiVec<QueueId, Option<JobId>> = by_queue.keys().map(|q| head(ctx, q)).collect();
         let Some(q) = select_queue(ctx, &|q| heads[q].is_some() && eligible(ctx, q)) else { break };
         let job = heads[q].expect("selected queue has a job to serve");
         cursor[q] += 1;
@@ -127,9 +128,9 @@ pub fn class(ctx: &Ctx, job: JobId) -> usize {
 }
 
 /// Jobs of each leaf queue matching `keep`, in the framework's job order.
-pub fn jobs_by_queue(ctx: &Ctx, keep: impl Fn(JobId) -> bool) -> Vec<Vec<JobId>> {
-    let mut by_queue = vec![Vec::new(); ctx.ssn.snap.queues.len()];
-    for j in 0..ctx.ssn.snap.jobs.len() {
+pub fn jobs_by_queue(ctx: &Ctx, keep: impl Fn(JobId) -> bool) -> TiVec<QueueId, Vec<JobId>> {
+    let mut by_queue = ti_vec![Vec::new(); ctx.ssn.snap.queues.len()];
+    for j in ctx.ssn.snap.jobs.keys() {
         if keep(j) {
             by_queue[ctx.ssn.snap.jobs[j].queue].push(j);
         }

@@ -15,7 +15,7 @@ pub fn run(ctx: &mut Ctx) {
     let starving_jobs = evicting_jobs(ctx);
     let running = jobs_by_queue(ctx, |j| ctx.ssn.job_running[j] > 0);
     let mut pool = VictimPool::new(EvictMode::Preempt, running, snap.jobs.len());
-    for (q, jobs) in starving_jobs.iter().enumerate() {
+    for (q, jobs) in starving_jobs.iter_enumerated() {
         let mut failed: Option<(Res, i32)> = None;
         for &job in jobs {
             if !starving(ctx, job) {

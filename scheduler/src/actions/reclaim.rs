@@ -9,6 +9,7 @@
 //! job of each class may evict (for its minimum or its elastic pods). The group is
 //! pipelined onto the freed capacity.
 
+use crate::ids::{ti_vec, TiSlice, TiVec};
 use crate::plugin::{EvictMode, Rule, ShareBound, Subject, Victim, Why};
 use crate::res::Res;
 use crate::snapshot::{JobId, PodId, QueueId, ROOT};
@@ -24,7 +25,7 @@ pub fn run(ctx: &mut Ctx) {
     let running = jobs_by_queue(ctx, |j| ctx.ssn.job_running[j] > 0);
     let mut state = Reclaim {
         pool: VictimPool::new(EvictMode::Reclaim, running, snap.jobs.len()),
-        failed: vec![None; snap.queues.len()],
+        failed: ti_vec![None; snap.queues.len()],
     };
     let minimums = evicting_jobs(ctx);
     serve(ctx, &mut state, &minimums, &starving, &|c, j| c.ssn.gang_pods(j));
@@ -40,7 +41,7 @@ struct Reclaim {
     /// The units other queues may lose.
     pool: VictimPool,
     /// Per queue, a request that found no room: larger ones are not tried again.
-    failed: Vec<Option<Res>>,
+    failed: TiVec<QueueId, Option<Res>>,
 }
 
 /// Serves the jobs listed per queue that still `want` room, most deprived queue first, each
@@ -48,7 +49,7 @@ struct Reclaim {
 fn serve(
     ctx: &mut Ctx,
     state: &mut Reclaim,
-    by_queue: &[Vec<JobId>],
+    by_queue: &TiSlice<QueueId, Vec<JobId>>,
     wants: &dyn Fn(&Ctx, JobId) -> bool,
     pods: &dyn Fn(&Ctx, JobId) -> Vec<PodId>,
 ) {
@@ -84,7 +85,9 @@ fn attempt<'s>(ctx: &mut Ctx<'_, 's>, state: &mut Reclaim, job: JobId, pods: &[P
         }
     };
     let pool = &mut state.pool;
-    let queues: Vec<QueueId> = (0..snap.queues.len())
+    let queues: Vec<QueueId> = snap
+        .queues
+        .keys()
         .filter(|&v| v != q && v != ROOT && pool.has_running(v))
         .filter(|&v| ctx.fw.may_reclaim_from(ctx.ssn, job, v).map_err(&mut refused).is_ok())
         .collect();

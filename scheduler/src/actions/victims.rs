@@ -10,9 +10,9 @@
 //! every candidate and sorting the rest again after each eviction, without doing either.
 
 use crate::framework::{Framework, VictimKey};
+use crate::ids::{ti_vec, JobId, PodId, QueueId, TiVec};
 use crate::plugin::{EvictMode, Victim};
 use crate::session::{PodState, Session};
-use crate::snapshot::{JobId, PodId, QueueId};
 
 /// Eviction units of a running job: its pods above the gang minimum one by one (newest
 /// index first), then all of it. Pods bound by this very cycle are never victims: a binding
@@ -52,18 +52,18 @@ pub fn victim_units(ssn: &Session, job: JobId) -> Vec<Victim> {
 pub struct VictimPool {
     mode: EvictMode,
     /// Jobs with running pods when the action started, per leaf queue.
-    running: Vec<Vec<JobId>>,
-    units: Vec<Option<Vec<Victim>>>,
+    running: TiVec<QueueId, Vec<JobId>>,
+    units: TiVec<JobId, Option<Vec<Victim>>>,
     /// Per leaf queue, its units as (job, index in the job's units) in eviction order;
     /// `None` until sorted, and again once a job of the queue loses pods.
-    sorted: Vec<Option<Vec<(JobId, usize)>>>,
+    sorted: TiVec<QueueId, Option<Vec<(JobId, usize)>>>,
 }
 
 impl VictimPool {
     /// A pool for `mode` over the jobs that run in each leaf queue.
-    pub fn new(mode: EvictMode, running: Vec<Vec<JobId>>, jobs: usize) -> VictimPool {
+    pub fn new(mode: EvictMode, running: TiVec<QueueId, Vec<JobId>>, jobs: usize) -> VictimPool {
         let queues = running.len();
-        VictimPool { mode, running, units: vec![None; jobs], sorted: vec![None; queues] }
+        VictimPool { mode, running, units: ti_vec![None; jobs], sorted: ti_vec![None; queues] }
     }
 
     /// Whether jobs of the queue ran when the action started.

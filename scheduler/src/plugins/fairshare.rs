@@ -12,6 +12,7 @@ use std::cell::{Cell, RefCell};
 use std::cmp::Ordering;
 
 use crate::config::FairShareMode;
+use crate::ids::{ti_vec, TiSlice, TiVec};
 use crate::plugin::{EvictMode, Plugin, Rule, ShareBound, Subject, Verdict, Victim, Why};
 use crate::queue_state::queue_state;
 use crate::res::{Res, UNLIMITED};
@@ -23,21 +24,21 @@ use crate::snapshot::{JobId, JobPhase, QueueId, Snapshot, ROOT};
 pub struct FairShare {
     mode: FairShareMode,
     defer_queue_order: bool,
-    jobs_by_queue: Vec<Vec<JobId>>,
+    jobs_by_queue: TiVec<QueueId, Vec<JobId>>,
     /// Per queue, the running elastic pods (above their job's minimum) of its whole subtree,
     /// at the start of the cycle: free capacity for admission (Volcano's elastic rule).
-    elastic_subtree: Vec<Res>,
+    elastic_subtree: TiVec<QueueId, Res>,
     /// Per job, its last worked-out request, keyed by its running and pipelined pod counts
     /// (fixed while these are): reclaim asks about many victims for one reclaimer in a row,
     /// and the queue order asks about every queue's next job.
-    needs: RefCell<Vec<Option<(NeedKey, Need)>>>,
+    needs: RefCell<TiVec<JobId, Option<(NeedKey, Need)>>>,
     /// Per queue (any level), the jobs of its subtree that had pending pods when the cycle
     /// opened, highest priority first, then oldest: the first one still waiting is the
     /// queue's next job.
-    waiting: Vec<Vec<JobId>>,
+    waiting: TiVec<QueueId, Vec<JobId>>,
     /// Per queue, how many of its first `waiting` jobs are known to have no pod left to place
     /// this cycle (placed or pipelined).
-    placed: Vec<Cell<usize>>,
+    placed: TiVec<QueueId, Cell<usize>>,
 }
 
 /// A job's running and pipelined pod counts: its request is fixed while these are.
@@ -56,21 +57,21 @@ impl FairShare {
         FairShare {
             mode,
             defer_queue_order,
-            jobs_by_queue: Vec::new(),
-            elastic_subtree: Vec::new(),
-            needs: RefCell::new(Vec::new()),
-            waiting: Vec::new(),
-            placed: Vec::new(),
+            jobs_by_queue: TiVec::new(),
+            elastic_subtree: TiVec::new(),
+            needs: RefCell::new(TiVec::new()),
+            waiting: TiVec::new(),
+            placed: TiVec::new(),
         }
     }
 }
 
 /// Computes demand and fair share of every queue into the session.
-pub fn compute_shares(ssn: &mut Session, jobs_by_queue: &[Vec<JobId>], mode: FairShareMode) {
+pub fn compute_shares(ssn: &mut Session, jobs_by_queue: &TiSlice<QueueId, Vec<JobId>>, mode: FairShareMode) {
     let snap = ssn.snap;
     let n = snap.resources.len();
-    let mut demand = vec![Res::zero(n); snap.queues.len()];
-    for (q, jobs) in jobs_by_queue.iter().enumerate() {
+    let mut demand = ti_vec![Res::zero(n); snap.queues.len()];
+    for (q, jobs) in jobs_by_queue.iter_enumerated() {
         for &j in jobs {
             for t in &snap.jobs[j].tasks {
                 demand[q].add(&t.requests.times(t.pods.len() as i64));
@@ -78,7 +79,7 @@ pub fn compute_shares(ssn: &mut Session, jobs_by_queue: &[Vec<JobId>], mode: Fai
         }
     }
     fill_demand(snap, ROOT, &mut demand);
-    let mut fair = vec![Res::zero(n); snap.queues.len()];
+    let mut fair = ti_vec![Res::zero(n); snap.queues.len()];
     fair[ROOT] = snap.capacity.clone();
     let mut stack = vec![ROOT];
     while let Some(p) = stack.pop() {
@@ -106,7 +107,7 @@ pub fn compute_shares(ssn: &mut Session, jobs_by_queue: &[Vec<JobId>], mode: Fai
     ssn.fair_share = fair;
 }
 
-fn fill_demand(snap: &Snapshot, q: QueueId, demand: &mut [Res]) {
+fn fill_demand(snap: &Snapshot, q: QueueId, demand: &mut TiSlice<QueueId, Res>) {
     for &c in &snap.queues[q].children {
         fill_demand(snap, c, demand);
         let child = demand[c].clone();
@@ -165,8 +166,8 @@ impl FairShare {
     fn with_need<T>(&self, ssn: &Session, job: JobId, f: impl FnOnce(&Need) -> T) -> T {
         let key = (ssn.job_running[job], ssn.job_pipelined[job]);
         let mut needs = self.needs.borrow_mut();
-        if needs.len() <= job {
-            needs.resize(ssn.snap.jobs.len().max(job + 1), None);
+        if needs.len() <= job.0 {
+            needs.resize(ssn.snap.jobs.len().max(job.0 + 1), None);
         }
         let need = match &mut needs[job] {
             Some((k, need)) if *k == key => need,
@@ -317,14 +318,14 @@ impl Plugin for FairShare {
     }
 
     fn on_open(&mut self, ssn: &mut Session) {
-        let mut by_queue = vec![Vec::new(); ssn.snap.queues.len()];
-        for (j, job) in ssn.snap.jobs.iter().enumerate() {
+        let mut by_queue = ti_vec![Vec::new(); ssn.snap.queues.len()];
+        for (j, job) in ssn.snap.jobs.iter_enumerated() {
             by_queue[job.queue].push(j);
         }
         compute_shares(ssn, &by_queue, self.mode);
         let snap = ssn.snap;
-        let mut elastic = vec![Res::zero(snap.resources.len()); snap.queues.len()];
-        for (q, jobs) in by_queue.iter().enumerate() {
+        let mut elastic = ti_vec![Res::zero(snap.resources.len()); snap.queues.len()];
+        for (q, jobs) in by_queue.iter_enumerated() {
             let mut sum = Res::zero(snap.resources.len());
             for &j in jobs {
                 sum.add(&elastic_running(ssn, j));
@@ -334,8 +335,8 @@ impl Plugin for FairShare {
             }
         }
         self.elastic_subtree = elastic;
-        let mut waiting = vec![Vec::new(); snap.queues.len()];
-        for (q, jobs) in by_queue.iter().enumerate() {
+        let mut waiting = ti_vec![Vec::new(); snap.queues.len()];
+        for (q, jobs) in by_queue.iter_enumerated() {
             for &j in jobs.iter().filter(|&&j| ssn.pending_pods(j).next().is_some()) {
                 for a in snap.ancestry(q) {
                     waiting[a].push(j);
@@ -350,7 +351,7 @@ impl Plugin for FairShare {
         }
         self.placed = waiting.iter().map(|_| Cell::new(0)).collect();
         self.waiting = waiting;
-        self.needs = RefCell::new(vec![None; snap.jobs.len()]);
+        self.needs = RefCell::new(ti_vec![None; snap.jobs.len()]);
         self.jobs_by_queue = by_queue;
     }
 
@@ -388,7 +389,7 @@ impl Plugin for FairShare {
         Ok(())
     }
 
-    fn enqueueable<'s>(&self, ssn: &Session<'s>, job: JobId, reserved: &[Res]) -> Verdict<'s> {
+    fn enqueueable<'s>(&self, ssn: &Session<'s>, job: JobId, reserved: &TiSlice<QueueId, Res>) -> Verdict<'s> {
         let snap = ssn.snap;
         let j = &snap.jobs[job];
         let min = ssn.sum_requests(&ssn.gang_pods(job));

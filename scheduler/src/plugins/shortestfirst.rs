@@ -10,21 +10,21 @@
 use std::cmp::Ordering;
 
 use crate::config::ShortestFirstArgs;
+use crate::ids::{JobId, TiVec};
 use crate::plugin::Plugin;
 use crate::session::Session;
-use crate::snapshot::JobId;
 
 /// The shortest-first plugin.
 pub struct ShortestFirst {
     aging: i64,
     /// Per job, worked out when the cycle opens: (has waited `aging`, declared service).
-    keys: Vec<(bool, Option<i64>)>,
+    keys: TiVec<JobId, (bool, Option<i64>)>,
 }
 
 impl ShortestFirst {
     /// Orders jobs by declared service until they have waited `agingSeconds`.
     pub fn new(args: ShortestFirstArgs) -> ShortestFirst {
-        ShortestFirst { aging: i64::from(args.aging_seconds), keys: Vec::new() }
+        ShortestFirst { aging: i64::from(args.aging_seconds), keys: TiVec::new() }
     }
 }
 

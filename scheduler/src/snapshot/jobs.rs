@@ -9,7 +9,8 @@ use std::sync::Arc;
 use drover_api::GPU;
 
 use super::{
-    Constraints, Job, JobId, JobInput, NodeId, Pod, PodPhase, PodPhaseInput, QueueId, Snapshot, SnapshotError, Task,
+    Constraints, Job, JobId, JobInput, NodeId, Pod, PodId, PodPhase, PodPhaseInput, QueueId, Snapshot, SnapshotError,
+    Task, TiVec,
 };
 
 /// Looks up the names a job input refers to in one snapshot, and shares equal node
@@ -26,15 +27,15 @@ impl JobConverter {
     pub fn new(snap: &Snapshot) -> JobConverter {
         JobConverter {
             resources: snap.resources.iter().enumerate().map(|(i, r)| (r.clone(), i)).collect(),
-            queues: snap.queues.iter().enumerate().skip(1).map(|(i, q)| (q.name.clone(), i)).collect(),
-            nodes: snap.nodes.iter().enumerate().map(|(i, n)| (n.name.clone(), i)).collect(),
+            queues: snap.queues.iter_enumerated().skip(1).map(|(i, q)| (q.name.clone(), i)).collect(),
+            nodes: snap.nodes.iter_enumerated().map(|(i, n)| (n.name.clone(), i)).collect(),
             constraints: HashMap::new(),
         }
     }
 
     /// Adds a job and its pods to the end of `snap`; on error `snap` is unchanged.
     pub fn push(&mut self, snap: &mut Snapshot, job: &JobInput) -> Result<JobId, SnapshotError> {
-        let job_id = snap.jobs.len();
+        let job_id = snap.jobs.next_key();
         let object = || format!("job {}/{}", job.namespace, job.name);
         let queue = *self.queues.get(&job.queue).ok_or_else(|| SnapshotError::Missing {
             object: object(),
@@ -74,7 +75,7 @@ impl JobConverter {
                     PodPhaseInput::Bound(node) => PodPhase::Bound(lookup(node)?),
                     PodPhaseInput::Releasing(node) => PodPhase::Releasing(lookup(node)?),
                 };
-                ids.push(snap.pods.len() + pods.len());
+                ids.push(PodId(snap.pods.len() + pods.len()));
                 pods.push(Pod { job: job_id, task: task_id, index: i as u32, phase });
             }
             tasks.push(Task {
@@ -109,20 +110,18 @@ impl Snapshot {
     /// Keeps only the jobs `keep` accepts (and their pods), in their order; job and pod ids
     /// are renumbered as if the kept jobs had been built alone.
     pub fn retain_jobs(&mut self, mut keep: impl FnMut(JobId) -> bool) {
-        let kept: Vec<bool> = (0..self.jobs.len()).map(&mut keep).collect();
-        let mut pods = Vec::with_capacity(self.pods.len());
-        let mut jobs = Vec::with_capacity(self.jobs.len());
-        for (old, mut job) in std::mem::take(&mut self.jobs).into_iter().enumerate() {
-            if !kept[old] {
+        let mut pods = TiVec::with_capacity(self.pods.len());
+        let mut jobs = TiVec::with_capacity(self.jobs.len());
+        for (old, mut job) in std::mem::take(&mut self.jobs).into_iter_enumerated() {
+            if !keep(old) {
                 continue;
             }
-            let id = jobs.len();
+            let id = jobs.next_key();
             for task in &mut job.tasks {
                 for p in &mut task.pods {
                     let mut pod = self.pods[*p].clone();
                     pod.job = id;
-                    *p = pods.len();
-                    pods.push(pod);
+                    *p = pods.push_and_get_key(pod);
                 }
             }
             jobs.push(job);

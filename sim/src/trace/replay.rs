@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, BinaryHeap};
 use drover_api::{ResourceList, CPU, GPU, MEMORY, PODS};
 use drover_scheduler::config::SchedulerConfig;
 use drover_scheduler::cycle::run_cycle;
+use drover_scheduler::ids::{ti_vec, JobId, TiSlice, TiVec};
 use drover_scheduler::session::PodState;
 use drover_scheduler::snapshot::{
     self, Constraints, JobConverter, JobInput, JobPhase, NodeInput, PodPhase, PodPhaseInput, QueueInput, Snapshot,
@@ -169,7 +170,7 @@ pub fn replay(trace: &[TraceJob], cluster: &Cluster, policy: Policy) -> Result<R
     let mut records: Vec<JobRecord> = (0..trace.len())
         .map(|job| JobRecord { job, finish: None, deadlocked: false, evicted_pods: 0, work_lost: 0 })
         .collect();
-    let mut live: Vec<Live> = Vec::new();
+    let mut live: TiVec<JobId, Live> = TiVec::new();
     let mut ends = Ends::new(trace.len());
     let mut next_cycle: Option<i64> = None;
     let grid = |t: i64| {
@@ -199,7 +200,7 @@ pub fn replay(trace: &[TraceJob], cluster: &Cluster, policy: Policy) -> Result<R
             finished = true;
         }
         if finished {
-            let keep: Vec<bool> = live.iter().map(|l| records[l.job].finish.is_none()).collect();
+            let keep: TiVec<JobId, bool> = live.iter().map(|l| records[l.job].finish.is_none()).collect();
             world.snap.retain_jobs(|j| keep[j]);
             live.retain(|l| records[l.job].finish.is_none());
             changed = true;
@@ -235,12 +236,12 @@ pub fn replay(trace: &[TraceJob], cluster: &Cluster, policy: Policy) -> Result<R
 }
 
 /// GPUs held by the live jobs' bound pods.
-fn allocated(live: &[Live]) -> u32 {
+fn allocated(live: &TiSlice<JobId, Live>) -> u32 {
     live.iter().map(|l| l.bound * l.gpus_per_pod).sum()
 }
 
 /// Adds an interval of `dt` seconds, in the state it had, to the time integrals.
-fn account(out: &mut Replay, live: &[Live], fair: &BTreeMap<String, i64>, dt: i64, waiting_fits: bool) {
+fn account(out: &mut Replay, live: &TiSlice<JobId, Live>, fair: &BTreeMap<String, i64>, dt: i64, waiting_fits: bool) {
     let dt = dt as u128;
     if waiting_fits {
         out.busy_while_waiting.0 += u128::from(allocated(live)) * dt;
@@ -273,7 +274,7 @@ fn account(out: &mut Replay, live: &[Live], fair: &BTreeMap<String, i64>, dt: i6
 /// time starts when all its pods run, not when the first one does, so its end comes from the
 /// replay's own clock.
 fn cycle(
-    live: &mut [Live],
+    live: &mut TiSlice<JobId, Live>,
     world: &mut World,
     now: i64,
     records: &mut [JobRecord],
@@ -284,12 +285,12 @@ fn cycle(
     let outcome = run_cycle(&world.snap, &world.config);
     let snap = &mut world.snap;
     if let Some(g) = snap.gpu {
-        for (q, queue) in snap.queues.iter().enumerate().filter(|(_, q)| q.children.is_empty() && !q.name.is_empty()) {
+        for (q, queue) in snap.queues.iter_enumerated().filter(|(_, q)| q.children.is_empty() && !q.name.is_empty()) {
             fair.insert(queue.name.clone(), outcome.queues[q].fair_share[g]);
         }
     }
-    let mut evicted = vec![0u32; live.len()];
-    let mut bound = vec![0u32; live.len()];
+    let mut evicted: TiVec<JobId, u32> = ti_vec![0; live.len()];
+    let mut bound: TiVec<JobId, u32> = ti_vec![0; live.len()];
     for (pod, state) in snap.pods.iter_mut().zip(&outcome.pod_state) {
         pod.phase = match *state {
             PodState::Bound(n) | PodState::Allocated(n) => {
@@ -303,7 +304,7 @@ fn cycle(
             PodState::Pending | PodState::Pipelined(_) => PodPhase::Pending,
         };
     }
-    for (j, l) in live.iter_mut().enumerate() {
+    for (j, l) in live.iter_mut_enumerated() {
         let job = &mut snap.jobs[j];
         job.phase = outcome.job_phase[j];
         l.bound = bound[j];
