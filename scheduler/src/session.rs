@@ -463,9 +463,4 @@ impl<'s> Session<'s> {
         self.reasons[job] = None;
         self.blocked_by[job] = None;
     }
-
-    /// Whether the queue is a leaf's ancestor-or-self.
-    pub fn in_subtree(&self, leaf: QueueId, of: QueueId) -> bool {
-        self.snap.ancestry(leaf).any(|q| q == of)
-    }
 }
