@@ -309,7 +309,7 @@ fn created(meta: &ObjectMeta) -> i64 {
     meta.creation_timestamp.as_ref().map_or(0, |t| t.0.as_second())
 }
 
-/// Converts the store contents into snapshot inputs; see the module docs for the rules.
+/// Converts the store contents into snapshot inputs; see docs/conversion.md for the rules.
 pub fn convert(objects: &Objects, scheduler_name: &str) -> Converted {
     let mut problems = Vec::new();
     let classes = Classes::new(objects.priority_classes, &mut problems);
@@ -530,7 +530,7 @@ impl Lookup<'_> {
     }
 
     /// What a bound pod of this scheduler that no handed-over group holds is charged to (see
-    /// "Detached pods" in the module docs): its own record, else the admission of the group it
+    /// "Detached pods" in docs/conversion.md): its own record, else the admission of the group it
     /// was left out with, else its namespace's project queue, else `default`. `None` for pods
     /// not bound, of other schedulers, or when no such queue exists.
     fn detached_charge(&self, info: &PodInfo, group: &str, admitted: Option<&(String, String)>) -> Option<Charge> {
@@ -631,6 +631,7 @@ fn detached_job<'a>(
         queue: charge.queue.clone(),
         priority: PriorityFrom::Decided(priority),
         min_member: 1,
+        min_resources: None,
         min_task_member: &BTreeMap::new(),
         created_at: created,
         phase: JobPhase::Running,
@@ -708,7 +709,7 @@ impl GroupAt<'_, '_> {
 
     /// What the group's job is apart from its pods: its admission's priority while that
     /// holds, else the group's own.
-    fn shape(&self, phase: JobPhase) -> Shape<'_> {
+    fn shape(&self, phase: JobPhase, problems: &mut Vec<Problem>) -> Shape<'_> {
         let priority = match admission(self.group) {
             Some(a) => PriorityFrom::Decided(Resolved {
                 class: a.priority_class_name.clone(),
@@ -723,6 +724,19 @@ impl GroupAt<'_, '_> {
             queue: self.queue.clone(),
             priority,
             min_member: self.group.spec.min_member,
+            min_resources: self.group.spec.min_resources.as_ref().map(|declared| {
+                let mut list = ResourceList::default();
+                for (name, quantity) in declared {
+                    match ResourceList::parse_amount(name, &quantity.0) {
+                        Ok(amount) => {
+                            list.0.insert(name.clone(), amount);
+                        }
+                        Err(e) => problems
+                            .push(self.problem("InvalidQuantity", format!("minResources {name}: {e}; entry ignored"))),
+                    }
+                }
+                list
+            }),
             min_task_member: &self.group.spec.min_task_member,
             created_at: created(&self.group.metadata),
             phase,
@@ -743,7 +757,8 @@ fn group_job<'a>(
         problems.push(p);
         return Err(pods);
     }
-    build_job(at.shape(phase), pods, lookup, problems).map_err(|(message, members)| {
+    let shape = at.shape(phase, problems);
+    build_job(shape, pods, lookup, problems).map_err(|(message, members)| {
         problems.push(at.problem("PriorityClassNotFound", message));
         members
     })
@@ -753,7 +768,7 @@ fn group_job<'a>(
 enum PriorityFrom<'g> {
     /// Decided already: an admission or a detached charge.
     Decided(Resolved),
-    /// The group's spec, else its pods (see "Priority" in the module docs).
+    /// The group's spec, else its pods (see "Priority" in docs/conversion.md).
     Group(&'g PodGroup),
 }
 
@@ -764,6 +779,7 @@ struct Shape<'m> {
     queue: String,
     priority: PriorityFrom<'m>,
     min_member: u32,
+    min_resources: Option<ResourceList>,
     min_task_member: &'m BTreeMap<String, u32>,
     created_at: i64,
     phase: JobPhase,
@@ -899,6 +915,7 @@ fn build_job<'a>(
         priority: priority.value,
         preemptible: priority.preemptible,
         min_member: shape.min_member,
+        min_resources: shape.min_resources,
         created_at: shape.created_at,
         phase: shape.phase,
         tasks,

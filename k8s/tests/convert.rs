@@ -200,6 +200,25 @@ fn usage_of_pods_not_handed_to_the_core_is_subtracted_from_nodes() {
 }
 
 #[test]
+fn a_group_seen_before_its_pods_carries_its_declared_size() {
+    // The Job controller makes the group first, with minResources from the Job's tasks; the
+    // scheduler may see it before any pod. An invalid entry is reported and left out.
+    let mut early = group("early", 4);
+    early["spec"]["minResources"] = json!({"nvidia.com/gpu": "16", "cpu": "8", "memory": "lots"});
+    let w = World { nodes: vec![node("n1", "8", "8")], groups: vec![early, group("plain", 1)], ..world() };
+    let c = w.convert();
+    let early = job(&c, "early");
+    assert!(early.tasks.iter().all(|t| t.pods.is_empty()), "no pods yet: {:?}", early.tasks);
+    assert_eq!(early.min_resources, Some(list(&[("nvidia.com/gpu", 16), ("cpu", 8000)])));
+    assert!(has_problem(&c, "PodGroup", "early", "InvalidQuantity"), "{:?}", c.problems);
+    assert_eq!(job(&c, "plain").min_resources, None);
+    let snap = build(&c);
+    let gpu = snap.resources.iter().position(|r| r == "nvidia.com/gpu").expect("the GPU resource");
+    let early = snap.jobs.iter().find(|j| j.name == "early").expect("early");
+    assert_eq!(early.min_resources[gpu], 16, "the snapshot keeps the declared size");
+}
+
+#[test]
 fn a_finished_group_with_a_new_unbound_pod_is_pending_again() {
     // A restarted job: its group was marked Failed when every pod failed; the job controller
     // deleted them and made new ones.

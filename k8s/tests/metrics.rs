@@ -214,6 +214,7 @@ fn a_cycle_is_recorded() {
         priority: 0,
         preemptible: true,
         min_member: pods as u32,
+        min_resources: None,
         created_at: 0,
         phase: JobPhase::Pending,
         tasks: vec![TaskInput {

@@ -129,7 +129,12 @@ impl Framework {
     }
 
     /// Whether every plugin admits the job.
-    pub fn enqueueable<'s>(&self, ssn: &Session<'s>, job: JobId, reserved: &TiSlice<QueueId, Res>) -> Verdict<'s> {
+    pub fn enqueueable<'s>(
+        &self,
+        ssn: &Session<'s>,
+        job: JobId,
+        reserved: Option<&TiSlice<QueueId, Res>>,
+    ) -> Verdict<'s> {
         self.enabled.iter().try_for_each(|p| p.enqueueable(ssn, job, reserved))
     }
 

@@ -294,8 +294,15 @@ pub trait Plugin {
     }
 
     /// Whether a pending job may be admitted; `reserved` is what admitted-but-unplaced jobs
-    /// already claim per queue.
-    fn enqueueable<'s>(&self, _ssn: &Session<'s>, _job: JobId, _reserved: &TiSlice<QueueId, Res>) -> Verdict<'s> {
+    /// already claim per queue. Without `reserved`, the gang is judged alone, as if its queues
+    /// ran nothing: an admitted group that could never start (its pods turned out larger than
+    /// a limit, a limit was lowered, nodes left) is judged so every cycle until it runs.
+    fn enqueueable<'s>(
+        &self,
+        _ssn: &Session<'s>,
+        _job: JobId,
+        _reserved: Option<&TiSlice<QueueId, Res>>,
+    ) -> Verdict<'s> {
         Ok(())
     }
 

@@ -65,6 +65,13 @@ impl Res {
         self.0.iter().zip(&avail.0).all(|(a, b)| a <= b)
     }
 
+    /// Raises each entry to at least the matching entry of `other`.
+    pub fn max_with(&mut self, other: &Res) {
+        for (a, b) in self.0.iter_mut().zip(&other.0) {
+            *a = (*a).max(*b);
+        }
+    }
+
     /// Entry-wise maximum with zero.
     pub fn clamp_non_negative(&mut self) {
         for a in &mut self.0 {

@@ -434,6 +434,17 @@ impl<'s> Session<'s> {
         chosen
     }
 
+    /// What a job's gang minimum still needs: the requests of its unplaced minimum pods, and,
+    /// while none of its pods runs, at least what the group declares (`minResources`), so that
+    /// a group seen before its pods is not judged as empty.
+    pub fn gang_request(&self, job: JobId) -> Res {
+        let mut need = self.sum_requests(&self.gang_pods(job));
+        if self.job_running[job] == 0 {
+            need.max_with(&self.snap.jobs[job].min_resources);
+        }
+        need
+    }
+
     /// Sum of requests of a set of pods.
     pub fn sum_requests(&self, pods: &[PodId]) -> Res {
         let mut r = Res::zero(self.snap.resources.len());

@@ -130,6 +130,9 @@ pub struct Job {
     pub preemptible: bool,
     /// Gang minimum.
     pub min_member: u32,
+    /// What the gang minimum declares it needs (a PodGroup's `minResources`; zero where
+    /// nothing is declared): admission holds a group to it even before its pods exist.
+    pub min_resources: Res,
     /// Creation time, seconds.
     pub created_at: i64,
     /// Phase at the start of the cycle.
@@ -280,6 +283,8 @@ pub struct JobInput {
     pub preemptible: bool,
     /// Gang minimum.
     pub min_member: u32,
+    /// Declared resources of the gang minimum (a PodGroup's `minResources`), if any.
+    pub min_resources: Option<ResourceList>,
     /// Creation time.
     pub created_at: i64,
     /// Phase.
@@ -398,6 +403,7 @@ pub fn build(nodes: &[NodeInput], queues: &[QueueInput], jobs: &[JobInput]) -> R
         }
     }
     jobs.iter().flat_map(|j| &j.tasks).for_each(|t| intern(&t.requests));
+    jobs.iter().filter_map(|j| j.min_resources.as_ref()).for_each(&mut intern);
     names[2..].sort();
     let index: HashMap<&str, usize> = names.iter().enumerate().map(|(i, n)| (n.as_str(), i)).collect();
     let n = names.len();

@@ -34,6 +34,7 @@ fn job(name: &str, queue: &str, cpu: i64, pod: PodPhaseInput) -> JobInput {
         priority: 50,
         preemptible: true,
         min_member: 1,
+        min_resources: None,
         created_at: 0,
         phase: if running { JobPhase::Running } else { JobPhase::Inqueue },
         tasks: vec![TaskInput {

@@ -43,6 +43,7 @@ fn pending_job(name: &str, queue: &str, min: u32, pods: usize, requests: Resourc
         priority: 50,
         preemptible: true,
         min_member: min,
+        min_resources: None,
         created_at: 0,
         phase: JobPhase::Pending,
         tasks: vec![TaskInput {

@@ -349,6 +349,7 @@ fn assemble(
             priority: class.map_or(0, |c| c.value),
             preemptible: class.is_none_or(|c| c.preemptible),
             min_member: 1 + spec.min_member.index(total) as u32,
+            min_resources: None,
             created_at: i as i64,
             phase: JobPhase::Pending,
             tasks,
@@ -1112,6 +1113,7 @@ fn tiny_case() -> Case {
             priority: 100,
             preemptible: false,
             min_member: 2,
+            min_resources: None,
             created_at: 0,
             phase: JobPhase::Pending,
             tasks: vec![TaskInput {

@@ -389,10 +389,10 @@ impl Plugin for FairShare {
         Ok(())
     }
 
-    fn enqueueable<'s>(&self, ssn: &Session<'s>, job: JobId, reserved: &TiSlice<QueueId, Res>) -> Verdict<'s> {
+    fn enqueueable<'s>(&self, ssn: &Session<'s>, job: JobId, reserved: Option<&TiSlice<QueueId, Res>>) -> Verdict<'s> {
         let snap = ssn.snap;
         let j = &snap.jobs[job];
-        let min = ssn.sum_requests(&ssn.gang_pods(job));
+        let min = ssn.gang_request(job);
         if let Some(r) = min.first_exceeding(&snap.capacity) {
             let e = (r, min[r], snap.capacity[r]);
             return Err(Why::exceeding(snap, Rule::ClusterCapacity, Subject::Cluster, e));
@@ -402,8 +402,14 @@ impl Plugin for FairShare {
             let queue = &snap.queues[q];
             // Above the job's own queue, elastic pods anywhere in the subtree are free too.
             let below = self.elastic_subtree[q].minus(&self.elastic_subtree[j.queue]);
-            let mut used = ssn.queue_alloc[q].minus(&freeable).minus(&below).plus(&reserved[q]);
-            used.clamp_non_negative();
+            let used = match reserved {
+                Some(reserved) => {
+                    let mut used = ssn.queue_alloc[q].minus(&freeable).minus(&below).plus(&reserved[q]);
+                    used.clamp_non_negative();
+                    used
+                }
+                None => Res::zero(min.len()),
+            };
             if let Some(e) = exceeding(&min, &used, &queue.limit) {
                 return Err(Why::exceeding(snap, Rule::LimitForGang, Subject::Queue(q), e));
             }

@@ -42,6 +42,15 @@ impl JobConverter {
             field: "queue",
             name: job.queue.clone(),
         })?;
+        let mut min_resources = crate::res::Res::zero(snap.resources.len());
+        for (name, amount) in job.min_resources.iter().flat_map(|l| &l.0) {
+            let r = *self.resources.get(name).ok_or_else(|| SnapshotError::Missing {
+                object: object(),
+                field: "minResources",
+                name: name.clone(),
+            })?;
+            min_resources[r] = *amount;
+        }
         let mut tasks = Vec::with_capacity(job.tasks.len());
         let mut pods = Vec::new();
         for (task_id, t) in job.tasks.iter().enumerate() {
@@ -95,6 +104,7 @@ impl JobConverter {
             priority: job.priority,
             preemptible: job.preemptible,
             min_member: job.min_member,
+            min_resources,
             created_at: job.created_at,
             phase: job.phase,
             tasks,

@@ -97,6 +97,8 @@ struct Job {
     queue: String,
     priority_class: Option<String>,
     min_member: Option<u32>,
+    #[serde(default, deserialize_with = "resources")]
+    min_resources: Option<ResourceList>,
     created_at: Option<i64>,
     duration: Option<u64>,
     started_at: Option<i64>,
@@ -301,6 +303,7 @@ fn job(doc: &Doc, s: &Scenario, j: usize, job: Job) -> Result<JobInput, Scenario
         priority: class.map_or(0, |c| c.value),
         preemptible: class.is_none_or(|c| c.preemptible),
         min_member,
+        min_resources: job.min_resources,
         created_at: job.created_at.unwrap_or(0),
         phase,
         tasks,

@@ -342,6 +342,7 @@ fn submit(job: &TraceJob, index: usize, cluster: &Cluster, policy: Policy) -> (L
         priority: policy.priority(job.duration),
         preemptible: true,
         min_member: policy.min_member(job.pods),
+        min_resources: None,
         created_at: job.submit,
         phase: JobPhase::Pending,
         tasks: vec![TaskInput {
