@@ -16,9 +16,6 @@ use futures::future::{FutureExt, Shared};
 /// Options both processes share.
 #[derive(clap::Args, Debug, Clone)]
 pub struct CommonArgs {
-    /// Address of the /metrics, /healthz and /readyz endpoint.
-    #[arg(long, default_value = "0.0.0.0:8080")]
-    pub metrics_addr: SocketAddr,
     /// Elect a leader with a coordination.k8s.io Lease (turn off only for a single replica).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub leader_elect: bool,
@@ -35,6 +32,10 @@ pub struct CommonArgs {
 pub struct SchedulerArgs {
     #[command(flatten)]
     common: CommonArgs,
+    /// Address of the /metrics, /healthz and /readyz endpoint (the controllers default to
+    /// the next port, so both run side by side on one machine).
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    metrics_addr: SocketAddr,
     /// Scheduler configuration file (default: the bundled config/scheduler.yaml).
     #[arg(long)]
     config: Option<PathBuf>,
@@ -54,6 +55,9 @@ pub struct SchedulerArgs {
 pub struct ControllerArgs {
     #[command(flatten)]
     common: CommonArgs,
+    /// Address of the /metrics, /healthz and /readyz endpoint (the scheduler defaults to 8080).
+    #[arg(long, default_value = "0.0.0.0:8081")]
+    metrics_addr: SocketAddr,
 }
 
 type Stop = Shared<futures::future::BoxFuture<'static, ()>>;
@@ -136,7 +140,7 @@ pub async fn scheduler(args: SchedulerArgs) -> anyhow::Result<()> {
     let client = kube::Client::try_default().await.context("connecting to Kubernetes")?;
     let metrics = Arc::new(Metrics::new());
     let health = Health::new();
-    let endpoint = metrics::serve(args.common.metrics_addr, metrics.clone(), health.clone()).await?;
+    let endpoint = metrics::serve(args.metrics_addr, metrics.clone(), health.clone()).await?;
     let election = elect(&client, &args.common, "scheduler", &metrics);
     let options = SchedulerOptions {
         scheduler_name: args.scheduler_name,
@@ -157,7 +161,7 @@ pub async fn controllers(args: ControllerArgs) -> anyhow::Result<()> {
     let client = kube::Client::try_default().await.context("connecting to Kubernetes")?;
     let metrics = Arc::new(Metrics::new());
     let health = Health::new();
-    let endpoint = metrics::serve(args.common.metrics_addr, metrics.clone(), health.clone()).await?;
+    let endpoint = metrics::serve(args.metrics_addr, metrics.clone(), health.clone()).await?;
     let election = elect(&client, &args.common, "controllers", &metrics);
     let is_leader = election.is_leader();
     let stop = termination();

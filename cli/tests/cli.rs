@@ -199,3 +199,17 @@ fn trace_mode_replays_every_policy_and_refuses_bad_rows() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown policy \"lottery\""));
 }
+
+#[test]
+fn scheduler_and_controllers_default_to_different_metrics_ports() {
+    // The README's playground starts both on one machine: the same default port made the
+    // second one exit with "Address already in use".
+    let default_of = |component: &str| {
+        let help = String::from_utf8(drover(&[component, "--help"]).stdout).expect("utf-8 help");
+        let line = help.lines().skip_while(|l| !l.contains("--metrics-addr")).take(4).collect::<Vec<_>>().join(" ");
+        line.split("[default: ").nth(1).and_then(|d| d.split(']').next()).map(str::to_string).expect("a default")
+    };
+    let (scheduler, controllers) = (default_of("scheduler"), default_of("controllers"));
+    assert_eq!(scheduler, "0.0.0.0:8080");
+    assert_ne!(scheduler, controllers);
+}
