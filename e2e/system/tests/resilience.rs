@@ -456,14 +456,17 @@ async fn bad_input_is_reported_not_fatal() {
     .await;
 
     let pgs = podgroups_api(&client);
-    // The group may show a passing reason while its pods are still being created; the reason
-    // it settles on must name the gang and the resource it lacks.
+    // The group is refused admission on its declared size (the Job controller writes
+    // minResources), whether or not its pods exist yet: the reason names the cluster and the
+    // resource it lacks.
     let seen = std::sync::Mutex::new(String::new());
     let settled = tokio::time::timeout(Duration::from_secs(20), async {
         loop {
             if let Some(cond) = pgs.get("too-big").await.ok().and_then(|pg| condition(&pg, "Unschedulable")) {
                 let message = cond["message"].as_str().unwrap_or_default().to_string();
-                if cond["status"] == "True" && message.contains("gang of 3 pods") && message.contains("nvidia.com/gpu")
+                if cond["status"] == "True"
+                    && message.contains("more than the whole cluster has")
+                    && message.contains("nvidia.com/gpu 24 > 16")
                 {
                     return;
                 }
@@ -475,7 +478,7 @@ async fn bad_input_is_reported_not_fatal() {
     .await;
     assert!(
         settled.is_ok(),
-        "too-big's Unschedulable reason never named the gang and the GPUs; last: {:?} (logs in {logs})",
+        "too-big's Unschedulable reason never named the cluster and the GPUs; last: {:?} (logs in {logs})",
         seen.lock().unwrap()
     );
     let events: Api<Event> = Api::namespaced(client.clone(), "default");
