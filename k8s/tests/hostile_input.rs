@@ -924,7 +924,6 @@ fn without_ignored_fields(w: &World) -> World {
     let mut w = w.clone();
     for g in &mut w.groups {
         if let Some(spec) = g["spec"].as_object_mut() {
-            spec.remove("minResources");
             spec.remove("scheduleTimeoutSeconds");
         }
         g["metadata"]["annotations"] = json!({});
