@@ -6,7 +6,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use drover_api::GPU;
+use drover_api::{ResourceList, GPU};
+
+use crate::res::Res;
 
 use super::{
     Constraints, Job, JobId, JobInput, NodeId, Pod, PodId, PodPhase, PodPhaseInput, QueueId, Snapshot, SnapshotError,
@@ -33,6 +35,27 @@ impl JobConverter {
         }
     }
 
+    /// A job's resource list as a vector over the snapshot's `n` resources; a resource the
+    /// snapshot does not have is an error naming `object` and `field`.
+    fn amounts(
+        &self,
+        list: &ResourceList,
+        n: usize,
+        object: impl Fn() -> String,
+        field: &'static str,
+    ) -> Result<Res, SnapshotError> {
+        let mut out = Res::zero(n);
+        for (name, amount) in &list.0 {
+            let r = *self.resources.get(name).ok_or_else(|| SnapshotError::Missing {
+                object: object(),
+                field,
+                name: name.clone(),
+            })?;
+            out[r] = *amount;
+        }
+        Ok(out)
+    }
+
     /// Adds a job and its pods to the end of `snap`; on error `snap` is unchanged.
     pub fn push(&mut self, snap: &mut Snapshot, job: &JobInput) -> Result<JobId, SnapshotError> {
         let job_id = snap.jobs.next_key();
@@ -42,27 +65,13 @@ impl JobConverter {
             field: "queue",
             name: job.queue.clone(),
         })?;
-        let mut min_resources = crate::res::Res::zero(snap.resources.len());
-        for (name, amount) in job.min_resources.iter().flat_map(|l| &l.0) {
-            let r = *self.resources.get(name).ok_or_else(|| SnapshotError::Missing {
-                object: object(),
-                field: "minResources",
-                name: name.clone(),
-            })?;
-            min_resources[r] = *amount;
-        }
+        let n = snap.resources.len();
+        let empty = ResourceList::default();
+        let min_resources = self.amounts(job.min_resources.as_ref().unwrap_or(&empty), n, object, "minResources")?;
         let mut tasks = Vec::with_capacity(job.tasks.len());
         let mut pods = Vec::new();
         for (task_id, t) in job.tasks.iter().enumerate() {
-            let mut requests = crate::res::Res::zero(snap.resources.len());
-            for (name, amount) in &t.requests.0 {
-                let r = *self.resources.get(name).ok_or_else(|| SnapshotError::Missing {
-                    object: object(),
-                    field: "requests",
-                    name: name.clone(),
-                })?;
-                requests[r] = *amount;
-            }
+            let mut requests = self.amounts(&t.requests, n, object, "requests")?;
             requests[snap.pods_resource] = 1;
             let gpu = self.resources.get(GPU).is_some_and(|&g| requests[g] > 0);
             let constraints = self
