@@ -397,14 +397,15 @@ impl Plugin for FairShare {
             let e = (r, min[r], snap.capacity[r]);
             return Err(Why::exceeding(snap, Rule::ClusterCapacity, Subject::Cluster, e));
         }
-        let freeable = self.freeable_for(ssn, job);
+        // What the path already holds against its limits; nothing when the gang is judged alone.
+        let holding = reserved.map(|reserved| (reserved, self.freeable_for(ssn, job)));
         for q in snap.ancestry(j.queue) {
             let queue = &snap.queues[q];
-            // Above the job's own queue, elastic pods anywhere in the subtree are free too.
-            let below = self.elastic_subtree[q].minus(&self.elastic_subtree[j.queue]);
-            let used = match reserved {
-                Some(reserved) => {
-                    let mut used = ssn.queue_alloc[q].minus(&freeable).minus(&below).plus(&reserved[q]);
+            let used = match &holding {
+                Some((reserved, freeable)) => {
+                    // Above the job's own queue, elastic pods anywhere in the subtree are free too.
+                    let below = self.elastic_subtree[q].minus(&self.elastic_subtree[j.queue]);
+                    let mut used = ssn.queue_alloc[q].minus(freeable).minus(&below).plus(&reserved[q]);
                     used.clamp_non_negative();
                     used
                 }
