@@ -30,6 +30,7 @@ use drover_scheduler::ids::{PodId, TiVec};
 use drover_scheduler::snapshot::{Constraints, JobInput, JobPhase, NodeInput, PodPhaseInput, QueueInput, TaskInput};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
 
@@ -300,6 +301,26 @@ pub(crate) fn unique<T: Serialize>(
                     e.insert(o);
                 }
             }
+        }
+    }
+    out
+}
+
+/// Amounts an object declares (a queue's quota or limit, a group's `minResources`). An invalid
+/// entry is reported through `invalid` and left out rather than taken as 0: a 0 quota, limit
+/// or size would mean something the author did not write.
+fn declared_amounts(
+    declared: &BTreeMap<String, Quantity>,
+    what: &str,
+    mut invalid: impl FnMut(String),
+) -> ResourceList {
+    let mut out = ResourceList::default();
+    for (name, quantity) in declared {
+        match ResourceList::parse_amount(name, &quantity.0) {
+            Ok(amount) => {
+                out.0.insert(name.clone(), amount);
+            }
+            Err(e) => invalid(format!("{what} {name}: {e}; entry ignored")),
         }
     }
     out
@@ -725,17 +746,9 @@ impl GroupAt<'_, '_> {
             priority,
             min_member: self.group.spec.min_member,
             min_resources: self.group.spec.min_resources.as_ref().map(|declared| {
-                let mut list = ResourceList::default();
-                for (name, quantity) in declared {
-                    match ResourceList::parse_amount(name, &quantity.0) {
-                        Ok(amount) => {
-                            list.0.insert(name.clone(), amount);
-                        }
-                        Err(e) => problems
-                            .push(self.problem("InvalidQuantity", format!("minResources {name}: {e}; entry ignored"))),
-                    }
-                }
-                list
+                declared_amounts(declared, "minResources", |message| {
+                    problems.push(self.problem("InvalidQuantity", message))
+                })
             }),
             min_task_member: &self.group.spec.min_task_member,
             created_at: created(&self.group.metadata),

@@ -18,7 +18,7 @@ use drover_api::label_selector;
 use drover_api::ResourceList;
 use drover_scheduler::snapshot::QueueInput;
 
-use super::{Problem, DEFAULT_QUEUE};
+use super::{declared_amounts, Problem, DEFAULT_QUEUE};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
@@ -130,20 +130,7 @@ pub(super) fn convert(
     for name in &valid {
         let q = by_name[name.as_str()];
         let mut list = |map: &BTreeMap<String, Quantity>, what: &str| {
-            let mut out = ResourceList::default();
-            for (k, v) in map {
-                match ResourceList::parse_amount(k, &v.0) {
-                    Ok(amount) => {
-                        out.0.insert(k.clone(), amount);
-                    }
-                    // An invalid entry is ignored rather than taken as 0: a 0 quota or limit
-                    // would mean something the author did not write.
-                    Err(e) => {
-                        problems.push(problem(name, "InvalidQuantity", format!("{what} {k}: {e}; entry ignored")))
-                    }
-                }
-            }
-            out
+            declared_amounts(map, what, |message| problems.push(problem(name, "InvalidQuantity", message)))
         };
         let deserved = list(&q.spec.deserved, "deserved");
         let limit = q.spec.limit.as_ref().map(|l| list(l, "limit"));
