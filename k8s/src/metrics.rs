@@ -370,7 +370,7 @@ impl Metrics {
         self.observe_cycle(elapsed);
         self.inc_binds(outcome.decisions.binds.len() as u64);
         for reason in [EvictReason::Preempt, EvictReason::Reclaim, EvictReason::Consolidate] {
-            let n = outcome.decisions.evictions.iter().filter(|(_, r)| *r == reason).count();
+            let n = outcome.decisions.evictions.iter().filter(|(_, r, _)| *r == reason).count();
             self.inc_evictions(reason, n as u64);
         }
         self.set_pending_reasons(outcome.reasons.iter().flatten().map(String::as_str));

@@ -231,8 +231,7 @@ impl State {
         let mut binds = recovery.bound;
         if is_leader() {
             let d = &outcome.decisions;
-            evictions =
-                evict::evict_decisions(&writer, &mut self.overlay, &snap, &converted, &d.evictions, &d.pipelined).await;
+            evictions = evict::evict_decisions(&writer, &mut self.overlay, &snap, &converted, &d.evictions).await;
         }
         if is_leader() {
             binds += bind::bind_decisions(

@@ -119,7 +119,7 @@ impl Cluster {
         let converted = self.convert();
         let snap = snapshot::build(&converted.nodes, &converted.queues, &converted.jobs).expect("a snapshot");
         let outcome = run_cycle(&snap, &SchedulerConfig::default());
-        for &(p, _) in &outcome.decisions.evictions {
+        for &(p, ..) in &outcome.decisions.evictions {
             let victim = &converted.pods[p];
             self.pods.retain(|pod| pod.metadata.name.as_deref() != Some(victim.name.as_str()));
         }

@@ -377,11 +377,37 @@ async fn preemption_evicts_lower_priority_gang_then_binds_preemptor() {
     wait_for("preemptor bound", T, || async { env.bound("high").await == 2 }).await;
     assert_eq!(env.members("low").await.len(), 0, "victims evicted");
     let events = env.events("Preempted").await;
+    let said = format!("by pod group {NS}/high of higher priority");
     assert!(
-        events.iter().any(|e| e.involved_object.name.as_deref().is_some_and(|n| n.starts_with("low-"))),
-        "Preempted events: {events:?}"
+        events.iter().any(|e| e.involved_object.name.as_deref().is_some_and(|n| n.starts_with("low-"))
+            && e.message.as_deref().is_some_and(|m| m.contains(&said))),
+        "Preempted events naming {said:?}: {events:?}"
     );
     env.assert_no_overcommit().await;
+    env.stop().await;
+}
+
+/// An elastic pod preempted for a gang minimum of its own priority is told so, not that the
+/// preemptor had a higher priority.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn preemption_of_an_elastic_pod_by_equal_priority_says_so() {
+    let Some(mut env) = Env::new(2).await else { return };
+    env.queue("q", None).await;
+    env.start_scheduler();
+    env.gang("elastic", "q", 2, 1, 8, Some("train")).await;
+    wait_for("elastic bound", T, || async { env.bound("elastic").await == 2 }).await;
+    env.gang("peer", "q", 1, 1, 8, Some("train")).await;
+    wait_for("peer bound", T, || async { env.bound("peer").await == 1 }).await;
+    let events = env.events("Preempted").await;
+    let said = format!("by pod group {NS}/peer of equal priority");
+    assert!(
+        events.iter().any(|e| e.involved_object.name.as_deref().is_some_and(|n| n.starts_with("elastic-"))
+            && e.message
+                .as_deref()
+                .is_some_and(|m| m.contains(&said) && m.contains("elastic pods yield to gang minimums"))),
+        "Preempted events naming {said:?}: {events:?}"
+    );
+    assert!(!events.iter().any(|e| e.message.as_deref().is_some_and(|m| m.contains("higher priority"))), "{events:?}");
     env.stop().await;
 }
 

@@ -113,6 +113,9 @@ fn advice(snap: &Snapshot, by: Option<Blocker>, need: &Res) -> String {
             format!("use a preemptible priority class or raise queue {q}'s deserved {r} to {amount}")
         }
         Rule::ClusterCapacity => format!("the gang needs more {r} than the cluster has: shrink it"),
+        Rule::LargerThanAnyNode => {
+            format!("ask at most {} {r} per pod (the largest node's) or add a node with {amount}", snap.amount(e.resource, e.bound))
+        }
         _ => nodes.to_string(),
     }
 }

@@ -32,6 +32,8 @@ pub enum Rule {
     NonPreemptibleGangDeserved,
     /// Admission: a gang larger than the whole cluster.
     ClusterCapacity,
+    /// Admission: a gang pod asks more of a resource than the largest node has.
+    LargerThanAnyNode,
     /// Eviction: a job is never its own victim.
     OwnJob,
     /// Eviction: non-preemptible work while its queue's non-preemptible work is within the
@@ -149,6 +151,18 @@ impl fmt::Display for Why<'_> {
                 "non-preemptible work may only use queue {s}'s deserved quota, which is smaller than the gang"
             ),
             Rule::ClusterCapacity => write!(f, "the gang needs more than the whole cluster has"),
+            Rule::LargerThanAnyNode => match self.excess {
+                Some(e) => {
+                    let (snap, r) = (self.snap, e.resource);
+                    let (largest, asked) = (snap.amount(r, e.bound), snap.amount(r, e.amount));
+                    return write!(
+                        f,
+                        "can never fit: largest node has {largest} {}, a pod asks {asked}",
+                        snap.resources[r]
+                    );
+                }
+                None => write!(f, "can never fit on any node"),
+            },
             Rule::OwnJob => write!(f, "a job is not its own victim"),
             Rule::NonPreemptible => write!(f, "job {s} is non-preemptible and its queue is within its deserved quota"),
             Rule::NotLowerPriority => write!(f, "job {s} does not have a lower priority"),

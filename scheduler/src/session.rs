@@ -51,7 +51,7 @@ pub enum EvictReason {
 enum Op {
     Allocate(PodId, NodeId),
     Pipeline(PodId, NodeId),
-    Evict(PodId, NodeId, PodState, EvictReason),
+    Evict(PodId, NodeId, PodState, EvictReason, JobId),
     Hold(PodId, NodeId),
 }
 
@@ -84,8 +84,9 @@ impl Statement {
 pub struct Decisions {
     /// New bindings, in decision order.
     pub binds: Vec<(PodId, NodeId)>,
-    /// Evictions, in decision order.
-    pub evictions: Vec<(PodId, EvictReason)>,
+    /// Evictions, in decision order: the pod, why, and the job it makes room for (whose
+    /// pods are pipelined onto what it frees), so that events name the real beneficiary.
+    pub evictions: Vec<(PodId, EvictReason, JobId)>,
     /// Pods nominated to nodes that evictions are freeing.
     pub pipelined: Vec<(PodId, NodeId)>,
 }
@@ -295,11 +296,12 @@ impl<'s> Session<'s> {
         self.record(st, Op::Pipeline(pod, node));
     }
 
-    /// Evicts a running pod; its resources stay held until it terminates.
-    pub fn evict(&mut self, st: &mut Statement, pod: PodId, reason: EvictReason) {
+    /// Evicts a running pod to make room for `for_job`; its resources stay held until it
+    /// terminates.
+    pub fn evict(&mut self, st: &mut Statement, pod: PodId, reason: EvictReason, for_job: JobId) {
         let prev = self.pod_state[pod];
         let node = prev.running_on().expect("only running pods are evicted");
-        self.record(st, Op::Evict(pod, node, prev, reason));
+        self.record(st, Op::Evict(pod, node, prev, reason, for_job));
     }
 
     /// Sets capacity of a node aside, for the rest of the cycle, for the pod that will replace
@@ -339,7 +341,7 @@ impl<'s> Session<'s> {
                 *pipelined = if forward { *pipelined + 1 } else { *pipelined - 1 };
                 self.account_queues(pod, forward);
             }
-            Op::Evict(_, _, prev, _) => {
+            Op::Evict(_, _, prev, ..) => {
                 change(&mut self.node_releasing[node]);
                 self.pod_state[pod] = if forward { PodState::Releasing(node) } else { prev };
                 self.account_running(pod, !forward);
@@ -360,7 +362,7 @@ impl<'s> Session<'s> {
             match op {
                 Op::Allocate(pod, node) => self.decisions.binds.push((pod, node)),
                 Op::Pipeline(pod, node) => self.decisions.pipelined.push((pod, node)),
-                Op::Evict(pod, _, _, reason) => self.decisions.evictions.push((pod, reason)),
+                Op::Evict(pod, _, _, reason, for_job) => self.decisions.evictions.push((pod, reason, for_job)),
                 Op::Hold(..) => {}
             }
         }

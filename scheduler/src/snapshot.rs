@@ -204,6 +204,9 @@ pub struct Snapshot {
     pub pods: TiVec<PodId, Pod>,
     /// Sum of allocatable resources of schedulable nodes.
     pub capacity: Res,
+    /// The most any one schedulable node has of each resource: a pod asking more of one can
+    /// never run, however much the cluster frees.
+    pub largest_node: Res,
     /// The resources queue quotas are about: those some queue declares a deserved quota for,
     /// or every one when no queue declares any; never `pods`. Queue state, the queue order's
     /// deserved-quota question and reclaim compare allocations with deserved quotas in these
@@ -423,6 +426,7 @@ pub fn build(nodes: &[NodeInput], queues: &[QueueInput], jobs: &[JobInput]) -> R
     let mut node_index = HashMap::new();
     let mut snap_nodes = TiVec::with_capacity(nodes.len());
     let mut capacity = Res::zero(n);
+    let mut largest_node = Res::zero(n);
     for (i, node) in nodes.iter().enumerate() {
         if node_index.insert(node.name.as_str(), i).is_some() {
             return Err(SnapshotError::Duplicate(format!("node {}", node.name)));
@@ -430,6 +434,7 @@ pub fn build(nodes: &[NodeInput], queues: &[QueueInput], jobs: &[JobInput]) -> R
         let allocatable = vec_of(&node.allocatable, 0);
         if !node.unschedulable {
             capacity.add(&allocatable);
+            largest_node.max_with(&allocatable);
         }
         let pool_name = node.labels.get(NODE_POOL_LABEL).map(String::as_str).unwrap_or("");
         snap_nodes.push(Node {
@@ -457,6 +462,7 @@ pub fn build(nodes: &[NodeInput], queues: &[QueueInput], jobs: &[JobInput]) -> R
         jobs: TiVec::with_capacity(jobs.len()),
         pods: TiVec::new(),
         capacity,
+        largest_node,
         quota_resources,
         now: 0,
     };

@@ -583,7 +583,7 @@ fn gangs_at_or_above_minimum(c: &Cycle) -> Result<(), String> {
         if running == 0 {
             continue;
         }
-        let evicted = c.out.decisions.evictions.iter().filter(|(p, _)| snap.pods[*p].job == j).count();
+        let evicted = c.out.decisions.evictions.iter().filter(|(p, ..)| snap.pods[*p].job == j).count();
         let short_task = job.tasks.iter().zip(tasks).find(|(t, &n)| n < t.min_available);
         if running < job.min_member || short_task.is_some() {
             return Err(format!(
@@ -615,12 +615,12 @@ fn only_preemptible_evicted(c: &Cycle) -> Result<(), String> {
         let asks = |r: usize| job.tasks.iter().any(|t| t.requests[r] > 0);
         (0..used.len()).any(|r| snap.quota_resources[r] && asks(r) && used[r] > deserved[r])
     };
-    let wrong = c.out.decisions.evictions.iter().find(|(p, _)| {
+    let wrong = c.out.decisions.evictions.iter().find(|(p, ..)| {
         let job = &snap.jobs[snap.pods[*p].job];
         !job.preemptible && !beyond_deserved(*p)
     });
     match wrong {
-        Some(&(p, reason)) => {
+        Some(&(p, reason, _)) => {
             let job = &snap.jobs[snap.pods[p].job];
             Err(format!(
                 "{reason:?} evicted {} of non-preemptible job {} (priority {}) within its queue's deserved quota",
@@ -748,7 +748,7 @@ fn binds_stand(c: &Cycle) -> Result<(), String> {
     let snap = c.snap;
     for &(p, n) in &c.out.decisions.binds {
         if c.out.pod_state[p] != PodState::Allocated(n) {
-            let evictions: Vec<_> = c.out.decisions.evictions.iter().filter(|(e, _)| *e == p).collect();
+            let evictions: Vec<_> = c.out.decisions.evictions.iter().filter(|(e, ..)| *e == p).collect();
             return Err(format!(
                 "{} bound to {} but ends {:?} (evictions {evictions:?})",
                 pod_name(snap, p),
@@ -851,7 +851,7 @@ fn evictions_needed(c: &Cycle) -> Result<(), String> {
     let (real, without) = (running_of(snap, out, evictor), running_of(snap, &run_cycle(snap, &calm), evictor));
     if without > real {
         let victims: Vec<String> =
-            out.decisions.evictions.iter().map(|&(p, r)| format!("{} ({r:?})", pod_name(snap, p))).collect();
+            out.decisions.evictions.iter().map(|&(p, r, _)| format!("{} ({r:?})", pod_name(snap, p))).collect();
         return Err(format!(
             "{victims:?} evicted for {}, which runs {without} pods without them (and {real} with them)",
             snap.jobs[evictor].key()
@@ -864,7 +864,7 @@ fn evictions_needed(c: &Cycle) -> Result<(), String> {
 /// and every pipelined job is in that one queue (a reclaim pipelines the job it reclaims
 /// for); `None` when the cycle reclaimed nothing or its reclaimers cannot be told apart.
 fn reclaimed_for(snap: &Snapshot, out: &CycleOutcome) -> Option<QueueId> {
-    if !out.decisions.evictions.iter().any(|&(_, r)| r == EvictReason::Reclaim) {
+    if !out.decisions.evictions.iter().any(|&(_, r, _)| r == EvictReason::Reclaim) {
         return None;
     }
     let mut queues: Vec<QueueId> =
@@ -883,8 +883,8 @@ fn reclaim_victims(snap: &Snapshot, out: &CycleOutcome) -> Vec<JobId> {
         .decisions
         .evictions
         .iter()
-        .filter(|&&(_, r)| r == EvictReason::Reclaim)
-        .map(|&(p, _)| snap.pods[p].job)
+        .filter(|&&(_, r, _)| r == EvictReason::Reclaim)
+        .map(|&(p, ..)| snap.pods[p].job)
         .collect();
     jobs.sort_unstable();
     jobs.dedup();
@@ -938,7 +938,7 @@ fn history(c: &Cycle) -> String {
                 list.iter().map(|&(p, n)| format!("{}@{}", pod_name(s, p), s.nodes[n].name)).collect::<Vec<_>>()
             };
             let evicted: Vec<String> =
-                d.evictions.iter().map(|&(p, r)| format!("{} ({r:?})", pod_name(s, p))).collect();
+                d.evictions.iter().map(|&(p, r, _)| format!("{} ({r:?})", pod_name(s, p))).collect();
             format!(
                 "  cycle {}: binds {:?}; evictions {:?}; pipelined {:?}",
                 i + 1,
@@ -1066,7 +1066,7 @@ fn generated_cases_exercise_binding_and_eviction() {
             binds += out.decisions.binds.len();
             pipelined += out.decisions.pipelined.len();
             evictions += out.decisions.evictions.len();
-            let reasons: Vec<EvictReason> = out.decisions.evictions.iter().map(|&(_, r)| r).collect();
+            let reasons: Vec<EvictReason> = out.decisions.evictions.iter().map(|&(_, r, _)| r).collect();
             if lone_evictor(&snap, &out).is_some() {
                 lone_preemptions += usize::from(reasons.contains(&EvictReason::Preempt));
                 lone_reclaims += usize::from(reasons.contains(&EvictReason::Reclaim));
@@ -1153,7 +1153,7 @@ fn a_needless_eviction_is_detected() {
         let mut bad = clean.clone();
         bad.pod_state.fill(PodState::Pending);
         bad.decisions.binds.clear();
-        bad.decisions.evictions.push((PodId(4), reason));
+        bad.decisions.evictions.push((PodId(4), reason, JobId(0)));
         for p in [PodId(0), PodId(1)] {
             bad.pod_state[p] = PodState::Pipelined(NodeId(0));
             bad.decisions.pipelined.push((p, NodeId(0)));
@@ -1176,7 +1176,7 @@ fn every_invariant_detects_a_violation() {
     // Two earlier cycles for the ping-pong property: j0 lost pod 0 to a reclaim made for
     // its queue q0 (the pipelined pod 1 is the reclaimer's), then pod 0 was bound again.
     let mut reclaimed = clean.clone();
-    reclaimed.decisions.evictions.push((PodId(0), EvictReason::Reclaim));
+    reclaimed.decisions.evictions.push((PodId(0), EvictReason::Reclaim, JobId(0)));
     reclaimed.decisions.pipelined.push((PodId(1), NodeId(0)));
     let mut restarted = clean.clone();
     restarted.decisions.binds.push((PodId(0), NodeId(0)));
@@ -1186,7 +1186,7 @@ fn every_invariant_detects_a_violation() {
         ("over-commit", nodes_not_over_committed, |o| o.pod_state.fill(PodState::Allocated(NodeId(0)))),
         ("gang below minimum", gangs_at_or_above_minimum, |o| o.pod_state[PodId(0)] = PodState::Bound(NodeId(0))),
         ("non-preemptible eviction", only_preemptible_evicted, |o| {
-            o.decisions.evictions.push((PodId(0), EvictReason::Preempt))
+            o.decisions.evictions.push((PodId(0), EvictReason::Preempt, JobId(0)))
         }),
         ("queue over limit", queues_within_limits, |o| o.pod_state.fill(PodState::Allocated(NodeId(0)))),
         ("fair share over parent", fair_shares_consistent, |o| {
@@ -1207,7 +1207,7 @@ fn every_invariant_detects_a_violation() {
             o.reasons.fill(Some("not admitted yet".into()));
         }),
         ("reclaim ping-pong", no_reclaim_ping_pong, |o| {
-            o.decisions.evictions.push((PodId(0), EvictReason::Reclaim));
+            o.decisions.evictions.push((PodId(0), EvictReason::Reclaim, JobId(0)));
             o.decisions.pipelined.push((PodId(1), NodeId(0)));
         }),
     ];

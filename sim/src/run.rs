@@ -71,7 +71,7 @@ pub fn simulate(scenario: &Scenario, config: &SchedulerConfig, cycles: u32) -> R
             .decisions
             .evictions
             .iter()
-            .map(|&(p, reason)| Eviction { cycle, pod: pod_key(&snap, p), reason })
+            .map(|&(p, reason, _)| Eviction { cycle, pod: pod_key(&snap, p), reason })
             .collect();
         cycle_evictions.sort_by(|a, b| a.pod.cmp(&b.pod));
         evictions.extend(cycle_evictions);

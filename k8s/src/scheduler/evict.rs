@@ -1,10 +1,8 @@
 //! The cycle's evictions, each through the Eviction API with an Event saying what it made
 //! room for.
 
-use std::collections::{BTreeMap, BTreeSet};
-
 use drover_scheduler::session::EvictReason;
-use drover_scheduler::snapshot::{NodeId, PodId, QueueId, Snapshot};
+use drover_scheduler::snapshot::{Job, JobId, PodId, Snapshot};
 use futures::StreamExt;
 
 use super::api::{self, Removal};
@@ -12,73 +10,47 @@ use super::cache::Overlay;
 use super::Writer;
 use crate::convert::{Converted, PodRef};
 
-fn names(list: &BTreeSet<String>) -> String {
-    let mut v: Vec<&str> = list.iter().map(String::as_str).take(3).collect();
-    if list.len() > 3 {
-        v.push("...");
-    }
-    v.join(", ")
-}
-
-/// Evicts the cycle's victims through the Eviction API and records an Event on each.
-/// Returns the number of pods evicted.
+/// Evicts the cycle's victims through the Eviction API and records an Event on each, naming
+/// the pod group the core evicted it for and how the two relate. Returns the number of pods
+/// evicted.
 pub(super) async fn evict_decisions(
     writer: &Writer<'_>,
     overlay: &mut Overlay,
     snap: &Snapshot,
     converted: &Converted,
-    evictions: &[(PodId, EvictReason)],
-    pipelined: &[(PodId, NodeId)],
+    evictions: &[(PodId, EvictReason, JobId)],
 ) -> usize {
     if evictions.is_empty() {
         return 0;
     }
-    // The groups the evictions make room for, by queue.
-    let mut waiting: BTreeMap<QueueId, BTreeSet<String>> = BTreeMap::new();
-    for &(pod, _) in pipelined {
-        let job = &snap.jobs[snap.pods[pod].job];
-        waiting.entry(job.queue).or_default().insert(job.key());
-    }
     let work: Vec<(PodRef, String, String)> = evictions
         .iter()
-        .filter_map(|&(pod, reason)| {
+        .filter_map(|&(pod, reason, for_job)| {
             let r = converted.pods.get(pod)?.clone();
-            let job = &snap.jobs[snap.pods[pod].job];
-            let queue = &snap.queues[job.queue].name;
-            Some(match reason {
-                EvictReason::Preempt => {
-                    let by = waiting.get(&job.queue).map(names).unwrap_or_default();
-                    let by =
-                        if by.is_empty() { "higher-priority work".to_string() } else { format!("pod group(s) {by}") };
-                    (r, "Preempted".to_string(), format!("Preempted by {by} of higher priority in queue {queue}"))
-                }
-                EvictReason::Reclaim => {
-                    let others: BTreeSet<String> = waiting
-                        .iter()
-                        .filter(|(q, _)| **q != job.queue)
-                        .flat_map(|(_, groups)| groups.iter().cloned())
-                        .collect();
-                    let by = if others.is_empty() {
-                        "another queue".to_string()
-                    } else {
-                        format!("pod group(s) {}", names(&others))
-                    };
-                    (
-                        r,
-                        "Reclaimed".to_string(),
-                        format!("Reclaimed from queue {queue}, which runs over its deserved quota, for {by}"),
-                    )
-                }
-                EvictReason::Consolidate => {
-                    let by: BTreeSet<String> = waiting.values().flatten().cloned().collect();
-                    let by = if by.is_empty() { "a waiting gang".to_string() } else { format!("pod group(s) {}", names(&by)) };
-                    (
-                        r,
-                        "Consolidated".to_string(),
-                        format!("Moved by consolidation: its replacement fits another node, and {by} fits the space it frees"),
-                    )
-                }
-            })
+            let (victim, by) = (&snap.jobs[snap.pods[pod].job], &snap.jobs[for_job]);
+            let queue = &snap.queues[victim.queue].name;
+            let (kind, message) = match reason {
+                EvictReason::Preempt => (
+                    "Preempted",
+                    format!("Preempted in queue {queue} by pod group {} {}", by.key(), relation(by, victim)),
+                ),
+                EvictReason::Reclaim => (
+                    "Reclaimed",
+                    format!(
+                        "Reclaimed from queue {queue}, which runs over its deserved quota, for pod group {} of queue {}",
+                        by.key(),
+                        snap.queues[by.queue].name
+                    ),
+                ),
+                EvictReason::Consolidate => (
+                    "Consolidated",
+                    format!(
+                        "Moved by consolidation: its replacement fits another node, and pod group {} fits the space it frees",
+                        by.key()
+                    ),
+                ),
+            };
+            Some((r, kind.to_string(), message))
         })
         .collect();
     let client = writer.client.clone();
@@ -110,4 +82,16 @@ pub(super) async fn evict_decisions(
         }
     }
     evicted
+}
+
+/// How a preemptor's priority stands to its victim's, as the event states it: preemption
+/// takes whole jobs only of lower priority, and elastic pods (those above their job's gang
+/// minimum) also of equal priority, for a group below its minimum.
+fn relation(preemptor: &Job, victim: &Job) -> String {
+    let (p, v) = (preemptor.priority, victim.priority);
+    match p.cmp(&v) {
+        std::cmp::Ordering::Greater => format!("of higher priority ({p} > {v})"),
+        std::cmp::Ordering::Equal => format!("of equal priority ({p}): elastic pods yield to gang minimums"),
+        std::cmp::Ordering::Less => format!("of priority {p}, below this pod's {v}"),
+    }
 }

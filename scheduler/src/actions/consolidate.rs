@@ -130,13 +130,14 @@ enum Missing {
 fn plan(ctx: &mut Ctx, gang: &[PodId], units: &[&Victim]) -> Result<Statement, Missing> {
     let mut st = Statement::new();
     let mut freed: Vec<NodeId> = Vec::new();
+    let for_job = ctx.ssn.snap.pods[gang[0]].job;
     for unit in units {
         for &p in &unit.pods {
             let node = ctx.ssn.pod_state[p].running_on().expect("units hold running pods");
             if let Err(at) = freed.binary_search(&node) {
                 freed.insert(at, node);
             }
-            ctx.ssn.evict(&mut st, p, EvictReason::Consolidate);
+            ctx.ssn.evict(&mut st, p, EvictReason::Consolidate, for_job);
         }
     }
     for unit in units {

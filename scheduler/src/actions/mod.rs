@@ -463,7 +463,7 @@ fn evict_for(
         if ctx.fw.may_evict(ctx.ssn, mode, job, v).is_err() {
             continue;
         }
-        evict_unit(ctx.ssn, &mut st, v, reason, &mut nodes);
+        evict_unit(ctx.ssn, &mut st, v, (reason, job), &mut nodes);
         chosen.push(v);
         order.rerank(ctx.ssn.snap.jobs[v.job].queue);
         if !fits(ctx) {
@@ -472,15 +472,22 @@ fn evict_for(
         if let Some(pipe) = try_place_all(ctx, gang, Avail::Future(&nodes)) {
             ctx.ssn.discard(pipe);
             ctx.ssn.discard(st);
-            return spare_unneeded(ctx, gang, chosen, reason, fits);
+            return spare_unneeded(ctx, gang, chosen, (reason, job), fits);
         }
     }
     ctx.ssn.discard(st);
     None
 }
 
-/// Evicts a victim unit, adding the nodes it frees to `nodes` (kept sorted, no duplicates).
-fn evict_unit(ssn: &mut Session, st: &mut Statement, v: &Victim, reason: EvictReason, nodes: &mut Vec<NodeId>) {
+/// Evicts a victim unit for a job, adding the nodes it frees to `nodes` (kept sorted, no
+/// duplicates).
+fn evict_unit(
+    ssn: &mut Session,
+    st: &mut Statement,
+    v: &Victim,
+    (reason, for_job): (EvictReason, JobId),
+    nodes: &mut Vec<NodeId>,
+) {
     let pods: Vec<PodId> = if v.elastic { vec![v.pods[0]] } else { ssn.running_pods(v.job).collect() };
     for p in pods {
         if let Some(n) = ssn.pod_state[p].running_on() {
@@ -488,7 +495,7 @@ fn evict_unit(ssn: &mut Session, st: &mut Statement, v: &Victim, reason: EvictRe
                 nodes.insert(at, n);
             }
         }
-        ssn.evict(st, p, reason);
+        ssn.evict(st, p, reason, for_job);
     }
 }
 
@@ -498,7 +505,7 @@ fn spare_unneeded(
     ctx: &mut Ctx,
     gang: &[PodId],
     mut chosen: Vec<&Victim>,
-    reason: EvictReason,
+    why: (EvictReason, JobId),
     fits: &dyn Fn(&Ctx) -> bool,
 ) -> Option<Statement> {
     const MAX_PRUNE: usize = 32;
@@ -513,7 +520,7 @@ fn spare_unneeded(
                 ctx.ssn.running_pods(v.job).next().is_some()
             };
             if still {
-                evict_unit(ctx.ssn, &mut st, v, reason, &mut nodes);
+                evict_unit(ctx.ssn, &mut st, v, why, &mut nodes);
             }
         }
         if fits(ctx) {

@@ -105,7 +105,7 @@ impl VictimPool {
     /// Forgets the units of jobs that lost pods in decisions from index `since` on, and the
     /// order of their queues.
     pub fn forget_evicted(&mut self, ssn: &Session, since: usize) {
-        for &(pod, _) in &ssn.decisions.evictions[since..] {
+        for &(pod, ..) in &ssn.decisions.evictions[since..] {
             let job = ssn.snap.pods[pod].job;
             self.units[job] = None;
             self.sorted[ssn.snap.jobs[job].queue] = None;
