@@ -792,3 +792,21 @@ async fn a_waiting_gang_reserves_nodes_and_shows_them_in_status() {
     }
     env.stop().await;
 }
+
+/// A group in a closed queue is left out of the cycle; its reason column (the
+/// `Unschedulable` condition's message) says why instead of staying empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_closed_queue_shows_in_the_groups_reason() {
+    let Some(mut env) = Env::new(1).await else { return };
+    env.queue_from("shut", json!({"state": "Closed", "overQuotaWeight": 1})).await;
+    env.start_scheduler();
+    env.gang("waits", "shut", 1, 1, 1, None).await;
+    wait_for("the reason names the closed queue", T, || async {
+        let pg = env.pod_group("waits").await;
+        condition(&pg, UNSCHEDULABLE)
+            .is_some_and(|c| c.status == "True" && c.reason == "QueueClosed" && c.message.contains("is closed"))
+    })
+    .await;
+    assert_eq!(env.bound("waits").await, 0);
+    env.stop().await;
+}

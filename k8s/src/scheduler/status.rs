@@ -85,17 +85,22 @@ fn desired(group: &PodGroup, core: Option<Decided>, counts: PodCounts, problem: 
         }
         _ => {}
     }
-    match core.map(|c| c.reason) {
-        Some(Some(reason)) if !finished => {
+    match (core.map(|c| c.reason), problem) {
+        (Some(Some(reason)), _) if !finished => {
             conditions::set(&mut status.conditions, UNSCHEDULABLE, true, UNSCHEDULABLE, reason, now, generation);
         }
-        Some(_) => {
+        (Some(_), _) => {
             conditions::set(&mut status.conditions, UNSCHEDULABLE, false, "Scheduled", "", now, generation);
         }
-        None if finished && status.conditions.iter().any(|c| c.type_ == UNSCHEDULABLE && c.status == "True") => {
+        // Left out of the cycle (a closed or missing queue, an invalid spec): that is why it
+        // waits, and the reason column shows it.
+        (None, Some(p)) if !finished => {
+            conditions::set(&mut status.conditions, UNSCHEDULABLE, true, &p.reason, &p.message, now, generation);
+        }
+        (None, _) if finished && status.conditions.iter().any(|c| c.type_ == UNSCHEDULABLE && c.status == "True") => {
             conditions::set(&mut status.conditions, UNSCHEDULABLE, false, "Finished", "", now, generation);
         }
-        None => {}
+        (None, _) => {}
     }
     status
 }
