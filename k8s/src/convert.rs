@@ -655,6 +655,7 @@ fn detached_job<'a>(
         min_resources: None,
         min_task_member: &BTreeMap::new(),
         created_at: created,
+        preempted_at: None,
         phase: JobPhase::Running,
     };
     build_job(shape, pods, lookup, problems).map_err(|(_, pods)| pods)
@@ -752,6 +753,7 @@ impl GroupAt<'_, '_> {
             }),
             min_task_member: &self.group.spec.min_task_member,
             created_at: created(&self.group.metadata),
+            preempted_at: self.group.status.as_ref().and_then(|s| s.preempted_at.as_ref()).map(|t| t.0.as_second()),
             phase,
         }
     }
@@ -795,6 +797,7 @@ struct Shape<'m> {
     min_resources: Option<ResourceList>,
     min_task_member: &'m BTreeMap<String, u32>,
     created_at: i64,
+    preempted_at: Option<i64>,
     phase: JobPhase,
 }
 
@@ -934,6 +937,7 @@ fn build_job<'a>(
         tasks,
         run_time,
         ends_at,
+        preempted_at: shape.preempted_at,
     };
     Ok((job, refs))
 }

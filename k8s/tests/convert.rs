@@ -219,6 +219,20 @@ fn a_group_seen_before_its_pods_carries_its_declared_size() {
 }
 
 #[test]
+fn the_last_preemption_comes_from_the_groups_status() {
+    // The scheduler writes `status.preemptedAt` when it evicts pods of the group; the regrow
+    // rule reads it back from there (the spec, which tenants write, cannot set it).
+    let mut preempted = group("preempted", 1);
+    preempted["status"] = json!({"phase": "Running", "preemptedAt": "2024-01-01T00:01:40Z"});
+    let mut claims = group("claims", 1);
+    claims["spec"]["preemptedAt"] = json!("2024-01-01T00:01:40Z");
+    let w = World { nodes: vec![node("n1", "8", "8")], groups: vec![preempted, claims], ..world() };
+    let c = w.convert();
+    assert_eq!(job(&c, "preempted").preempted_at, Some(1_704_067_300));
+    assert_eq!(job(&c, "claims").preempted_at, None);
+}
+
+#[test]
 fn a_finished_group_with_a_new_unbound_pod_is_pending_again() {
     // A restarted job: its group was marked Failed when every pod failed; the job controller
     // deleted them and made new ones.

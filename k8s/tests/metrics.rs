@@ -226,6 +226,7 @@ fn a_cycle_is_recorded() {
         }],
         run_time: None,
         ends_at: None,
+        preempted_at: None,
     };
     let snap = build(&nodes, &queues, &[job("fits", 2, 1000), job("too-big", 1, 8000)]).expect("snapshot");
     let outcome = drover_scheduler::cycle::run_cycle(&snap, &SchedulerConfig::default());

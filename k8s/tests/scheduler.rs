@@ -408,6 +408,12 @@ async fn preemption_of_an_elastic_pod_by_equal_priority_says_so() {
         "Preempted events naming {said:?}: {events:?}"
     );
     assert!(!events.iter().any(|e| e.message.as_deref().is_some_and(|m| m.contains("higher priority"))), "{events:?}");
+    // The preemption is recorded where a new leader reads it: the regrow rule holds the
+    // victim's elastic pods back for a minute.
+    wait_for("preemptedAt recorded", T, || async {
+        env.pod_group("elastic").await.status.is_some_and(|s| s.preempted_at.is_some())
+    })
+    .await;
     env.stop().await;
 }
 

@@ -3,7 +3,7 @@
 //! API server does this: bindings take effect, evicted pods terminate.
 
 use crate::cycle::CycleOutcome;
-use crate::session::PodState;
+use crate::session::{EvictReason, PodState};
 use crate::snapshot::{JobInput, NodeId, PodPhase, PodPhaseInput, Snapshot};
 
 /// How long pods evicted in a cycle take to terminate.
@@ -19,7 +19,8 @@ pub enum Termination {
 /// and newly allocated pods are bound, pipelined pods pending again (the next cycle places
 /// them), evicted pods pending or releasing as `termination` says; each job takes the phase
 /// the cycle decided, and a job with a declared run time that starts running now is expected
-/// to end that long after the cycle's time (one that stops running has no end).
+/// to end that long after the cycle's time (one that stops running has no end). A job that
+/// lost pods to preemption or reclaim was preempted at the cycle's time.
 pub fn carry(jobs: &mut [JobInput], snap: &Snapshot, outcome: &CycleOutcome, termination: Termination) {
     for (p, state) in outcome.pod_state.iter_enumerated() {
         let pod = &snap.pods[p];
@@ -31,6 +32,11 @@ pub fn carry(jobs: &mut [JobInput], snap: &Snapshot, outcome: &CycleOutcome, ter
             }
             PodState::Releasing(_) | PodState::Pending | PodState::Pipelined(_) => PodPhaseInput::Pending,
         };
+    }
+    for &(p, reason, _) in &outcome.decisions.evictions {
+        if reason != EvictReason::Consolidate {
+            jobs[snap.pods[p].job.0].preempted_at = Some(snap.now);
+        }
     }
     for (job, phase) in jobs.iter_mut().zip(&outcome.job_phase) {
         job.phase = *phase;

@@ -114,6 +114,8 @@ pub enum PluginConfig {
     Predicates,
     /// Bin-pack / spread node scoring.
     Nodeorder(#[serde(default)] PlacementConfig),
+    /// Elastic pods of a job wait a minute after it lost pods to preemption or reclaim.
+    Regrow,
     /// Runtime-aware backfill: gangs that cannot start reserve the nodes where they will
     /// start soonest.
     Reservation(#[serde(default)] ReservationArgs),
@@ -280,6 +282,7 @@ impl PluginConfig {
             PluginConfig::Drf(_) => "drf",
             PluginConfig::Predicates => "predicates",
             PluginConfig::Nodeorder(_) => "nodeorder",
+            PluginConfig::Regrow => "regrow",
             PluginConfig::Reservation(_) => "reservation",
             PluginConfig::Shortestfirst(_) => "shortestfirst",
         }

@@ -92,6 +92,11 @@ fn next_request(snap: &Snapshot, job: JobId) -> Res {
 /// what the job asks for: concrete for a queue's or the cluster's bound, else about nodes.
 fn advice(snap: &Snapshot, by: Option<Blocker>, need: &Res) -> String {
     let nodes = "room on nodes its pods fit: running pods finish or are evicted for it, or nodes are added";
+    if let Some(Blocker { rule: Rule::RegrowDelay, subject: Subject::Job(j), .. }) = by {
+        let since = snap.now - snap.jobs[j].preempted_at.unwrap_or(snap.now);
+        let left = (crate::plugins::regrow::REGROW_DELAY_SECONDS - since).max(0);
+        return format!("time: its elastic pods may grow again in {left} s, if the other rules then allow");
+    }
     let Some(Blocker { rule, subject, excess: Some(e) }) = by else { return nodes.to_string() };
     let (r, amount, freed) = (&snap.resources[e.resource], snap.amount(e.resource, e.amount), e.amount - e.bound);
     let q = match subject {

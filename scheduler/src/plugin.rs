@@ -62,6 +62,8 @@ pub enum Rule {
     TooEarlyToReserve,
     /// Reservation: the capacity is held for another gang.
     Reserved,
+    /// Regrow: a job's elastic pods wait a while after it lost pods to preemption or reclaim.
+    RegrowDelay,
 }
 
 /// What a rule was applied to.
@@ -177,6 +179,14 @@ impl fmt::Display for Why<'_> {
             Rule::NotReclaimable => write!(f, "queue {s} is not reclaimable"),
             Rule::TooEarlyToReserve => write!(f, "job {s} has not waited long enough to reserve nodes"),
             Rule::Reserved => write!(f, "the capacity is reserved for job {s}"),
+            Rule::RegrowDelay => {
+                let (snap, delay) = (self.snap, crate::plugins::regrow::REGROW_DELAY_SECONDS);
+                let Subject::Job(j) = self.subject else {
+                    return write!(f, "no elastic pods grow until {delay} s after a preemption");
+                };
+                let ago = snap.now - snap.jobs[j].preempted_at.unwrap_or(snap.now);
+                write!(f, "job {s} lost pods to preemption or reclaim {ago} s ago and grows no elastic pods until {delay} s after it")
+            }
         }?;
         if let Some(e) = self.excess {
             let snap = self.snap;

@@ -143,6 +143,9 @@ pub struct Job {
     pub run_time: Option<i64>,
     /// When its running pods are expected to end (the clock of [`Snapshot::now`]), when known.
     pub ends_at: Option<i64>,
+    /// When the scheduler last preempted or reclaimed pods of the job (the clock of
+    /// [`Snapshot::now`]), if it ever did: its elastic pods wait a while before regrowing.
+    pub preempted_at: Option<i64>,
 }
 
 impl Job {
@@ -298,6 +301,8 @@ pub struct JobInput {
     pub run_time: Option<i64>,
     /// When its running pods are expected to end.
     pub ends_at: Option<i64>,
+    /// When the scheduler last preempted or reclaimed pods of the job.
+    pub preempted_at: Option<i64>,
 }
 
 impl JobInput {

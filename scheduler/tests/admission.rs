@@ -39,6 +39,7 @@ fn job(name: &str, phase: JobPhase, pods: usize, cpu: i64, created_at: i64) -> J
         }],
         run_time: None,
         ends_at: None,
+        preempted_at: None,
     }
 }
 

@@ -46,6 +46,7 @@ fn job(name: &str, queue: &str, cpu: i64, pod: PodPhaseInput) -> JobInput {
         }],
         run_time: None,
         ends_at: None,
+        preempted_at: None,
     }
 }
 

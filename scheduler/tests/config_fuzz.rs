@@ -55,6 +55,7 @@ fn pending_job(name: &str, queue: &str, min: u32, pods: usize, requests: Resourc
         }],
         run_time: None,
         ends_at: None,
+        preempted_at: None,
     }
 }
 
@@ -489,6 +490,7 @@ fn valid_config() -> impl Strategy<Value = SchedulerConfig> {
         Just(PluginConfig::Priority),
         Just(PluginConfig::Gang),
         Just(PluginConfig::Predicates),
+        Just(PluginConfig::Regrow),
         select(vec![FairShareMode::MaxMin, FairShareMode::DemandProportional])
             .prop_map(|mode| PluginConfig::Fairshare(FairShareArgs { mode })),
         (any::<bool>(), any::<bool>())

@@ -355,6 +355,7 @@ fn assemble(
             tasks,
             run_time: None,
             ends_at: None,
+            preempted_at: None,
         };
         if spec.start {
             let counts = start_counts(&job, spec.extra);
@@ -1128,6 +1129,7 @@ fn tiny_case() -> Case {
             }],
             run_time: None,
             ends_at: None,
+            preempted_at: None,
         }],
         overrides: ConfigOverrides::default(),
         slow_termination: false,

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use drover_api::PODS;
 use drover_scheduler::ids::{ti_vec, JobId, TiVec};
-use drover_scheduler::res::Res;
+use drover_scheduler::res::{Res, UNLIMITED};
 use drover_scheduler::session::EvictReason;
 use drover_scheduler::snapshot::{JobPhase, Snapshot, ROOT};
 use serde::Serialize;
@@ -64,6 +64,9 @@ pub struct QueueReport {
     pub deserved: BTreeMap<String, String>,
     /// Fair share computed in the last cycle.
     pub fair_share: BTreeMap<String, String>,
+    /// Hard cap, for the resources the queue limits (absent when it limits none).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub limit: BTreeMap<String, String>,
     /// `InQuota`, `OverQuota` or `OverFairShare`.
     pub state: &'static str,
     /// The resource that put the queue over its fair share or quota.
@@ -168,6 +171,10 @@ pub fn report(name: &str, result: &SimResult) -> Report {
                 allocated: named(snap, &outcome.allocated),
                 deserved: deserved.to_strings(),
                 fair_share: named(snap, &outcome.fair_share),
+                limit: (0..snap.resources.len())
+                    .filter(|&r| r != snap.pods_resource && queue.limit[r] != UNLIMITED)
+                    .map(|r| (snap.resources[r].clone(), snap.amount(r, queue.limit[r])))
+                    .collect(),
                 state: outcome.state.as_str(),
                 state_resource: outcome.decided_by.map(|r| snap.resources[r].clone()),
             };

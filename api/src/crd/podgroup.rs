@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
@@ -111,6 +111,11 @@ pub struct PodGroupStatus {
     /// admitted again, once its pods have ended. Lives in status, which tenants cannot write.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admission: Option<Admission>,
+    /// When the scheduler last preempted or reclaimed pods of the group: its elastic pods
+    /// wait a minute after it before regrowing (the `regrow` plugin). Lives in status, which
+    /// tenants cannot write.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preempted_at: Option<Time>,
 }
 
 /// What a group was admitted with.

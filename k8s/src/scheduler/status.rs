@@ -9,12 +9,13 @@ use drover_api::crd::podgroup::{Admission, PodGroup, PodGroupPhase, PodGroupStat
 use drover_api::crd::queue::Queue;
 use drover_kubeutil::events::{self, EventType};
 use drover_scheduler::cycle::CycleOutcome;
-use drover_scheduler::ids::TiVec;
+use drover_scheduler::ids::{ti_vec, TiVec};
 use drover_scheduler::plugin::Reservation;
 use drover_scheduler::res::Res;
+use drover_scheduler::session::EvictReason;
 use drover_scheduler::snapshot::{JobId, JobPhase, QueueId, Snapshot};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Patch, PatchParams};
 use kube::Api;
 use serde_json::{json, Map, Value};
@@ -36,6 +37,8 @@ struct Decided<'a> {
     reservation: Option<&'a ReservationStatus>,
     /// The queue and priority the core scheduled the group's job with.
     charged: &'a Admission,
+    /// Whether the cycle preempted or reclaimed pods of the group.
+    preempted: bool,
 }
 
 /// The status the scheduler wants a group to have.
@@ -62,6 +65,10 @@ fn desired(group: &PodGroup, core: Option<Decided>, counts: PodCounts, problem: 
         },
     };
     status.reservation = core.and_then(|c| c.reservation).cloned();
+    let now = jiff::Timestamp::now();
+    if core.is_some_and(|c| c.preempted) {
+        status.preempted_at = Some(Time(now));
+    }
     // The admission is recorded once, when the group is admitted, and kept while it is
     // admitted: the group's pods stay charged to it whatever the spec says later.
     status.admission = match status.phase {
@@ -75,7 +82,6 @@ fn desired(group: &PodGroup, core: Option<Decided>, counts: PodCounts, problem: 
     status.failed = counts.failed;
     status.observed_generation = generation;
     let finished = matches!(status.phase, PodGroupPhase::Completed | PodGroupPhase::Failed);
-    let now = jiff::Timestamp::now();
     match (core, problem) {
         (_, Some(p)) => {
             conditions::set(&mut status.conditions, VALID, false, &p.reason, &p.message, now, generation);
@@ -126,11 +132,16 @@ pub fn wanted_group_statuses<'g>(
             preemptible: job.preemptible,
         })
         .collect();
+    let mut preempted: TiVec<JobId, bool> = ti_vec![false; snap.jobs.len()];
+    for &(p, reason, _) in &outcome.decisions.evictions {
+        preempted[snap.pods[p].job] |= reason != EvictReason::Consolidate;
+    }
     let mut core: HashMap<Key, Decided> = HashMap::new();
     for (j, job) in snap.jobs.iter_enumerated() {
         let reason = outcome.reasons.get(j).and_then(|r| r.as_deref());
         let phase = outcome.job_phase.get(j).copied().unwrap_or(job.phase);
-        let decided = Decided { phase, reason, reservation: reservations.get(&j), charged: &charged[j] };
+        let decided =
+            Decided { phase, reason, reservation: reservations.get(&j), charged: &charged[j], preempted: preempted[j] };
         core.insert((job.namespace.clone(), job.name.clone()), decided);
     }
     let mut problems: HashMap<Key, &Problem> = HashMap::new();
@@ -324,8 +335,13 @@ mod tests {
         assert_eq!(idle.phase, PodGroupPhase::Failed);
         let restarted = PodCounts { total: 2, ..PodCounts::default() };
         let charged = Admission::default();
-        let waiting =
-            Decided { phase: JobPhase::Pending, reason: Some("waiting"), reservation: None, charged: &charged };
+        let waiting = Decided {
+            phase: JobPhase::Pending,
+            reason: Some("waiting"),
+            reservation: None,
+            charged: &charged,
+            preempted: false,
+        };
         let again = desired(&group, Some(waiting), restarted, None);
         assert_eq!(again.phase, PodGroupPhase::Pending, "a restarted job's group is live again");
         let unschedulable = again.conditions.iter().find(|c| c.type_ == UNSCHEDULABLE).expect("a condition");

@@ -71,7 +71,10 @@ fn attempt<'s>(ctx: &mut Ctx<'_, 's>, state: &mut Reclaim, job: JobId, pods: &[P
     }
     let fits = |c: &Ctx| c.fw.allocatable(c.ssn, job, &need, ShareBound::FairShare).is_ok();
     if let Err(why) = ctx.fw.may_reclaim(ctx.ssn, job, &need) {
-        append_reason(ctx, job, &format!("reclaim: {why}"));
+        // A refusal the job's reason already gives is not said twice.
+        if ctx.ssn.blocked_by[job].map(|b| b.rule) != Some(why.rule) {
+            append_reason(ctx, job, &format!("reclaim: {why}"));
+        }
         return;
     }
     if fits_without_eviction(ctx, pods, &fits) {

@@ -11,6 +11,7 @@ pub mod gang;
 pub mod nodeorder;
 pub mod predicates;
 pub mod priority;
+pub mod regrow;
 pub mod reservation;
 pub mod shortestfirst;
 
@@ -26,6 +27,7 @@ pub fn build(config: &SchedulerConfig) -> Vec<Box<dyn Plugin>> {
             PluginConfig::Drf(args) => Box::new(drf::Drf::new(*args)),
             PluginConfig::Predicates => Box::new(predicates::Predicates),
             PluginConfig::Nodeorder(args) => Box::new(nodeorder::NodeOrder::new(args.clone())),
+            PluginConfig::Regrow => Box::new(regrow::Regrow),
             PluginConfig::Reservation(args) => Box::new(reservation::ReservationPolicy::new(*args)),
             PluginConfig::Shortestfirst(args) => Box::new(shortestfirst::ShortestFirst::new(*args)),
         }

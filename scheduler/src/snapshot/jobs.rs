@@ -119,6 +119,7 @@ impl JobConverter {
             tasks,
             run_time: job.run_time,
             ends_at: job.ends_at,
+            preempted_at: job.preempted_at,
         });
         snap.pods.extend(pods);
         Ok(job_id)

@@ -102,6 +102,7 @@ struct Job {
     created_at: Option<i64>,
     duration: Option<u64>,
     started_at: Option<i64>,
+    preempted_at: Option<i64>,
     tasks: Vec<Task>,
 }
 
@@ -261,6 +262,11 @@ fn job(doc: &Doc, s: &Scenario, j: usize, job: Job) -> Result<JobInput, Scenario
     if let Some(t) = job.started_at.filter(|&t| t > s.now) {
         return Err(doc.error(steps!["jobs", j, "startedAt"], format!("{t} is after the scenario's `now` ({})", s.now)));
     }
+    if let Some(t) = job.preempted_at.filter(|&t| t > s.now) {
+        return Err(
+            doc.error(steps!["jobs", j, "preemptedAt"], format!("{t} is after the scenario's `now` ({})", s.now))
+        );
+    }
     if job.tasks.is_empty() {
         return Err(doc.error(steps!["jobs", j, "tasks"], "a job needs at least one task"));
     }
@@ -309,6 +315,7 @@ fn job(doc: &Doc, s: &Scenario, j: usize, job: Job) -> Result<JobInput, Scenario
         tasks,
         run_time,
         ends_at: run_time.filter(|_| running > 0).map(|d| job.started_at.unwrap_or(s.now).saturating_add(d)),
+        preempted_at: job.preempted_at,
     })
 }
 

@@ -354,6 +354,7 @@ fn submit(job: &TraceJob, index: usize, cluster: &Cluster, policy: Policy) -> (L
         }],
         run_time: policy.declares_run_times().then_some(job.duration),
         ends_at: None,
+        preempted_at: None,
     };
     let live = Live {
         job: index,
