@@ -127,8 +127,9 @@ struct SimArgs {
     /// Trace mode: seconds between scheduling cycles.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(i64).range(1..))]
     period: i64,
-    /// Trace mode: write SVG plots (GPU allocation over time, queueing-delay CDF, queue
-    /// shares against fair shares) into this folder.
+    /// Trace mode: write SVG plots (GPU allocation over time, queueing-delay CDF and, with
+    /// more than one queue, queue shares against fair shares) into this folder and name them
+    /// on stderr.
     #[arg(long)]
     plots: Option<PathBuf>,
     /// Scheduling cycles to run (default: the scenario's `cycles`, else 1).
@@ -314,9 +315,13 @@ fn trace_replay(args: &SimArgs, path: &std::path::Path, config: SchedulerConfig)
         }
     };
     if let Some(dir) = &args.plots {
-        if let Err(e) = trace::plots(dir, &jobs, &cluster, &results) {
-            eprintln!("error: --plots: {e}");
-            return ExitCode::from(1);
+        match trace::plots(dir, &jobs, &cluster, &results) {
+            // On stderr: stdout stays the report alone, the same bytes for the same input.
+            Ok(paths) => paths.iter().for_each(|p| eprintln!("wrote plot {}", p.display())),
+            Err(e) => {
+                eprintln!("error: --plots: {e}");
+                return ExitCode::from(1);
+            }
         }
     }
     match args.output {
