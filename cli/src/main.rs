@@ -7,6 +7,7 @@
 mod cluster;
 mod connect;
 mod explain;
+mod explain_group;
 mod output;
 mod queue_state;
 mod queue_tree;
@@ -37,7 +38,7 @@ enum Command {
     Scheduler(cluster::SchedulerArgs),
     /// Run the controllers (Jobs, queue tree, pod groups, queue status).
     Controllers(cluster::ControllerArgs),
-    /// Say why a job waits and what would let it start.
+    /// Say why a job, pod group or pod waits and what would let it start.
     Explain(ExplainArgs),
     /// Show the queue tree, or open or close a queue.
     Queue(QueueArgs),
@@ -67,6 +68,17 @@ enum ExplainWhat {
     /// A batch.drover.dev Job, as NAMESPACE/NAME (NAME alone: the `default` namespace).
     Job {
         /// NAMESPACE/NAME of the Job.
+        target: String,
+    },
+    /// A PodGroup, as NAMESPACE/NAME (NAME alone: the `default` namespace).
+    Pg {
+        /// NAMESPACE/NAME of the PodGroup.
+        target: String,
+    },
+    /// A pod, through the PodGroup it belongs to, as NAMESPACE/NAME (NAME alone: the `default`
+    /// namespace).
+    Pod {
+        /// NAMESPACE/NAME of the pod.
         target: String,
     },
 }
@@ -163,7 +175,7 @@ fn main() -> ExitCode {
         }
         Command::Scheduler(args) => serve(cluster::scheduler(args)),
         Command::Controllers(args) => serve(cluster::controllers(args)),
-        Command::Explain(args) => user_command(explain_job(args)),
+        Command::Explain(args) => user_command(explain(args)),
         Command::Queue(args) => user_command(queue(args)),
     }
 }
@@ -177,12 +189,21 @@ fn user_command(command: impl std::future::Future<Output = Result<(), connect::F
     }
 }
 
-async fn explain_job(args: ExplainArgs) -> Result<(), connect::Failure> {
-    let ExplainWhat::Job { target } = &args.what;
-    let (namespace, name) = explain::parse_target(target)?;
+async fn explain(args: ExplainArgs) -> Result<(), connect::Failure> {
+    let (kind, target) = match &args.what {
+        ExplainWhat::Job { target } => ("job", target),
+        ExplainWhat::Pg { target } => ("podgroup", target),
+        ExplainWhat::Pod { target } => ("pod", target),
+    };
+    let (namespace, name) = explain::parse_target(kind, target)?;
     let config = scheduler_config(args.config.as_deref()).map_err(connect::Failure::BadInput)?;
     let client = connect::client(&args.kube).await?;
-    let explanation = explain::fetch(&client, &namespace, &name, &config, &args.scheduler_name).await?;
+    let (ns, name, scheduler) = (namespace.as_str(), name.as_str(), args.scheduler_name.as_str());
+    let explanation = match &args.what {
+        ExplainWhat::Job { .. } => explain::fetch(&client, ns, name, &config, scheduler).await?,
+        ExplainWhat::Pg { .. } => explain_group::fetch_group(&client, ns, name, &config, scheduler).await?,
+        ExplainWhat::Pod { .. } => explain_group::fetch_pod(&client, ns, name, &config, scheduler).await?,
+    };
     output::print(args.output, &explanation, explain::table);
     Ok(())
 }
