@@ -1,6 +1,7 @@
 //! `drover explain job NS/NAME`: why a job waits and what would let it start, as the scheduler
-//! itself answers it. It lists the objects the scheduler's cache holds, converts them with the
-//! scheduler's conversion, and runs one real cycle of the scheduler's configuration on them
+//! itself answers it (PodGroups and pods get the same answer, through [`crate::explain_group`]).
+//! It lists the objects the scheduler's cache holds, converts them with the scheduler's
+//! conversion, and runs one real cycle of the scheduler's configuration on them
 //! ([`drover_scheduler::explain`]); what it says of the job's queues and blockers is the
 //! core's answer, not a copy of its rules. What is not a scheduling rule — the Job is invalid
 //! or finished, its PodGroup is missing, the conversion left the group out — comes from the
