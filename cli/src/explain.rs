@@ -1,6 +1,7 @@
 //! `drover explain job NS/NAME`: why a job waits and what would let it start, as the scheduler
-//! itself answers it. It lists the objects the scheduler's cache holds, converts them with the
-//! scheduler's conversion, and runs one real cycle of the scheduler's configuration on them
+//! itself answers it (PodGroups and pods get the same answer, through [`crate::explain_group`]).
+//! It lists the objects the scheduler's cache holds, converts them with the scheduler's
+//! conversion, and runs one real cycle of the scheduler's configuration on them
 //! ([`drover_scheduler::explain`]); what it says of the job's queues and blockers is the
 //! core's answer, not a copy of its rules. What is not a scheduling rule — the Job is invalid
 //! or finished, its PodGroup is missing, the conversion left the group out — comes from the
@@ -32,18 +33,24 @@ use crate::output::columns;
 #[derive(Serialize, Debug)]
 #[serde(rename_all = "camelCase")]
 pub struct Explanation {
-    /// `namespace/name` of the Job.
+    /// What was asked about: `Job`, `PodGroup` or `Pod`.
+    pub kind: String,
+    /// `namespace/name` of the Job or PodGroup: the job the scheduler schedules (for a pod,
+    /// its PodGroup).
     pub job: String,
+    /// The pod asked about, for `explain pod`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod: Option<PodFacts>,
     /// `Waiting`, `Starting`, `Running`, `Finished` or `Invalid`.
     pub verdict: String,
-    /// The Job's lifecycle state.
+    /// The Job's lifecycle state, or the PodGroup's phase.
     pub state: String,
-    /// The Job's pods by state.
+    /// The Job's (or PodGroup's) pods by state.
     pub pods: PodCounts,
     /// The PodGroup, if the controllers made it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pod_group: Option<GroupSummary>,
-    /// The queue the job is in.
+    /// The queue the job is in (empty when a pod's group does not exist).
     pub queue: String,
     /// The job's queue and its ancestors, leaf first, as the scheduler's cycle left them.
     pub queue_path: Vec<PathQueue>,
@@ -55,6 +62,18 @@ pub struct Explanation {
     /// PodGroup's status, as the scheduler last wrote it).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub missing_permissions: Vec<String>,
+}
+
+/// The facts of the pod `explain pod` was asked about that are its own, not its group's.
+#[derive(Serialize, Debug)]
+pub struct PodFacts {
+    /// `namespace/name` of the pod.
+    pub name: String,
+    /// Its phase.
+    pub phase: String,
+    /// The node it is bound to; a bound pod no longer waits, whatever its group's verdict.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
 }
 
 /// A Job's pods by state.
@@ -117,14 +136,15 @@ pub struct PathFigures {
     pub limit: Option<String>,
 }
 
-/// Splits `NS/NAME` (a bare NAME means the `default` namespace, as kubectl's default).
-pub fn parse_target(target: &str) -> Result<(String, String), Failure> {
+/// Splits the `NS/NAME` of a `kind` (a bare NAME means the `default` namespace, as kubectl's
+/// default).
+pub fn parse_target(kind: &str, target: &str) -> Result<(String, String), Failure> {
     let (ns, name) = match target.split_once('/') {
         Some((ns, name)) => (ns, name),
         None => ("default", target),
     };
     if ns.is_empty() || name.is_empty() || name.contains('/') {
-        return Err(Failure::BadInput(format!("job {target:?}: expected NAMESPACE/NAME")));
+        return Err(Failure::BadInput(format!("{kind} {target:?}: expected NAMESPACE/NAME")));
     }
     Ok((ns.to_string(), name.to_string()))
 }
@@ -155,10 +175,24 @@ pub async fn fetch(
     let object = format!("job {namespace}/{name}");
     let job =
         Api::<Job>::namespaced(client.clone(), namespace).get(name).await.map_err(|e| Failure::from_api(&object, e))?;
-    let group = Api::<PodGroup>::namespaced(client.clone(), namespace)
+    let group = get_group(client, namespace, name).await?;
+    let (listed, refused) = list_cluster(client).await?;
+    let cluster = refused.is_empty().then_some(&listed);
+    let mut explanation = explain(&job, group.as_ref(), cluster, config, scheduler_name);
+    explanation.missing_permissions = refused;
+    Ok(explanation)
+}
+
+/// The PodGroup `namespace/name`, if it exists.
+pub async fn get_group(client: &Client, namespace: &str, name: &str) -> Result<Option<PodGroup>, Failure> {
+    Api::<PodGroup>::namespaced(client.clone(), namespace)
         .get_opt(name)
         .await
-        .map_err(|e| Failure::from_api(&format!("podgroup {namespace}/{name}"), e))?;
+        .map_err(|e| Failure::from_api(&format!("podgroup {namespace}/{name}"), e))
+}
+
+/// Lists what the scheduler reads, and the lists the user may not read.
+pub async fn list_cluster(client: &Client) -> Result<(ObjectLists, Vec<String>), Failure> {
     let mut refused = Vec::new();
     let listed = ObjectLists {
         nodes: list(client, "nodes", &mut refused).await?,
@@ -168,10 +202,39 @@ pub async fn fetch(
         classes: list(client, "priorityclasses", &mut refused).await?,
         namespaces: list(client, "namespaces", &mut refused).await?,
     };
-    let cluster = refused.is_empty().then_some(&listed);
-    let mut explanation = explain(&job, group.as_ref(), cluster, config, scheduler_name);
-    explanation.missing_permissions = refused;
-    Ok(explanation)
+    Ok((listed, refused))
+}
+
+impl Explanation {
+    /// An explanation of the `kind` `job` (`namespace/name`) before any verdict, its queue the
+    /// group's, else `queue`, else the default queue.
+    pub fn new(
+        kind: &str,
+        job: String,
+        state: String,
+        pods: PodCounts,
+        group: Option<&PodGroup>,
+        queue: Option<String>,
+    ) -> Self {
+        Explanation {
+            kind: kind.into(),
+            job,
+            pod: None,
+            verdict: String::new(),
+            state,
+            pods,
+            pod_group: group.map(summary),
+            queue: group
+                .and_then(|g| g.spec.queue.clone())
+                .or(queue)
+                .filter(|q| !q.is_empty())
+                .unwrap_or_else(|| DEFAULT_QUEUE.to_string()),
+            queue_path: Vec::new(),
+            blockers: Vec::new(),
+            to_start: Vec::new(),
+            missing_permissions: Vec::new(),
+        }
+    }
 }
 
 /// Explains `job` from its group and, when the user may read it, what the scheduler reads.
@@ -184,27 +247,14 @@ pub fn explain(
 ) -> Explanation {
     let status = job.status.clone().unwrap_or_default();
     let (namespace, name) = (job.namespace().unwrap_or_default(), job.name_any());
-    let mut out = Explanation {
-        job: format!("{namespace}/{name}"),
-        verdict: String::new(),
-        state: format!("{:?}", status.state),
-        pods: PodCounts {
-            pending: status.pending,
-            running: status.running,
-            succeeded: status.succeeded,
-            failed: status.failed,
-        },
-        pod_group: group.map(summary),
-        queue: group
-            .and_then(|g| g.spec.queue.clone())
-            .or_else(|| job.spec.queue.clone())
-            .filter(|q| !q.is_empty())
-            .unwrap_or_else(|| DEFAULT_QUEUE.to_string()),
-        queue_path: Vec::new(),
-        blockers: Vec::new(),
-        to_start: Vec::new(),
-        missing_permissions: Vec::new(),
+    let pods = PodCounts {
+        pending: status.pending,
+        running: status.running,
+        succeeded: status.succeeded,
+        failed: status.failed,
     };
+    let state = format!("{:?}", status.state);
+    let mut out = Explanation::new("Job", format!("{namespace}/{name}"), state, pods, group, job.spec.queue.clone());
     if matches!(status.state, JobState::Completed | JobState::Aborted | JobState::Failed) {
         out.verdict = "Finished".into();
         return out;
@@ -222,6 +272,19 @@ pub fn explain(
         out.to_start.push("the controllers create it: check that `drover controllers` runs".into());
         return out;
     };
+    judge(out, group, cluster, config, scheduler_name)
+}
+
+/// Explains the scheduler's job `out.job` (the PodGroup `group`) as the core judges it when
+/// the user may read what the scheduler reads, else from the group's status.
+pub fn judge(
+    mut out: Explanation,
+    group: &PodGroup,
+    cluster: Option<&ObjectLists>,
+    config: &SchedulerConfig,
+    scheduler_name: &str,
+) -> Explanation {
+    let (namespace, name) = (group.namespace().unwrap_or_default(), group.name_any());
     let Some(listed) = cluster else {
         return from_status(out, group);
     };
@@ -318,7 +381,8 @@ fn invalid_remedy(reason: &str, queue: &str) -> String {
     }
 }
 
-fn summary(group: &PodGroup) -> GroupSummary {
+/// The PodGroup as its status says.
+pub fn summary(group: &PodGroup) -> GroupSummary {
     let status = group.status.clone().unwrap_or_default();
     let scheduler_says = status
         .conditions
@@ -364,15 +428,30 @@ fn path_queue(
 
 /// The explanation for people.
 pub fn table(e: &Explanation) -> String {
-    let mut out = format!("Job:       {} ({}, {})\n", e.job, e.verdict, e.state);
+    let mut out = String::new();
+    if let Some(p) = &e.pod {
+        let place = match &p.node {
+            Some(node) => format!("bound to node {node}: it no longer waits; what follows is its group's"),
+            None => "not bound yet: it starts with its group, as follows".into(),
+        };
+        out.push_str(&format!("Pod:       {} ({}, {place})\n", p.name, p.phase));
+    }
+    let kind = if e.kind == "Job" { "Job" } else { "PodGroup" };
+    out.push_str(&format!("{:<11}{} ({}, {})\n", format!("{kind}:"), e.job, e.verdict, e.state));
     out.push_str(&format!(
         "Pods:      {} running, {} pending, {} succeeded, {} failed\n",
         e.pods.running, e.pods.pending, e.pods.succeeded, e.pods.failed
     ));
-    if let Some(g) = &e.pod_group {
-        out.push_str(&format!("PodGroup:  {}, gang minimum {} pod(s)\n", g.phase, g.min_member));
+    match &e.pod_group {
+        Some(g) if kind == "Job" => {
+            out.push_str(&format!("PodGroup:  {}, gang minimum {} pod(s)\n", g.phase, g.min_member))
+        }
+        Some(g) => out.push_str(&format!("Gang:      minimum {} pod(s)\n", g.min_member)),
+        None => {}
     }
-    out.push_str(&format!("Queue:     {}\n", e.queue));
+    if !e.queue.is_empty() {
+        out.push_str(&format!("Queue:     {}\n", e.queue));
+    }
     let rows: Vec<Vec<String>> = e
         .queue_path
         .iter()
@@ -410,9 +489,9 @@ mod tests {
 
     #[test]
     fn targets_need_a_namespace_and_a_name() {
-        assert_eq!(parse_target("team-a/train").unwrap(), ("team-a".into(), "train".into()));
-        assert_eq!(parse_target("train").unwrap(), ("default".into(), "train".into()));
-        assert!(matches!(parse_target("a/b/c"), Err(Failure::BadInput(m)) if m.contains("a/b/c")));
-        assert!(parse_target("/x").is_err());
+        assert_eq!(parse_target("job", "team-a/train").unwrap(), ("team-a".into(), "train".into()));
+        assert_eq!(parse_target("job", "train").unwrap(), ("default".into(), "train".into()));
+        assert!(matches!(parse_target("pod", "a/b/c"), Err(Failure::BadInput(m)) if m.contains("pod \"a/b/c\"")));
+        assert!(parse_target("job", "/x").is_err());
     }
 }

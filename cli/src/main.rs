@@ -7,6 +7,7 @@
 mod cluster;
 mod connect;
 mod explain;
+mod explain_group;
 mod output;
 mod queue_state;
 mod queue_tree;
@@ -37,7 +38,7 @@ enum Command {
     Scheduler(cluster::SchedulerArgs),
     /// Run the controllers (Jobs, queue tree, pod groups, queue status).
     Controllers(cluster::ControllerArgs),
-    /// Say why a job waits and what would let it start.
+    /// Say why a job, pod group or pod waits and what would let it start.
     Explain(ExplainArgs),
     /// Show the queue tree, or open or close a queue.
     Queue(QueueArgs),
@@ -67,6 +68,17 @@ enum ExplainWhat {
     /// A batch.drover.dev Job, as NAMESPACE/NAME (NAME alone: the `default` namespace).
     Job {
         /// NAMESPACE/NAME of the Job.
+        target: String,
+    },
+    /// A PodGroup, as NAMESPACE/NAME (NAME alone: the `default` namespace).
+    Pg {
+        /// NAMESPACE/NAME of the PodGroup.
+        target: String,
+    },
+    /// A pod, through the PodGroup it belongs to, as NAMESPACE/NAME (NAME alone: the `default`
+    /// namespace).
+    Pod {
+        /// NAMESPACE/NAME of the pod.
         target: String,
     },
 }
@@ -127,8 +139,9 @@ struct SimArgs {
     /// Trace mode: seconds between scheduling cycles.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(i64).range(1..))]
     period: i64,
-    /// Trace mode: write SVG plots (GPU allocation over time, queueing-delay CDF, queue
-    /// shares against fair shares) into this folder.
+    /// Trace mode: write SVG plots (GPU allocation over time, queueing-delay CDF and, with
+    /// more than one queue, queue shares against fair shares) into this folder and name them
+    /// on stderr.
     #[arg(long)]
     plots: Option<PathBuf>,
     /// Scheduling cycles to run (default: the scenario's `cycles`, else 1).
@@ -162,7 +175,7 @@ fn main() -> ExitCode {
         }
         Command::Scheduler(args) => serve(cluster::scheduler(args)),
         Command::Controllers(args) => serve(cluster::controllers(args)),
-        Command::Explain(args) => user_command(explain_job(args)),
+        Command::Explain(args) => user_command(explain(args)),
         Command::Queue(args) => user_command(queue(args)),
     }
 }
@@ -176,12 +189,21 @@ fn user_command(command: impl std::future::Future<Output = Result<(), connect::F
     }
 }
 
-async fn explain_job(args: ExplainArgs) -> Result<(), connect::Failure> {
-    let ExplainWhat::Job { target } = &args.what;
-    let (namespace, name) = explain::parse_target(target)?;
+async fn explain(args: ExplainArgs) -> Result<(), connect::Failure> {
+    let (kind, target) = match &args.what {
+        ExplainWhat::Job { target } => ("job", target),
+        ExplainWhat::Pg { target } => ("podgroup", target),
+        ExplainWhat::Pod { target } => ("pod", target),
+    };
+    let (namespace, name) = explain::parse_target(kind, target)?;
     let config = scheduler_config(args.config.as_deref()).map_err(connect::Failure::BadInput)?;
     let client = connect::client(&args.kube).await?;
-    let explanation = explain::fetch(&client, &namespace, &name, &config, &args.scheduler_name).await?;
+    let (ns, name, scheduler) = (namespace.as_str(), name.as_str(), args.scheduler_name.as_str());
+    let explanation = match &args.what {
+        ExplainWhat::Job { .. } => explain::fetch(&client, ns, name, &config, scheduler).await?,
+        ExplainWhat::Pg { .. } => explain_group::fetch_group(&client, ns, name, &config, scheduler).await?,
+        ExplainWhat::Pod { .. } => explain_group::fetch_pod(&client, ns, name, &config, scheduler).await?,
+    };
     output::print(args.output, &explanation, explain::table);
     Ok(())
 }
@@ -314,9 +336,13 @@ fn trace_replay(args: &SimArgs, path: &std::path::Path, config: SchedulerConfig)
         }
     };
     if let Some(dir) = &args.plots {
-        if let Err(e) = trace::plots(dir, &jobs, &cluster, &results) {
-            eprintln!("error: --plots: {e}");
-            return ExitCode::from(1);
+        match trace::plots(dir, &jobs, &cluster, &results) {
+            // On stderr: stdout stays the report alone, the same bytes for the same input.
+            Ok(paths) => paths.iter().for_each(|p| eprintln!("wrote plot {}", p.display())),
+            Err(e) => {
+                eprintln!("error: --plots: {e}");
+                return ExitCode::from(1);
+            }
         }
     }
     match args.output {

@@ -200,6 +200,49 @@ fn trace_mode_replays_every_policy_and_refuses_bad_rows() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown policy \"lottery\""));
 }
 
+/// Trace mode's plots as a person reads them: the command names the files it wrote, time
+/// ticks are in hours, not raw seconds, the cluster's capacity is drawn and named in the
+/// legend, and the queue-shares plot exists only when there are queues to compare.
+#[test]
+fn trace_plots_name_their_files_label_time_for_people_and_draw_the_capacity() {
+    // Two 8-GPU nodes; work spanning about four hours, from two users.
+    let trace = write_temp(
+        "hours.csv",
+        "job_id,submit_time_s,duration_s,num_pods,gpus_per_pod,cpus_per_pod,user,queue,priority_or_qos,status\n\
+         a,0,7200,1,8,,u1,,,\nb,0,3600,2,8,,u2,,,\nc,600,1800,1,4,,u1,,,\nd,700,300,1,8,,u2,,,\n",
+    );
+    let dir = std::env::temp_dir().join(format!("drover-cli-{}-plots", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let one = dir.join("one-queue");
+    let plots = |queues: &str, into: &std::path::Path| {
+        let args = ["sim", "--trace", &trace, "--nodes", "2", "--queues", queues, "--output", "json", "--plots"];
+        let out = drover(&[&args[..], &[into.to_str().unwrap()]].concat());
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("stdout stays the JSON report alone");
+        String::from_utf8(out.stderr).unwrap()
+    };
+    let said = plots("1", &one);
+    for file in ["allocation.svg", "queue-delay-cdf.svg"] {
+        assert!(said.contains(&format!("wrote plot {}", one.join(file).display())), "{file}: {said}");
+    }
+    assert!(!said.contains("queue-shares") && !one.join("queue-shares.svg").exists(), "one queue: {said}");
+    let allocation = std::fs::read_to_string(one.join("allocation.svg")).unwrap();
+    let texts: Vec<&str> = allocation.lines().map(str::trim).collect();
+    for tick in ["30 min", "1 h", "2 h", "4 h"] {
+        assert!(texts.contains(&tick), "no time tick {tick:?} in {allocation}");
+    }
+    assert!(!texts.iter().any(|t| t.contains("3600") || t.contains("7200")), "a tick in raw seconds: {allocation}");
+    assert!(texts.contains(&"cluster capacity: 16 GPUs"), "no capacity line in the legend: {allocation}");
+    let cdf = std::fs::read_to_string(one.join("queue-delay-cdf.svg")).unwrap();
+    assert!(cdf.lines().any(|l| l.trim() == "10 min"), "{cdf}");
+
+    let two = dir.join("two-queues");
+    let said = plots("2", &two);
+    assert!(said.contains(&format!("wrote plot {}", two.join("queue-shares.svg").display())), "{said}");
+    let shares = std::fs::read_to_string(two.join("queue-shares.svg")).unwrap();
+    assert!(shares.contains("drover: fair share (cross)"), "{shares}");
+}
+
 #[test]
 fn scheduler_and_controllers_default_to_different_metrics_ports() {
     // The README's playground starts both on one machine: the same default port made the

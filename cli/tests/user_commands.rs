@@ -1,4 +1,4 @@
-//! The user commands (`drover explain job`, `drover queue tree|open|close`) as a user runs
+//! The user commands (`drover explain job|pg|pod`, `drover queue tree|open|close`) as a user runs
 //! them: the `drover` binary through a kubeconfig against the real kube-apiserver, reading
 //! what the scheduler wrote in status, with the exit codes and object-naming errors the CLI
 //! documents, and RBAC refusals reported as such.
@@ -253,4 +253,113 @@ async fn explain_and_queue_commands_read_and_change_the_cluster_with_documented_
     assert_eq!(out["podGroup"]["phase"], "Pending", "{out}");
     let missing = out["missingPermissions"].to_string();
     assert!(missing.contains("list nodes cluster-wide") && missing.contains("list pods cluster-wide"), "{out}");
+}
+
+/// A pod of `scheduler` in `namespace` asking for one GPU, with `annotations`.
+async fn pod(client: &Client, namespace: &str, name: &str, scheduler: &str, annotations: Value) {
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {"schedulerName": scheduler, "containers": [{"name": "w", "image": "server",
+            "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+    }))
+    .unwrap();
+    Api::<Pod>::namespaced(client.clone(), namespace).create(&PostParams::default(), &pod).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_pg_and_pod_give_the_answer_of_the_group_the_scheduler_schedules() {
+    let Some(server) = Server::start().await else { return };
+    let client = server.client();
+    install_crds(&client, &drover_api::crd::all()).await.unwrap();
+    let mut ns = Namespace::default();
+    ns.metadata.name = Some("team-a".into());
+    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.unwrap();
+    node(&client, "gpu-1").await;
+    queue(&client, "research", None, "8", None).await;
+    queue(&client, "vision", Some("research"), "4", None).await;
+    queue(&client, "nlp", Some("research"), "4", Some("2")).await;
+    group(&client, "team-a", "busy", "vision", 6, Some("gpu-1")).await;
+    group(&client, "team-a", "warm", "nlp", 2, Some("gpu-1")).await;
+    waiting_job(&client, "team-a", "train", "vision", 4).await;
+    let kubeconfig = server.kubeconfig();
+    let json = |args: &[&str]| -> Value {
+        let out = stdout(&drover(&kubeconfig, &[args, &["-o", "json"]].concat()));
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("drover {args:?} printed no JSON ({e}): {out}"))
+    };
+    let same_answer = |a: &Value, b: &Value| {
+        for key in ["verdict", "queue", "queuePath", "blockers", "toStart"] {
+            assert_eq!(a[key], b[key], "{key}: {a} vs {b}");
+        }
+    };
+
+    // The Job's PodGroup and one of its pods get the Job's answer: the scheduler schedules the
+    // group, whichever object is asked about.
+    let job = json(&["explain", "job", "team-a/train"]);
+    assert_eq!(job["verdict"], "Waiting", "{job}");
+    assert!(!job["blockers"].as_array().unwrap().is_empty(), "{job}");
+    let pg = json(&["explain", "pg", "team-a/train"]);
+    same_answer(&job, &pg);
+    assert_eq!(
+        (&pg["kind"], &pg["job"], &pg["state"]),
+        (&json!("PodGroup"), &json!("team-a/train"), &json!("Inqueue"))
+    );
+    assert_eq!(pg["pods"]["pending"], 4, "{pg}");
+    let member = json(&["explain", "pod", "team-a/train-0"]);
+    same_answer(&job, &member);
+    assert_eq!((&member["kind"], &member["job"]), (&json!("Pod"), &json!("team-a/train")), "{member}");
+    assert_eq!(member["pod"], json!({"name": "team-a/train-0", "phase": "Pending"}), "{member}");
+    let table = stdout(&drover(&kubeconfig, &["explain", "pod", "team-a/train-0"]));
+    assert!(table.starts_with("Pod:       team-a/train-0 (Pending, not bound yet"), "{table}");
+    assert!(table.contains("PodGroup:  team-a/train (Waiting, Inqueue)"), "{table}");
+    let table = stdout(&drover(&kubeconfig, &["explain", "pg", "team-a/train"]));
+    assert!(
+        table.starts_with("PodGroup:  team-a/train (Waiting, Inqueue)") && table.contains("Why it waits:"),
+        "{table}"
+    );
+
+    // A bound pod: its own fact (the node) beside its group's verdict.
+    let bound = json(&["explain", "pod", "team-a/busy-0"]);
+    assert_eq!(bound["pod"]["node"], "gpu-1", "{bound}");
+    assert_eq!(bound["job"], "team-a/busy", "{bound}");
+    let table = stdout(&drover(&kubeconfig, &["explain", "pod", "team-a/busy-0"]));
+    assert!(table.contains("bound to node gpu-1: it no longer waits"), "{table}");
+
+    // A plain pod in the one-pod group the controllers made for it is explained through that
+    // group: queue nlp's limit holds it.
+    pod(&client, "team-a", "web", "drover", json!({POD_GROUP_ANNOTATION: "pod-web"})).await;
+    let spec = PodGroupSpec { min_member: 1, queue: Some("nlp".into()), ..PodGroupSpec::default() };
+    let groups: Api<PodGroup> = Api::namespaced(client.clone(), "team-a");
+    groups.create(&PostParams::default(), &PodGroup::new("pod-web", spec)).await.unwrap();
+    let web = json(&["explain", "pod", "team-a/web"]);
+    same_answer(&json(&["explain", "pg", "team-a/pod-web"]), &web);
+    assert_eq!((&web["job"], &web["queue"]), (&json!("team-a/pod-web"), &json!("nlp")), "{web}");
+    assert!(web["blockers"].to_string().contains("nlp"), "{web}");
+
+    // A pod whose annotation names a group that does not exist waits for it.
+    pod(&client, "team-a", "stray", "drover", json!({POD_GROUP_ANNOTATION: "ghost"})).await;
+    let stray = json(&["explain", "pod", "team-a/stray"]);
+    assert_eq!(stray["verdict"], "Waiting", "{stray}");
+    assert!(stray["blockers"][0].as_str().unwrap().contains("podgroup team-a/ghost"), "{stray}");
+    assert!(stray["toStart"][0].as_str().unwrap().contains("create PodGroup ghost"), "{stray}");
+
+    // Errors name the object: a pod the controllers have not grouped yet, another scheduler's
+    // pod, objects that do not exist.
+    pod(&client, "team-a", "plain", "drover", json!({})).await;
+    let out = drover(&kubeconfig, &["explain", "pod", "team-a/plain"]);
+    assert_eq!(out.status.code(), Some(3));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("pod team-a/plain belongs to no PodGroup yet") && err.contains("pod-plain"), "{err}");
+    pod(&client, "team-a", "other", "default-scheduler", json!({})).await;
+    let out = drover(&kubeconfig, &["explain", "pod", "team-a/other"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("pod team-a/other is not Drover's to schedule"));
+    for (kind, object) in [("pod", "pod team-a/nope"), ("pg", "podgroup team-a/nope")] {
+        let out = drover(&kubeconfig, &["explain", kind, "team-a/nope"]);
+        assert_eq!(out.status.code(), Some(3), "{kind}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(&format!("{object} not found")), "{kind}: {err}");
+    }
+    let bad = drover(&kubeconfig, &["explain", "pod", "a/b/c"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("pod \"a/b/c\": expected NAMESPACE/NAME"));
 }

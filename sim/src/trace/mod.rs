@@ -51,8 +51,13 @@ pub fn run(trace: &[TraceJob], cluster: &Cluster, policies: &[Policy]) -> Result
         .collect()
 }
 
-/// Writes the plots of the runs into `dir` (see [`plot`]).
-pub fn plots(dir: &std::path::Path, trace: &[TraceJob], cluster: &Cluster, runs: &[Run]) -> Result<(), String> {
+/// Writes the plots of the runs into `dir` (see [`plot`]); returns the paths written.
+pub fn plots(
+    dir: &std::path::Path,
+    trace: &[TraceJob],
+    cluster: &Cluster,
+    runs: &[Run],
+) -> Result<Vec<std::path::PathBuf>, String> {
     let pairs: Vec<(Policy, &Replay)> = runs.iter().map(|r| (r.policy, &r.replay)).collect();
     plot::write_all(dir, trace, cluster.nodes * cluster.gpus_per_node, &pairs)
         .map_err(|e| format!("{}: {e}", dir.display()))
