@@ -62,6 +62,19 @@ pub enum Rule {
     Reserved,
 }
 
+impl Rule {
+    /// Whether more nodes could lift this refusal. A queue's own bounds (its limit, and the
+    /// deserved quota non-preemptible work must stay within) hold whatever the cluster's size;
+    /// every other refusal comes down to capacity: the cluster's size bounds a gang, fair
+    /// shares grow with the cluster, and victims are sought only because nodes are full.
+    pub fn more_nodes_help(self) -> bool {
+        !matches!(
+            self,
+            Rule::Limit | Rule::LimitForGang | Rule::NonPreemptibleDeserved | Rule::NonPreemptibleGangDeserved
+        )
+    }
+}
+
 /// What a rule was applied to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Subject {

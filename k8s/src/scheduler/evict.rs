@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use drover_kubeutil::events::EventType;
 use drover_scheduler::session::EvictReason;
 use drover_scheduler::snapshot::{NodeId, PodId, QueueId, Snapshot};
 use futures::StreamExt;
@@ -90,7 +91,7 @@ pub(super) async fn evict_decisions(
             async move {
                 let r = api::evict(&client, &pod).await;
                 if r == Ok(Removal::Done) {
-                    api::pod_event(&client, &component, &pod, &reason, &message).await;
+                    api::pod_event(&client, &component, &pod, EventType::Normal, &reason, &message).await;
                 }
                 (pod, r)
             }
