@@ -76,7 +76,11 @@ fn cluster_autoscaler_sees(pod: &Pod) -> bool {
 /// owned by a DaemonSet or a Node.
 fn karpenter_sees(pod: &Pod) -> bool {
     let owned_by = |kind: &str| {
-        pod.metadata.owner_references.iter().flatten().any(|o| o.kind == kind && matches!(o.api_version.as_str(), "apps/v1" | "v1"))
+        pod.metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.kind == kind && matches!(o.api_version.as_str(), "apps/v1" | "v1"))
     };
     pod_scheduled(pod).is_some_and(|c| c.reason.as_deref() == Some("Unschedulable"))
         && node_name(pod).is_empty()
@@ -144,13 +148,14 @@ async fn autoscalers_see_whole_waiting_gangs_until_nodes_come() {
     create(&jobs, gang("big", "default", 4, 4)).await;
     create(&jobs, gang("capped", "capped", 2, 4)).await;
 
-    let expected = eventually(60, &format!("the autoscalers see big's 4 pods with its reason (logs in {logs})"), || async {
-        let reason = group_reason(&groups, "big").await?;
-        let big: BTreeMap<String, String> =
-            job_pods(&pods, "big").await.into_keys().map(|name| (name, reason.clone())).collect();
-        (big.len() == 4 && view(&pods, cluster_autoscaler_sees).await == big).then_some(big)
-    })
-    .await;
+    let expected =
+        eventually(60, &format!("the autoscalers see big's 4 pods with its reason (logs in {logs})"), || async {
+            let reason = group_reason(&groups, "big").await?;
+            let big: BTreeMap<String, String> =
+                job_pods(&pods, "big").await.into_keys().map(|name| (name, reason.clone())).collect();
+            (big.len() == 4 && view(&pods, cluster_autoscaler_sees).await == big).then_some(big)
+        })
+        .await;
     assert_eq!(view(&pods, karpenter_sees).await, expected, "Karpenter sees the same pods (logs in {logs})");
 
     // The limited gang is marked too, with its own reason, but not for the autoscalers.
