@@ -15,8 +15,8 @@
 //! so an autoscaler sees a whole gang or none of it.
 //!
 //! **Rate.** Only what changed is written. At most [`PODS_PER_CYCLE`] pods a cycle, whole
-//! groups (a group larger than that goes alone); groups never marked go first, then those
-//! marked longest ago. A group whose pods have the right status and reason but an older
+//! groups (a group larger than that goes alone): groups needing a new status or reason
+//! first, each kind by how long ago it was last marked (never first). A group whose pods have the right status and reason but an older
 //! message (reasons quote numbers that move) is rewritten at most every
 //! [`MESSAGE_REFRESH`]; a new status or reason is written at once.
 //!
