@@ -27,6 +27,10 @@
 //! 4. **Status** where it changed, on the objects as the writes above returned them: PodGroup phase, counts, `observedGeneration` and the
 //!    `Unschedulable`/`Valid` conditions; Queue `allocated`, `deserved`, `fairShare`,
 //!    `queueState`.
+//! 5. **Waiting pods**: the pending pods of every group that cannot start get
+//!    `PodScheduled=False` with the group's reason, and a `FailedScheduling` Event when the
+//!    reason changes, rate-limited (`scheduler/waiting.rs`), so `kubectl describe pod`, the
+//!    cluster autoscaler and Karpenter see them.
 //!
 //! **Stale stores.** Writes the stores have not shown yet (bindings, evictions, PodGroup
 //! patches) are laid over the store contents until the store shows a newer version of the
@@ -45,6 +49,7 @@ mod evict;
 mod intents;
 mod recovery;
 mod status;
+mod waiting;
 
 use std::collections::BTreeSet;
 use std::future::Future;
@@ -165,7 +170,12 @@ async fn schedule(
 ) -> anyhow::Result<()> {
     cache.wait_ready().await?;
     tracing::info!(scheduler = %options.scheduler_name, "caches synced; scheduling");
-    let mut state = State { overlay: Overlay::default(), intents: Intents::default(), reported: BTreeSet::new() };
+    let mut state = State {
+        overlay: Overlay::default(),
+        intents: Intents::default(),
+        marked: waiting::Marked::default(),
+        reported: BTreeSet::new(),
+    };
     let period = options.period.max(Duration::from_millis(10));
     let mut ticker = tokio::time::interval(period);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -184,6 +194,8 @@ async fn schedule(
 struct State {
     overlay: Overlay,
     intents: Intents,
+    /// When the pods of each waiting group were last marked.
+    marked: waiting::Marked,
     /// The conversion's problems of the last cycle, so that each is logged once.
     reported: BTreeSet<convert::Problem>,
 }
@@ -255,6 +267,7 @@ impl State {
             }
             status::write_groups(&writer, &mut self.overlay, &g, &snap, &converted, &outcome).await;
             status::write_queues(&writer, &g, &snap, &outcome).await;
+            waiting::mark(&writer, &mut self.marked, &mut self.overlay, &g, &snap, &converted, &outcome).await;
             let report = CycleReport {
                 duration: started.elapsed(),
                 actions: &actions,

@@ -90,7 +90,9 @@ fn close(fw: &Framework, mut ssn: Session, reservations: Reservations) -> CycleO
     let snap = ssn.snap;
     for j in snap.jobs.keys() {
         let states = || snap.jobs[j].tasks.iter().flat_map(|t| &t.pods).map(|&p| ssn.pod_state[p]);
-        if states().all(|s| s.running_on().is_some()) {
+        // A group with no pods yet has none waiting, but one refused admission still waits.
+        let refused = ssn.job_phase[j] == JobPhase::Pending && states().next().is_none();
+        if !refused && states().all(|s| s.running_on().is_some()) {
             ssn.clear_reason(j);
         } else if ssn.reasons[j].is_none() {
             let admission = format!("not admitted yet to queue {}", snap.queues[snap.jobs[j].queue].name);

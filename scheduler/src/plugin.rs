@@ -66,6 +66,24 @@ pub enum Rule {
     RegrowDelay,
 }
 
+impl Rule {
+    /// Whether more nodes could lift this refusal. A queue's own bounds (its limit, and the
+    /// deserved quota non-preemptible work must stay within) and a job's wait after losing
+    /// pods to preemption hold whatever the cluster's size; every other refusal comes down to
+    /// capacity: the cluster's size and its largest node bound a gang, fair shares grow with
+    /// the cluster, and victims are sought only because nodes are full.
+    pub fn more_nodes_help(self) -> bool {
+        !matches!(
+            self,
+            Rule::Limit
+                | Rule::LimitForGang
+                | Rule::NonPreemptibleDeserved
+                | Rule::NonPreemptibleGangDeserved
+                | Rule::RegrowDelay
+        )
+    }
+}
+
 /// What a rule was applied to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Subject {

@@ -91,3 +91,17 @@ fn an_admitted_group_that_fits_its_bounds_stays_admitted_while_it_waits() {
     let waits = find(&snap, "waits");
     assert_eq!(out.job_phase[waits], JobPhase::Inqueue, "{:?}", out.reasons[waits]);
 }
+
+#[test]
+fn a_group_refused_before_its_pods_exist_says_why() {
+    // A PodGroup seen before its pods declares 8 CPUs, twice the limit: refused, and the
+    // refusal is its reason (a job with no pod was taken for one whose pods all run).
+    let mut early = job("early", JobPhase::Pending, 0, 1, 0);
+    early.min_member = 2;
+    early.min_resources = Some(cpus(8));
+    let (snap, out) = run(vec![early]);
+    let early = find(&snap, "early");
+    assert_eq!(out.job_phase[early], JobPhase::Pending);
+    let reason = out.reasons[early].as_deref().unwrap_or_default();
+    assert!(reason.starts_with("not admitted: ") && reason.contains("limit (cpu 8 > 4)"), "{reason:?}");
+}

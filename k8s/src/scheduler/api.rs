@@ -1,10 +1,10 @@
-//! The individual API writes of the scheduler: bindings, evictions, deletions, Events and
-//! PodGroup annotation patches. Each returns what happened; none panics, and none retries
+//! The individual API writes of the scheduler: bindings, evictions, deletions, Events, pod
+//! conditions and PodGroup status patches. Each returns what happened; none panics, and none retries
 //! (the next cycle does).
 
 use drover_api::crd::podgroup::{BindIntent, PodGroup};
 use drover_kubeutil::events::{self, EventType};
-use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod, PodCondition};
 use kube::api::{DeleteParams, EvictParams, ObjectMeta, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, Client};
 use serde_json::json;
@@ -69,6 +69,22 @@ pub(super) async fn record_charge(client: &Client, pod: &PodRef, charge: &Charge
     }
 }
 
+/// Sets one condition of a pod's status (a strategic merge patch of `pods/status` replacing
+/// only the condition of its type) on the pod as the cache showed it: the patch carries the
+/// pod's uid and resourceVersion, so it fails with 409 if the pod changed meanwhile (bound,
+/// say) and nothing is written over a newer state.
+pub(super) async fn set_pod_condition(client: &Client, pod: &PodRef, condition: &PodCondition) -> Result<(), String> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
+    let patch = json!({
+        "metadata": { "uid": pod.uid, "resourceVersion": pod.resource_version },
+        "status": { "conditions": [condition] },
+    });
+    match api.patch_status(&pod.name, &PatchParams::default(), &Patch::Strategic(&patch)).await {
+        Ok(_) => Ok(()),
+        Err(e) => Err(format!("setting {} on {}/{}: {e}", condition.type_, pod.namespace, pod.name)),
+    }
+}
+
 fn uid_precondition(pod: &PodRef) -> Option<Preconditions> {
     pod.uid.as_ref().map(|uid| Preconditions { uid: Some(uid.clone()), resource_version: None })
 }
@@ -108,8 +124,15 @@ pub(super) async fn delete_now(client: &Client, pod: &PodRef) -> Result<Removal,
     }
 }
 
-/// Records a Normal core/v1 Event on a pod. Failures are logged only.
-pub(super) async fn pod_event(client: &Client, component: &str, pod: &PodRef, reason: &str, message: &str) {
+/// Records a core/v1 Event on a pod. Failures are logged only.
+pub(super) async fn pod_event(
+    client: &Client,
+    component: &str,
+    pod: &PodRef,
+    kind: EventType,
+    reason: &str,
+    message: &str,
+) {
     let involved = ObjectReference {
         api_version: Some("v1".into()),
         kind: Some("Pod".into()),
@@ -118,7 +141,7 @@ pub(super) async fn pod_event(client: &Client, component: &str, pod: &PodRef, re
         uid: pod.uid.clone(),
         ..ObjectReference::default()
     };
-    events::publish_for(client, component, involved, EventType::Normal, reason, message).await;
+    events::publish_for(client, component, involved, kind, reason, message).await;
 }
 
 /// Writes (`Some`) or removes (`None`) the group's `status.bindIntent` with a merge patch of

@@ -9,7 +9,7 @@ use drover_api::crd::podgroup::PodGroup;
 use drover_api::crd::queue::Queue;
 use drover_kubeutil::watch_backoff::watch_backoff;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, PodCondition};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::runtime::reflector::{self, Store};
@@ -161,6 +161,8 @@ enum PodChange {
     Bound(String),
     Deleting,
     Deleted,
+    /// A status condition written (replacing the pod's condition of its type).
+    Condition(PodCondition),
 }
 
 #[derive(Debug, Clone)]
@@ -199,6 +201,10 @@ impl Overlay {
 
     pub(super) fn pod_deleted(&mut self, pod: &PodRef) {
         self.record_pod(pod, PodChange::Deleted);
+    }
+
+    pub(super) fn pod_condition(&mut self, pod: &PodRef, condition: PodCondition) {
+        self.record_pod(pod, PodChange::Condition(condition));
     }
 
     fn record_pod(&mut self, pod: &PodRef, change: PodChange) {
@@ -247,6 +253,12 @@ impl Overlay {
                             p.metadata.deletion_timestamp.get_or_insert(Time(jiff::Timestamp::now()));
                         }
                         PodChange::Deleted => continue,
+                        PodChange::Condition(c) => {
+                            let list =
+                                p.status.get_or_insert_with(Default::default).conditions.get_or_insert_with(Vec::new);
+                            list.retain(|old| old.type_ != c.type_);
+                            list.push(c.clone());
+                        }
                     }
                     out.push(Arc::new(p));
                     continue;

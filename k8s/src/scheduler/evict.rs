@@ -1,6 +1,7 @@
 //! The cycle's evictions, each through the Eviction API with an Event saying what it made
 //! room for.
 
+use drover_kubeutil::events::EventType;
 use drover_scheduler::session::EvictReason;
 use drover_scheduler::snapshot::{Job, JobId, PodId, Snapshot};
 use futures::StreamExt;
@@ -62,7 +63,7 @@ pub(super) async fn evict_decisions(
             async move {
                 let r = api::evict(&client, &pod).await;
                 if r == Ok(Removal::Done) {
-                    api::pod_event(&client, &component, &pod, &reason, &message).await;
+                    api::pod_event(&client, &component, &pod, EventType::Normal, &reason, &message).await;
                 }
                 (pod, r)
             }
