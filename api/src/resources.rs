@@ -108,7 +108,7 @@ pub fn human_amount(name: &str, amount: i64) -> String {
         format!("{}{unit}", text.strip_suffix(".0").unwrap_or(&text))
     };
     match ResourceKind::of(name) {
-        ResourceKind::Milli if amount.abs() < 1000 => format!("{amount}m"),
+        ResourceKind::Milli if amount != 0 && amount.abs() < 1000 => format!("{amount}m"),
         ResourceKind::Milli => one_decimal(amount as f64 / 1000.0, ""),
         ResourceKind::Bytes => {
             let units = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
@@ -180,6 +180,7 @@ mod tests {
         assert_eq!(human_amount(CPU, 12_000), "12");
         assert_eq!(human_amount(CPU, 2_500), "2.5");
         assert_eq!(human_amount(CPU, 500), "500m");
+        assert_eq!(human_amount(CPU, 0), "0");
         assert_eq!(human_amount(GPU, 16), "16");
     }
 

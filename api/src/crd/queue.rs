@@ -115,8 +115,8 @@ pub struct QueueStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_state: Option<String>,
     /// `allocated`, `deserved` and the spec's `limit` for people, one resource after the
-    /// other, GPUs first (`nvidia.com/gpu 12/16/24, cpu 40/0/-, memory 320Gi/0/-`): see
-    /// [`summary`].
+    /// other, GPUs first, amounts rounded (`nvidia.com/gpu 12/16/24, cpu 40/0/-, memory
+    /// 320Gi/0/-`; `-` is no limit), as `kubectl get dq` shows it. Written by the scheduler.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<String>,
     /// Pod groups of the queue by phase.

@@ -182,14 +182,17 @@ fn the_readme_playground_brings_every_sample_to_its_promised_state() {
         .spawn()
         .expect("sh runs");
     let started = Started { group: shell.id() };
-    let status = shell.wait().expect("the block ends");
     let read = |path: &Path| std::fs::read_to_string(path).unwrap_or_default();
-    let logs = format!("the block's output:\n{}\nits errors:\n{}", read(&out), read(&err));
+    let logs = || format!("the block's output:\n{}\nits errors:\n{}", read(&out), read(&err));
+    let what = format!("the README's playground block ends (its output in {} and {})", out.display(), err.display());
+    let status = within(180, &what, || shell.try_wait().expect("sh is there"));
+    let logs = logs();
     assert!(status.success(), "the README's playground block failed:\n{script}\n{logs}");
     let listed = read(&out);
     for (namespace, name, _) in &jobs {
-        let line = listed.lines().find(|l| l.contains(&format!("job.batch.drover.dev/{name}")));
-        assert!(line.is_some_and(|l| l.starts_with(namespace.as_str())), "the block's last line lists {name}:\n{logs}");
+        let row = format!("job.batch.drover.dev/{name} ");
+        let listed_here = listed.lines().any(|l| l.starts_with(namespace.as_str()) && l.contains(&row));
+        assert!(listed_here, "the block's last line lists {namespace}/{name}:\n{logs}");
     }
 
     let get = |args: &[&str]| kubectl(&kubeconfig, &dir, args);
