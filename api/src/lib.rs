@@ -17,5 +17,5 @@ pub use constraints::{
 pub use priority::{PriorityClass, BUILTIN_PRIORITY_CLASSES, NON_PREEMPTIBLE_THRESHOLD};
 pub use quantity::{Quantity, QuantityError};
 pub use resources::{
-    format_amount, ResourceError, ResourceKind, ResourceList, CPU, GPU, MEMORY, NODE_POOL_LABEL, PODS,
+    format_amount, human_amount, ResourceError, ResourceKind, ResourceList, CPU, GPU, MEMORY, NODE_POOL_LABEL, PODS,
 };

@@ -98,6 +98,27 @@ fn format_bytes(amount: i64) -> String {
     }
 }
 
+/// Formats an amount of a named resource for people, rounded to one decimal: memory and
+/// storage in the largest binary unit it reaches (`320Gi`, `1.5Ti`), CPU in cores (`12`,
+/// `2.5`) or millicores below one core (`500m`), counts as they are. Exact values are
+/// [`format_amount`]'s.
+pub fn human_amount(name: &str, amount: i64) -> String {
+    let one_decimal = |value: f64, unit: &str| {
+        let text = format!("{value:.1}");
+        format!("{}{unit}", text.strip_suffix(".0").unwrap_or(&text))
+    };
+    match ResourceKind::of(name) {
+        ResourceKind::Milli if amount != 0 && amount.abs() < 1000 => format!("{amount}m"),
+        ResourceKind::Milli => one_decimal(amount as f64 / 1000.0, ""),
+        ResourceKind::Bytes => {
+            let units = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
+            let power = (0..units.len()).rev().find(|&p| amount.unsigned_abs() >= 1u64 << (10 * p)).unwrap_or(0);
+            one_decimal(amount as f64 / (1u64 << (10 * power)) as f64, units[power])
+        }
+        ResourceKind::Count => amount.to_string(),
+    }
+}
+
 /// A map of resource name to exact amount, as written in a spec (`{cpu: "2", memory: 4Gi}`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ResourceList(pub BTreeMap<String, i64>);
@@ -147,6 +168,21 @@ impl ResourceList {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn human_amounts_are_rounded_into_the_unit_people_read() {
+        let gi = 1i64 << 30;
+        assert_eq!(human_amount(MEMORY, 320 * gi), "320Gi");
+        assert_eq!(human_amount(MEMORY, 3 * gi / 2), "1.5Gi");
+        assert_eq!(human_amount(MEMORY, 2048 * gi + 1), "2Ti");
+        assert_eq!(human_amount(MEMORY, 1_000_000_000), "953.7Mi");
+        assert_eq!(human_amount(MEMORY, 0), "0");
+        assert_eq!(human_amount(CPU, 12_000), "12");
+        assert_eq!(human_amount(CPU, 2_500), "2.5");
+        assert_eq!(human_amount(CPU, 500), "500m");
+        assert_eq!(human_amount(CPU, 0), "0");
+        assert_eq!(human_amount(GPU, 16), "16");
+    }
 
     #[test]
     fn cpu_counts_millicores_and_others_whole_units() {

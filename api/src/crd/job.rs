@@ -35,12 +35,13 @@ pub const MAX_PODS: u32 = 10_000;
     namespaced,
     status = "JobStatus",
     printcolumn(name = "State", type_ = "string", json_path = ".status.state"),
-    printcolumn(name = "Min", type_ = "integer", json_path = ".spec.minAvailable"),
+    printcolumn(name = "Min", type_ = "integer", json_path = ".status.minAvailable"),
     printcolumn(name = "Running", type_ = "integer", json_path = ".status.running"),
     printcolumn(name = "Succeeded", type_ = "integer", json_path = ".status.succeeded"),
     printcolumn(name = "Retries", type_ = "integer", json_path = ".status.retryCount"),
     printcolumn(name = "Queue", type_ = "string", json_path = ".spec.queue"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    printcolumn(name = "Reason", type_ = "string", json_path = ".status.reason")
 )]
 #[x_kube(validation = Rule::new("!has(self.minAvailable) || self.minAvailable <= self.tasks.map(t, t.replicas).sum()").message("minAvailable must not exceed the total replicas of the tasks"))]
 #[x_kube(validation = Rule::new(format!("self.tasks.map(t, t.replicas).sum() <= {MAX_PODS}")).message(format!("the tasks' replicas must total at most {MAX_PODS} pods; split larger work into several Jobs").as_str()))]
@@ -184,6 +185,13 @@ pub struct JobStatus {
     /// Restarts so far.
     #[serde(default)]
     pub retry_count: u32,
+    /// The gang minimum in force: `spec.minAvailable`, else every replica.
+    #[serde(default)]
+    pub min_available: u32,
+    /// Why the job waits or cannot work: its `Valid=False` message, else its PodGroup's
+    /// reason (`Unschedulable`), mirrored; absent when nothing holds it back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     /// The generation this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,

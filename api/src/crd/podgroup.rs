@@ -55,6 +55,10 @@ pub struct PodGroupSpec {
     pub schedule_timeout_seconds: Option<u32>,
 }
 
+/// Condition type carrying the reason a group waits (`True`, the reason as message), written
+/// by the scheduler and mirrored into its Job's `status.reason`.
+pub const UNSCHEDULABLE: &str = "Unschedulable";
+
 /// Lifecycle phase of a pod group.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, schemars::JsonSchema)]
 pub enum PodGroupPhase {
@@ -116,6 +120,14 @@ pub struct PodGroupStatus {
     /// tenants cannot write.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preempted_at: Option<Time>,
+}
+
+impl PodGroupStatus {
+    /// Why the group waits, as the scheduler last said (its `Unschedulable=True` message; the
+    /// `Reason` column of `kubectl get pg -o wide`); `None` when it does not wait.
+    pub fn waiting_reason(&self) -> Option<&str> {
+        self.conditions.iter().find(|c| c.type_ == UNSCHEDULABLE && c.status == "True").map(|c| c.message.as_str())
+    }
 }
 
 /// What a group was admitted with.

@@ -23,11 +23,12 @@ use serde::{Deserialize, Serialize};
     category = "drover",
     status = "QueueStatus",
     printcolumn(name = "Parent", type_ = "string", json_path = ".spec.parent"),
-    printcolumn(name = "State", type_ = "string", json_path = ".status.queueState"),
-    printcolumn(name = "Allocated", type_ = "string", json_path = ".status.allocated", priority = 1),
-    printcolumn(name = "Fair share", type_ = "string", json_path = ".status.fairShare", priority = 1),
+    printcolumn(name = "State", type_ = "string", json_path = ".spec.state"),
+    printcolumn(name = "Queue state", type_ = "string", json_path = ".status.queueState"),
+    printcolumn(name = "Allocated/Deserved/Limit", type_ = "string", json_path = ".status.summary"),
     printcolumn(name = "Running", type_ = "integer", json_path = ".status.podGroups.running"),
     printcolumn(name = "Pending", type_ = "integer", json_path = ".status.podGroups.pending"),
+    printcolumn(name = "Inqueue", type_ = "integer", json_path = ".status.podGroups.inqueue", priority = 1),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[x_kube(validation = Rule::new("!has(self.parent) || self.parent != ''").message("parent must be a queue name or absent"))]
@@ -113,6 +114,11 @@ pub struct QueueStatus {
     /// `InQuota`, `OverQuota` or `OverFairShare`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_state: Option<String>,
+    /// `allocated`, `deserved` and the spec's `limit` for people, one resource after the
+    /// other, GPUs first, amounts rounded (`nvidia.com/gpu 12/16/24, cpu 40/0/-, memory
+    /// 320Gi/0/-`; `-` is no limit), as `kubectl get dq` shows it. Written by the scheduler.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
     /// Pod groups of the queue by phase.
     #[serde(default)]
     pub pod_groups: PodGroupCounts,
@@ -122,6 +128,47 @@ pub struct QueueStatus {
     /// Conditions, e.g. `Valid` false when the parent is missing or the tree has a cycle.
     #[serde(default)]
     pub conditions: Vec<Condition>,
+}
+
+/// A queue's allocated, deserved and limit amounts (exact units, as
+/// [`crate::ResourceList`] counts them) as one line for people: `name allocated/deserved/limit`
+/// per resource with any figure, GPUs first, then CPU, memory and the rest by name; amounts
+/// rounded by [`crate::human_amount`]; `-` for no limit; the pod count left out; `-` alone
+/// when no resource has a figure.
+pub fn summary(
+    allocated: &BTreeMap<String, i64>,
+    deserved: &BTreeMap<String, i64>,
+    limit: &BTreeMap<String, i64>,
+) -> String {
+    let mut names: Vec<&String> = allocated.keys().chain(deserved.keys()).chain(limit.keys()).collect();
+    names.retain(|name| *name != crate::PODS);
+    names.sort_by_key(|name| {
+        let rank = if name.ends_with("/gpu") {
+            0
+        } else if *name == crate::CPU {
+            1
+        } else if *name == crate::MEMORY {
+            2
+        } else {
+            3
+        };
+        (rank, *name)
+    });
+    names.dedup();
+    let amount =
+        |list: &BTreeMap<String, i64>, name: &str| crate::human_amount(name, list.get(name).copied().unwrap_or(0));
+    let parts: Vec<String> = names
+        .into_iter()
+        .map(|name| {
+            let cap = if limit.contains_key(name) { amount(limit, name) } else { "-".into() };
+            format!("{name} {}/{}/{cap}", amount(allocated, name), amount(deserved, name))
+        })
+        .collect();
+    if parts.is_empty() {
+        "-".into()
+    } else {
+        parts.join(", ")
+    }
 }
 
 /// Counts of pod groups by phase.
@@ -204,6 +251,18 @@ mod tests {
             match_labels: Some(BTreeMap::from([(label.to_string(), "yes".to_string())])),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn the_summary_puts_gpus_first_in_human_units_and_marks_no_limit() {
+        let list = |pairs: &[(&str, i64)]| pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+        let gi = 1i64 << 30;
+        let allocated = list(&[("cpu", 40_000), ("memory", 320 * gi), ("nvidia.com/gpu", 12), ("pods", 5)]);
+        let deserved = list(&[("nvidia.com/gpu", 16)]);
+        let limit = list(&[("nvidia.com/gpu", 24)]);
+        assert_eq!(summary(&allocated, &deserved, &limit), "nvidia.com/gpu 12/16/24, cpu 40/0/-, memory 320Gi/0/-");
+        assert_eq!(summary(&list(&[]), &deserved, &list(&[])), "nvidia.com/gpu 0/16/-");
+        assert_eq!(summary(&list(&[]), &list(&[]), &list(&[])), "-");
     }
 
     #[test]

@@ -53,6 +53,11 @@
 //! Finished jobs (`Completed`, `Failed`, `Aborted`) carry the condition `Finished`; with
 //! `ttlSecondsAfterFinished` the Job is deleted that long after it.
 //!
+//! The status also carries, for `kubectl get djob`, `minAvailable` (the gang minimum in force,
+//! all replicas when the spec leaves it out) and `reason` (`plan::reason`: why the job cannot
+//! work, else why its PodGroup waits, mirrored from the group's `Unschedulable` condition; the
+//! group's changes reconcile the Job).
+//!
 //! A Job that names no queue goes to its namespace's project queue (the Project listing the
 //! namespace and named by its `scheduling.drover.dev/project` label; its first node pool's
 //! queue), else to `default`.
@@ -97,7 +102,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use drover_api::crd::job::Job;
-use drover_api::crd::podgroup::PodGroup;
+use drover_api::crd::podgroup::{PodGroup, PodGroupStatus};
 use drover_api::crd::queue::Queue;
 use drover_kubeutil::events::{self, EventType};
 use drover_kubeutil::watch_backoff::watch_backoff;
@@ -270,25 +275,27 @@ async fn validate(client: &Client, job: &Job, queue: &str) -> Result<plan::Valid
     Ok(Ok(()))
 }
 
-async fn ensure_pod_group(ctx: &Context, job: &Job, uid: &str, queue: &str) -> Result<(), Error> {
+/// Creates or updates the job's PodGroup; returns the status of the job's own group as read.
+async fn ensure_pod_group(ctx: &Context, job: &Job, uid: &str, queue: &str) -> Result<Option<PodGroupStatus>, Error> {
     let api: Api<PodGroup> = Api::namespaced(ctx.client.clone(), &job.namespace().unwrap_or_default());
     let desired = build::pod_group(job, queue);
     match api.get_opt(&job.name_any()).await? {
         None => match api.create(&PostParams::default(), &desired).await {
-            Err(e) if !is_status(&e, 409, Some("AlreadyExists")) => return Err(e.into()),
-            _ => {}
+            Err(e) if !is_status(&e, 409, Some("AlreadyExists")) => Err(e.into()),
+            _ => Ok(None),
         },
         Some(live) if !owned_by(&live, uid) => {
             let message = format!("PodGroup {} exists and is not this job's; leaving it alone", live.name_any());
             events::publish(&ctx.client, CONTROLLER_NAME, job, EventType::Warning, "PodGroupNotOwned", &message).await;
+            Ok(None)
         }
         Some(mut live) if live.spec != desired.spec => {
             live.spec = desired.spec;
             api.replace(&job.name_any(), &PostParams::default(), &live).await?;
+            Ok(live.status)
         }
-        Some(_) => {}
+        Some(live) => Ok(live.status),
     }
-    Ok(())
 }
 
 async fn ensure_service(ctx: &Context, job: &Job) -> Result<(), Error> {
@@ -367,15 +374,17 @@ async fn reconcile_job(ctx: &Context, namespace: &str, name: &str) -> Result<Act
         None => crate::queues::namespace_queue(client, namespace, None).await?,
     };
     let validity = if finished { Ok(()) } else { validate(client, &job, &queue).await? };
+    let mut group = None;
     if validity.is_ok() && !finished {
-        ensure_pod_group(ctx, &job, &uid, &queue).await?;
+        group = ensure_pod_group(ctx, &job, &uid, &queue).await?;
         ensure_service(ctx, &job).await?;
     }
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let views = pod_views(&pods, name, &uid).await?;
     let evictions = ctx.tracker.evictions(namespace, name);
-    let plan = plan::plan(&job, &views, &evictions, validity, jiff::Timestamp::now());
+    let mut plan = plan::plan(&job, &views, &evictions, validity, jiff::Timestamp::now());
+    plan.status.reason = plan::reason(&plan.status, group.as_ref());
     tracing::debug!(job = name, pods = views.len(), state = ?plan.status.state, delete = plan.delete.len(),
         create = plan.create.len(), requeue = ?plan.requeue, "job planned");
 

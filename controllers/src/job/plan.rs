@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use drover_api::crd::conditions;
 use drover_api::crd::job::{Job, JobAction, JobEvent, JobState, JobStatus};
+use drover_api::crd::podgroup::PodGroupStatus;
 use drover_kubeutil::events::EventType;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -375,6 +376,7 @@ pub fn plan(job: &Job, pods: &[PodView], evictions: &[Eviction], validity: Valid
     status.running = count(Phase::Running);
     status.succeeded = count(Phase::Succeeded);
     status.failed = count(Phase::Failed);
+    status.min_available = min_available(job);
     let plan = Plan { status, delete: vec![], create: vec![], notes: vec![], delete_job: false, requeue: None };
     let clock = now;
     let now = jiff::Timestamp::from_second(now.as_second()).unwrap_or(now);
@@ -460,6 +462,19 @@ pub fn plan(job: &Job, pods: &[PodView], evictions: &[Eviction], validity: Valid
     p.plan
 }
 
+/// The job's `status.reason`: its `Valid=False` message, else, while it is not finished, the
+/// reason its PodGroup waits (`group`, the PodGroup's status as last read), so that
+/// `kubectl get djob` says what `kubectl get pg -o wide` does.
+pub fn reason(status: &JobStatus, group: Option<&PodGroupStatus>) -> Option<String> {
+    if let Some(invalid) = condition(status, CONDITION_VALID).filter(|c| c.status == "False") {
+        return Some(invalid.message.clone());
+    }
+    if is_terminal(status.state) {
+        return None;
+    }
+    group.and_then(PodGroupStatus::waiting_reason).map(str::to_string)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -503,6 +518,25 @@ mod tests {
         let last = plan(&job(BATCH as u32 + 7), &pods, &[], Ok(()), jiff::Timestamp::now());
         assert_eq!(last.create.len(), 7);
         assert_eq!(last.requeue, None, "nothing left for another batch");
+    }
+
+    #[test]
+    fn the_status_shows_the_gang_minimum_in_force_and_mirrors_why_the_group_waits() {
+        let mut gang = job(4);
+        assert_eq!(plan(&gang, &[], &[], Ok(()), jiff::Timestamp::now()).status.min_available, 4, "all replicas");
+        gang.spec.min_available = Some(2);
+        let planned = plan(&gang, &[], &[], Ok(()), jiff::Timestamp::now());
+        assert_eq!(planned.status.min_available, 2);
+        let mut group = PodGroupStatus::default();
+        assert_eq!(reason(&planned.status, Some(&group)), None, "a group that does not wait gives no reason");
+        let now = jiff::Timestamp::now();
+        conditions::set(&mut group.conditions, "Unschedulable", true, "Unschedulable", "queue full", now, None);
+        assert_eq!(reason(&planned.status, Some(&group)).as_deref(), Some("queue full"));
+        let refused = plan(&gang, &[], &[], Err(("QueueNotFound".into(), "no queue q".into())), now);
+        assert_eq!(reason(&refused.status, Some(&group)).as_deref(), Some("no queue q"), "Valid=False comes first");
+        let mut done = planned.status.clone();
+        done.state = JobState::Completed;
+        assert_eq!(reason(&done, Some(&group)), None, "a finished job waits for nothing");
     }
 
     #[test]

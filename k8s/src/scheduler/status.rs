@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use drover_api::crd::conditions;
 use drover_api::crd::podgroup::{Admission, PodGroup, PodGroupPhase, PodGroupStatus, ReservationStatus};
-use drover_api::crd::queue::Queue;
+use drover_api::crd::queue::{summary as queue_summary, Queue};
 use drover_kubeutil::events::{self, EventType};
 use drover_scheduler::cycle::CycleOutcome;
 use drover_scheduler::ids::{ti_vec, TiVec};
@@ -24,8 +24,7 @@ use super::cache::{key_of, Key, Overlay};
 use super::Writer;
 use crate::convert::{Converted, ObjectLists, PodCounts, Problem};
 
-/// Condition type carrying the reason a group waits.
-pub const UNSCHEDULABLE: &str = "Unschedulable";
+pub use drover_api::crd::podgroup::UNSCHEDULABLE;
 /// Condition type saying whether the group could be read.
 pub const VALID: &str = "Valid";
 
@@ -265,7 +264,8 @@ fn map_patch(current: &BTreeMap<String, Quantity>, want: &BTreeMap<String, Strin
 }
 
 /// Writes the scheduler's fields of every Queue status that changed (`allocated`,
-/// `deserved`, `fairShare`, `queueState`). Returns the number written.
+/// `deserved`, `fairShare`, `queueState` and their `summary` for people). Returns the number
+/// written.
 pub(super) async fn write_queues(
     writer: &Writer<'_>,
     g: &ObjectLists,
@@ -288,7 +288,9 @@ pub(super) async fn write_queues(
                 })
                 .collect()
         };
-        let [allocated, deserved, fair_share] = queue_lists(snap, outcome, q).map(text);
+        let lists = queue_lists(snap, outcome, q);
+        let summary = queue_summary(&lists[0], &lists[1], &snap.to_list(&snap.queues[q].limit).0);
+        let [allocated, deserved, fair_share] = lists.map(text);
         let state = outcome.queues[q].state.as_str();
         let mut status = Map::new();
         for (field, cur, want) in [
@@ -302,6 +304,9 @@ pub(super) async fn write_queues(
         }
         if current.queue_state.as_deref() != Some(state) {
             status.insert("queueState".into(), Value::String(state.into()));
+        }
+        if current.summary.as_deref() != Some(summary.as_str()) {
+            status.insert("summary".into(), Value::String(summary));
         }
         if status.is_empty() {
             continue;

@@ -1,7 +1,8 @@
 //! `drover-playground`: a throwaway Kubernetes cluster on this machine to try Drover on — the
 //! real control plane (etcd, kube-apiserver, kube-controller-manager from `KUBEBUILDER_ASSETS`
 //! or `../shared/envtest`) and a fake kubelet with GPU nodes. Writes an admin kubeconfig and
-//! runs until Ctrl-C or SIGTERM; then everything it started stops and its files are removed.
+//! runs until Ctrl-C or SIGTERM; then everything it started stops and its files are removed,
+//! the kubeconfig included.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -9,6 +10,7 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 use clap::Parser;
 use drover_envtest::{Options, Server};
+use drover_kubelet::flags;
 
 /// A local cluster with fake GPU nodes, for trying Drover with kubectl.
 #[derive(Parser, Debug)]
@@ -20,19 +22,12 @@ struct Args {
     #[arg(long, default_value_t = 4)]
     nodes: u32,
     /// Each node's resources, `name=quantity` separated by commas.
-    #[arg(long, default_value = "cpu=32,memory=256Gi,nvidia.com/gpu=8")]
-    node_allocatable: String,
-}
-
-fn resources(text: &str) -> anyhow::Result<BTreeMap<String, String>> {
-    text.split(',')
-        .filter(|p| !p.trim().is_empty())
-        .map(|pair| {
-            let (name, value) =
-                pair.split_once('=').with_context(|| format!("--node-allocatable: {pair:?} is not name=quantity"))?;
-            Ok((name.trim().to_string(), value.trim().to_string()))
-        })
-        .collect()
+    #[arg(long, value_name = "RESOURCES", default_value = "cpu=32,memory=256Gi,nvidia.com/gpu=8", value_parser = flags::parse_allocatable)]
+    node_allocatable: BTreeMap<String, String>,
+    /// Labels of every node, `key=value` separated by commas, e.g. `drover.dev/node-pool=a100`
+    /// (the node pool that Departments, Projects and node selectors name).
+    #[arg(long, value_name = "LABELS", default_value = "", value_parser = flags::parse_labels)]
+    node_labels: BTreeMap<String, String>,
 }
 
 #[tokio::main]
@@ -42,7 +37,6 @@ async fn main() -> anyhow::Result<()> {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,kube_client=off"));
     tracing_subscriber::fmt().with_env_filter(filter).init();
     let args = Args::parse();
-    let allocatable = resources(&args.node_allocatable)?;
     let options = Options { controller_manager: true, ..Options::default() };
     let Some(server) = Server::start_with(&options).await else {
         anyhow::bail!("no control-plane binaries: set KUBEBUILDER_ASSETS to a folder with etcd and kube-apiserver")
@@ -54,8 +48,8 @@ async fn main() -> anyhow::Result<()> {
     let config = drover_kubelet::KubeletConfig {
         nodes: args.nodes,
         name_prefix: "node-".into(),
-        allocatable,
-        labels: BTreeMap::new(),
+        allocatable: args.node_allocatable,
+        labels: args.node_labels,
     };
     println!(
         "API server {} with {} fake nodes; kubeconfig {}; Ctrl-C stops it",
@@ -72,5 +66,7 @@ async fn main() -> anyhow::Result<()> {
     })
     .await?;
     drop(server);
+    // The kubeconfig names a server that is gone now.
+    std::fs::remove_file(&args.kubeconfig).with_context(|| format!("removing {}", args.kubeconfig.display()))?;
     Ok(())
 }
