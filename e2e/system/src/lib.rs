@@ -171,3 +171,17 @@ impl Drop for Cluster {
 }
 
 pub use drover_envtest::{eventually, eventually_result};
+
+/// Creates an object from its JSON manifest, failing the test if the API server refuses it:
+/// the tests that drive the real binaries build their objects this way.
+pub async fn create<K>(api: &Api<K>, manifest: serde_json::Value) -> K
+where
+    K: kube::Resource
+        + Clone
+        + std::fmt::Debug
+        + k8s_openapi::serde::de::DeserializeOwned
+        + k8s_openapi::serde::Serialize,
+{
+    let object: K = serde_json::from_value(manifest).expect("manifest parses");
+    api.create(&kube::api::PostParams::default(), &object).await.expect("object created")
+}

@@ -9,25 +9,12 @@ use std::time::{Duration, Instant};
 
 use drover_api::crd::podgroup::{PodGroup, PodGroupPhase};
 use drover_api::crd::queue::Queue;
-use drover_e2e::{eventually, Cluster};
+use drover_e2e::{create, eventually, Cluster};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 use serde_json::{json, Value};
 
 const NS: &str = "default";
-
-/// Creates an object from its JSON manifest.
-async fn create<K>(api: &Api<K>, manifest: Value) -> K
-where
-    K: kube::Resource
-        + Clone
-        + std::fmt::Debug
-        + k8s_openapi::serde::de::DeserializeOwned
-        + k8s_openapi::serde::Serialize,
-{
-    let object: K = serde_json::from_value(manifest).expect("manifest parses");
-    api.create(&PostParams::default(), &object).await.expect("object created")
-}
 
 /// A PodGroup of `min` pods in `queue` declaring `gpus` GPUs as its minimum.
 fn group(name: &str, queue: &str, min: u32, gpus: u32) -> Value {

@@ -12,25 +12,12 @@ use std::time::Duration;
 use drover_api::crd::job::Job;
 use drover_api::crd::podgroup::PodGroup;
 use drover_api::crd::queue::Queue;
-use drover_e2e::{eventually, Cluster, NODE_ALLOCATABLE};
+use drover_e2e::{create, eventually, Cluster, NODE_ALLOCATABLE};
 use k8s_openapi::api::core::v1::{Event, Pod, PodCondition};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{json, Value};
 
 const NS: &str = "default";
-
-/// Creates an object from its JSON manifest.
-async fn create<K>(api: &Api<K>, manifest: Value) -> K
-where
-    K: kube::Resource
-        + Clone
-        + std::fmt::Debug
-        + k8s_openapi::serde::de::DeserializeOwned
-        + k8s_openapi::serde::Serialize,
-{
-    let object: K = serde_json::from_value(manifest).expect("manifest parses");
-    api.create(&PostParams::default(), &object).await.expect("object created")
-}
 
 /// A gang Job of `replicas` pods of `gpus` GPUs each, all needed to start, running for ever.
 fn gang(name: &str, queue: &str, replicas: u32, gpus: u32) -> Value {

@@ -9,26 +9,13 @@ use drover_api::crd::job::Job;
 use drover_api::crd::podgroup::PodGroup;
 use drover_api::crd::project::Project;
 use drover_api::crd::queue::Queue;
-use drover_e2e::{eventually, Cluster};
+use drover_e2e::{create, eventually, Cluster};
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{json, Value};
 
 const NS: &str = "default";
-
-/// Creates an object from its JSON manifest.
-async fn create<K>(api: &Api<K>, manifest: Value) -> K
-where
-    K: kube::Resource
-        + Clone
-        + std::fmt::Debug
-        + k8s_openapi::serde::de::DeserializeOwned
-        + k8s_openapi::serde::Serialize,
-{
-    let object: K = serde_json::from_value(manifest).expect("manifest parses");
-    api.create(&PostParams::default(), &object).await.expect("object created")
-}
 
 /// A task of `replicas` pods of `gpus` GPUs each, running `duration` seconds (forever if `None`).
 fn task(name: &str, replicas: u32, gpus: u32, duration: Option<&str>) -> Value {
