@@ -9,15 +9,17 @@
 //! as the core's refusal says ([`Rule::more_nodes_help`]): [`POD_UNSCHEDULABLE`], which the
 //! cluster autoscaler and Karpenter scale up for, or [`WAITING_FOR_QUOTA`] when the group's
 //! queue's own quota holds it (its limit, or the deserved quota non-preemptible work must
-//! stay within), which they ignore: nodes added for it would stay empty.
+//! stay within) or its elastic pods wait out the regrow delay after a preemption, which they
+//! ignore: nodes added for it would stay empty.
 //!
 //! **All or none.** The pods of one group that need a write are written in the same cycle,
 //! so an autoscaler sees a whole gang or none of it.
 //!
 //! **Rate.** Only what changed is written. At most [`PODS_PER_CYCLE`] pods a cycle, whole
 //! groups (a group larger than that goes alone): groups needing a new status or reason
-//! first, each kind by how long ago it was last marked (never first). A group whose pods have the right status and reason but an older
-//! message (reasons quote numbers that move) is rewritten at most every
+//! first, each kind by how long ago it was last marked (never first). A group whose pods
+//! have the right status and reason but an older message (reasons quote numbers that move)
+//! is rewritten at most every
 //! [`MESSAGE_REFRESH`]; a new status or reason is written at once.
 //!
 //! **Binding** writes nothing here: the API server sets `PodScheduled=True` when it accepts a
