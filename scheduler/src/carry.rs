@@ -3,7 +3,7 @@
 //! API server does this: bindings take effect, evicted pods terminate.
 
 use crate::cycle::CycleOutcome;
-use crate::session::{EvictReason, PodState};
+use crate::session::PodState;
 use crate::snapshot::{JobInput, NodeId, PodPhase, PodPhaseInput, Snapshot};
 
 /// How long pods evicted in a cycle take to terminate.
@@ -33,10 +33,8 @@ pub fn carry(jobs: &mut [JobInput], snap: &Snapshot, outcome: &CycleOutcome, ter
             PodState::Releasing(_) | PodState::Pending | PodState::Pipelined(_) => PodPhaseInput::Pending,
         };
     }
-    for &(p, reason, _) in &outcome.decisions.evictions {
-        if reason != EvictReason::Consolidate {
-            jobs[snap.pods[p].job.0].preempted_at = Some(snap.now);
-        }
+    for job in outcome.decisions.preempted_jobs(snap) {
+        jobs[job.0].preempted_at = Some(snap.now);
     }
     for (job, phase) in jobs.iter_mut().zip(&outcome.job_phase) {
         job.phase = *phase;

@@ -91,6 +91,14 @@ pub struct Decisions {
     pub pipelined: Vec<(PodId, NodeId)>,
 }
 
+impl Decisions {
+    /// The jobs that lost pods to preemption or reclaim (a consolidation move is no loss: the
+    /// pod comes back elsewhere at once), once per evicted pod: what the regrow rule records.
+    pub fn preempted_jobs<'a>(&'a self, snap: &'a Snapshot) -> impl Iterator<Item = JobId> + 'a {
+        self.evictions.iter().filter(|e| e.1 != EvictReason::Consolidate).map(|e| snap.pods[e.0].job)
+    }
+}
+
 /// The per-cycle state.
 pub struct Session<'s> {
     /// The cluster at the start of the cycle.

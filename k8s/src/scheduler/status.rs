@@ -12,7 +12,6 @@ use drover_scheduler::cycle::CycleOutcome;
 use drover_scheduler::ids::{ti_vec, TiVec};
 use drover_scheduler::plugin::Reservation;
 use drover_scheduler::res::Res;
-use drover_scheduler::session::EvictReason;
 use drover_scheduler::snapshot::{JobId, JobPhase, QueueId, Snapshot};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -132,8 +131,8 @@ pub fn wanted_group_statuses<'g>(
         })
         .collect();
     let mut preempted: TiVec<JobId, bool> = ti_vec![false; snap.jobs.len()];
-    for &(p, reason, _) in &outcome.decisions.evictions {
-        preempted[snap.pods[p].job] |= reason != EvictReason::Consolidate;
+    for job in outcome.decisions.preempted_jobs(snap) {
+        preempted[job] = true;
     }
     let mut core: HashMap<Key, Decided> = HashMap::new();
     for (j, job) in snap.jobs.iter_enumerated() {
