@@ -10,6 +10,7 @@ pub mod labels;
 pub mod priority;
 pub mod quantity;
 pub mod resources;
+pub mod topology;
 
 pub use constraints::{
     tolerates_all, NodeSelectorOperator, NodeSelectorRequirement, Taint, TaintEffect, Toleration, TolerationOperator,

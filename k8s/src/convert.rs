@@ -882,6 +882,8 @@ fn build_job<'a>(
                     requests: ResourceList::default(),
                     constraints: Constraints::default(),
                     pods: Vec::new(),
+                    topology: None,
+                    slices: None,
                 });
             }
             continue;
@@ -908,6 +910,8 @@ fn build_job<'a>(
                 requests: ResourceList(requests),
                 constraints,
                 pods: part.iter().map(|m| m.phase.clone()).collect(),
+                topology: None,
+                slices: None,
             });
             members.extend(part);
         }
@@ -938,6 +942,7 @@ fn build_job<'a>(
         run_time,
         ends_at,
         preempted_at: shape.preempted_at,
+        topology: None,
     };
     Ok((job, refs))
 }

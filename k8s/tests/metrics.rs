@@ -223,10 +223,13 @@ fn a_cycle_is_recorded() {
             requests: list(&[("cpu", cpu)]),
             constraints: Constraints::default(),
             pods: vec![PodPhaseInput::Pending; pods],
+            topology: None,
+            slices: None,
         }],
         run_time: None,
         ends_at: None,
         preempted_at: None,
+        topology: None,
     };
     let snap = build(&nodes, &queues, &[job("fits", 2, 1000), job("too-big", 1, 8000)]).expect("snapshot");
     let outcome = drover_scheduler::cycle::run_cycle(&snap, &SchedulerConfig::default());

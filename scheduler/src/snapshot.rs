@@ -10,7 +10,12 @@ use drover_api::{NodeSelectorRequirement, ResourceList, Taint, Toleration, CPU, 
 use crate::res::{Res, UNLIMITED};
 
 mod jobs;
+mod topology;
 pub use jobs::JobConverter;
+pub use topology::{
+    Domain, DomainId, Level, LevelInput, Slices, SlicesInput, Topology, TopologyInput, TopologyRequest,
+    TopologyRequestInput,
+};
 
 use crate::ids::{ti_vec, TiVec};
 pub use crate::ids::{JobId, NodeId, PodId, QueueId};
@@ -83,6 +88,9 @@ pub struct Constraints {
     pub tolerations: Vec<Toleration>,
     /// Required node affinity (all must match).
     pub affinity: Vec<NodeSelectorRequirement>,
+    /// The fewest GPUs the pod needs, all NVLink-connected (the seed's
+    /// `min-nvlink-gpus` annotation), if it says.
+    pub min_nvlink_gpus: Option<i64>,
 }
 
 /// A task: identical pods of one job.
@@ -100,6 +108,10 @@ pub struct Task {
     pub constraints: Arc<Constraints>,
     /// The pods, in index order.
     pub pods: Vec<PodId>,
+    /// Where the task's pods must go together, inside the job's domain (a sub-group).
+    pub topology: Option<TopologyRequest>,
+    /// Consecutive pods grouped, each group inside one domain.
+    pub slices: Option<Slices>,
 }
 
 /// Lifecycle phase of a pod group.
@@ -146,6 +158,8 @@ pub struct Job {
     /// When the scheduler last preempted or reclaimed pods of the job (the clock of
     /// [`Snapshot::now`]), if it ever did: its elastic pods wait a while before regrowing.
     pub preempted_at: Option<i64>,
+    /// Where the job's pods must (or should) go together.
+    pub topology: Option<TopologyRequest>,
 }
 
 impl Job {
@@ -217,6 +231,8 @@ pub struct Snapshot {
     /// so that GPU-only quotas say nothing about CPU, and what one rule calls over quota no
     /// other calls within it.
     pub quota_resources: Vec<bool>,
+    /// The hierarchies of node labels jobs may ask to be placed within.
+    pub topologies: Vec<Topology>,
     /// The time of the cycle, in seconds on the clock of `created_at` and `ends_at`.
     pub now: i64,
 }
@@ -254,6 +270,11 @@ impl Snapshot {
     /// The chain from a queue up to (excluding) the root.
     pub fn ancestry(&self, q: QueueId) -> impl Iterator<Item = QueueId> + '_ {
         std::iter::successors(Some(q), move |&q| self.queues[q].parent).take_while(|&q| q != ROOT)
+    }
+
+    /// The topology jobs that name none use, if the snapshot has one named `default`.
+    pub fn default_topology(&self) -> Option<usize> {
+        self.topologies.iter().position(|t| t.name == drover_api::topology::DEFAULT_TOPOLOGY)
     }
 
     /// Amount of resource `i` in canonical text.
@@ -303,6 +324,8 @@ pub struct JobInput {
     pub ends_at: Option<i64>,
     /// When the scheduler last preempted or reclaimed pods of the job.
     pub preempted_at: Option<i64>,
+    /// Where the job's pods must (or should) go together.
+    pub topology: Option<TopologyRequestInput>,
 }
 
 impl JobInput {
@@ -325,6 +348,10 @@ pub struct TaskInput {
     pub constraints: Constraints,
     /// Phase of each pod, by index.
     pub pods: Vec<PodPhaseInput>,
+    /// Where the task's pods must go together, inside the job's domain.
+    pub topology: Option<TopologyRequestInput>,
+    /// Consecutive pods grouped, each group inside one domain.
+    pub slices: Option<SlicesInput>,
 }
 
 /// A pod's phase by node name, as handed to the builder.
@@ -393,8 +420,18 @@ pub enum SnapshotError {
     Duplicate(String),
 }
 
-/// Builds a snapshot from name-based inputs, interning resource names.
+/// Builds a snapshot from name-based inputs, interning resource names (no topologies).
 pub fn build(nodes: &[NodeInput], queues: &[QueueInput], jobs: &[JobInput]) -> Result<Snapshot, SnapshotError> {
+    build_with_topologies(nodes, queues, &[], jobs)
+}
+
+/// Builds a snapshot from name-based inputs with the hierarchies jobs may name.
+pub fn build_with_topologies(
+    nodes: &[NodeInput],
+    queues: &[QueueInput],
+    topologies: &[TopologyInput],
+    jobs: &[JobInput],
+) -> Result<Snapshot, SnapshotError> {
     let mut names: Vec<String> = vec![CPU.to_string(), PODS.to_string()];
     let mut intern = |list: &ResourceList| {
         for k in list.0.keys() {
@@ -469,8 +506,16 @@ pub fn build(nodes: &[NodeInput], queues: &[QueueInput], jobs: &[JobInput]) -> R
         capacity,
         largest_node,
         quota_resources,
+        topologies: Vec::with_capacity(topologies.len()),
         now: 0,
     };
+    for t in topologies {
+        if snap.topologies.iter().any(|o| o.name == t.name) {
+            return Err(SnapshotError::Duplicate(format!("topology {}", t.name)));
+        }
+        let built = Topology::build(t, &snap.nodes, n)?;
+        snap.topologies.push(built);
+    }
     let mut converter = JobConverter::new(&snap);
     for job in jobs {
         converter.push(&mut snap, job)?;

@@ -36,10 +36,13 @@ fn job(name: &str, phase: JobPhase, pods: usize, cpu: i64, created_at: i64) -> J
             requests: cpus(cpu),
             constraints: Constraints::default(),
             pods: vec![PodPhaseInput::Pending; pods],
+            topology: None,
+            slices: None,
         }],
         run_time: None,
         ends_at: None,
         preempted_at: None,
+        topology: None,
     }
 }
 

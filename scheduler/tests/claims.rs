@@ -43,10 +43,13 @@ fn job(name: &str, queue: &str, cpu: i64, pod: PodPhaseInput) -> JobInput {
             requests: cpus(cpu),
             constraints: Constraints::default(),
             pods: vec![pod],
+            topology: None,
+            slices: None,
         }],
         run_time: None,
         ends_at: None,
         preempted_at: None,
+        topology: None,
     }
 }
 

@@ -52,10 +52,13 @@ fn pending_job(name: &str, queue: &str, min: u32, pods: usize, requests: Resourc
             requests,
             constraints: Constraints::default(),
             pods: vec![PodPhaseInput::Pending; pods],
+            topology: None,
+            slices: None,
         }],
         run_time: None,
         ends_at: None,
         preempted_at: None,
+        topology: None,
     }
 }
 

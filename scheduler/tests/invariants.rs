@@ -259,8 +259,11 @@ fn task() -> impl Strategy<Value = TaskInput> {
                 node_selector: pool.map(|p| (NODE_POOL_LABEL.to_string(), POOLS[p].to_string())).into_iter().collect(),
                 tolerations: toleration.map(|t| toleration_choices()[t].clone()).into_iter().collect(),
                 affinity: Vec::new(),
+                min_nvlink_gpus: None,
             },
             pods: vec![PodPhaseInput::Pending; replicas],
+            topology: None,
+            slices: None,
         })
 }
 
@@ -356,6 +359,7 @@ fn assemble(
             run_time: None,
             ends_at: None,
             preempted_at: None,
+            topology: None,
         };
         if spec.start {
             let counts = start_counts(&job, spec.extra);
@@ -1126,10 +1130,13 @@ fn tiny_case() -> Case {
                     ..Constraints::default()
                 },
                 pods: vec![PodPhaseInput::Pending; 5],
+                topology: None,
+                slices: None,
             }],
             run_time: None,
             ends_at: None,
             preempted_at: None,
+            topology: None,
         }],
         overrides: ConfigOverrides::default(),
         slow_termination: false,

@@ -210,5 +210,5 @@ pub(super) fn constraints(pod: &Pod, findings: &mut Vec<Finding>) -> Constraints
             affinity.push(req);
         }
     }
-    Constraints { node_selector, tolerations, affinity }
+    Constraints { node_selector, tolerations, affinity, min_nvlink_gpus: None }
 }

@@ -11,8 +11,8 @@ use drover_api::{ResourceList, GPU};
 use crate::res::Res;
 
 use super::{
-    Constraints, Job, JobId, JobInput, NodeId, Pod, PodId, PodPhase, PodPhaseInput, QueueId, Snapshot, SnapshotError,
-    Task, TiVec,
+    topology::Resolver, Constraints, Job, JobId, JobInput, NodeId, Pod, PodId, PodPhase, PodPhaseInput, QueueId,
+    Snapshot, SnapshotError, Task, TiVec,
 };
 
 /// Looks up the names a job input refers to in one snapshot, and shares equal node
@@ -68,6 +68,8 @@ impl JobConverter {
         let n = snap.resources.len();
         let empty = ResourceList::default();
         let min_resources = self.amounts(job.min_resources.as_ref().unwrap_or(&empty), n, object, "minResources")?;
+        let resolver = Resolver { topologies: &snap.topologies };
+        let topology = job.topology.as_ref().map(|t| resolver.request(t, &object)).transpose()?;
         let mut tasks = Vec::with_capacity(job.tasks.len());
         let mut pods = Vec::new();
         for (task_id, t) in job.tasks.iter().enumerate() {
@@ -79,6 +81,16 @@ impl JobConverter {
                 .entry(t.constraints.clone())
                 .or_insert_with(|| Arc::new(t.constraints.clone()))
                 .clone();
+            let task_object = || format!("job {}/{} task {}", job.namespace, job.name, t.name);
+            let task_topology = t.topology.as_ref().map(|r| resolver.request(r, &task_object)).transpose()?;
+            let topology_name = t.topology.as_ref().or(job.topology.as_ref()).map(|r| r.topology.as_str());
+            let slices = t
+                .slices
+                .as_ref()
+                .map(|s| {
+                    resolver.slices(s, topology_name.unwrap_or(drover_api::topology::DEFAULT_TOPOLOGY), &task_object)
+                })
+                .transpose()?;
             let mut ids = Vec::with_capacity(t.pods.len());
             for (i, phase) in t.pods.iter().enumerate() {
                 let lookup = |name: &String| {
@@ -103,6 +115,8 @@ impl JobConverter {
                 gpu,
                 constraints,
                 pods: ids,
+                topology: task_topology,
+                slices,
             });
         }
         snap.jobs.push(Job {
@@ -120,6 +134,7 @@ impl JobConverter {
             run_time: job.run_time,
             ends_at: job.ends_at,
             preempted_at: job.preempted_at,
+            topology,
         });
         snap.pods.extend(pods);
         Ok(job_id)

@@ -316,6 +316,7 @@ fn job(doc: &Doc, s: &Scenario, j: usize, job: Job) -> Result<JobInput, Scenario
         run_time,
         ends_at: run_time.filter(|_| running > 0).map(|d| job.started_at.unwrap_or(s.now).saturating_add(d)),
         preempted_at: job.preempted_at,
+        topology: None,
     })
 }
 
@@ -339,8 +340,17 @@ fn task(doc: &Doc, s: &Scenario, j: usize, t: usize, task: Task) -> Result<TaskI
     let mut pods: Vec<PodPhaseInput> = running.into_iter().map(PodPhaseInput::Bound).collect();
     pods.resize(replicas as usize, PodPhaseInput::Pending);
     let node_selector = task.node_selector.unwrap_or_default();
-    let constraints = Constraints { node_selector, tolerations: task.tolerations, affinity: task.affinity };
-    Ok(TaskInput { name: task.name, min_available, requests: task.requests, constraints, pods })
+    let constraints =
+        Constraints { node_selector, tolerations: task.tolerations, affinity: task.affinity, min_nvlink_gpus: None };
+    Ok(TaskInput {
+        name: task.name,
+        min_available,
+        requests: task.requests,
+        constraints,
+        pods,
+        topology: None,
+        slices: None,
+    })
 }
 
 /// Pod names (`<job>-<task>-<index>`) must not collide within a namespace: expectations use them.

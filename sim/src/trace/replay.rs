@@ -351,10 +351,13 @@ fn submit(job: &TraceJob, index: usize, cluster: &Cluster, policy: Policy) -> (L
             requests: ResourceList(requests),
             constraints: Constraints::default(),
             pods: vec![PodPhaseInput::Pending; job.pods as usize],
+            topology: None,
+            slices: None,
         }],
         run_time: policy.declares_run_times().then_some(job.duration),
         ends_at: None,
         preempted_at: None,
+        topology: None,
     };
     let live = Live {
         job: index,
