@@ -18,6 +18,7 @@ use crate::ids::{ti_vec, TiSlice, TiVec};
 use crate::plugin::{EvictMode, Victim};
 use std::rc::Rc;
 
+use crate::placement::topology::Placing;
 use crate::placement::{Avail, Feasibility, Placer};
 use crate::reservation::Reservations;
 use crate::session::{EvictReason, PodState, Session, Statement};
@@ -175,6 +176,9 @@ pub fn try_place_all(ctx: &mut Ctx, pods: &[PodId], avail: Avail) -> Option<Stat
 }
 
 fn place_or_explain(ctx: &mut Ctx, pods: &[PodId], avail: Avail, explain: bool) -> Result<Statement, Option<String>> {
+    if let Some(result) = place_in_topology(ctx, pods, avail, explain) {
+        return result;
+    }
     let mut st = Statement::new();
     let mut ordered = pods.to_vec();
     ordered.sort_by(|&a, &b| ctx.fw.task_order(ctx.ssn, a, b));
@@ -207,6 +211,28 @@ fn place_or_explain(ctx: &mut Ctx, pods: &[PodId], avail: Avail, explain: bool) 
         return Err(why);
     }
     Ok(st)
+}
+
+/// Places the pods of one job by its topology groups (see [`crate::placement::topology`]),
+/// when a topology applies to it; `None` when none does. A job that asks for no topology
+/// packs by the default topology only into idle capacity; evictions for it seek nodes as for
+/// any job.
+fn place_in_topology(
+    ctx: &mut Ctx,
+    pods: &[PodId],
+    avail: Avail,
+    explain: bool,
+) -> Option<Result<Statement, Option<String>>> {
+    let job = ctx.ssn.snap.pods[*pods.first()?].job;
+    if pods.iter().any(|&p| ctx.ssn.snap.pods[p].job != job) {
+        return None;
+    }
+    let group = ctx.placer.groups(ctx.ssn.snap, ctx.fw, job)?;
+    if !group.asks_for_placement() && !matches!(avail, Avail::Idle(_)) {
+        return None;
+    }
+    let mut placing = Placing::new(ctx.ssn, ctx.fw, ctx.placer, pods, avail);
+    Some(placing.place(&group).map_err(|miss| explain.then(|| placing.explain(&miss))))
 }
 
 /// Places `pod` on the node the placer finds, as an allocation or a pipelined claim.
