@@ -255,3 +255,41 @@ fn slices_keep_consecutive_pods_together() {
     assert_eq!(at[2], at[3], "pods 2-3 share a node: {at:?}");
     assert!(!at.contains(&"b".to_string()), "{at:?}");
 }
+
+/// Three racks of four 4-GPU nodes full of priority-30 single-GPU jobs but for 3 free GPUs in
+/// r2 and 2 in r3: a priority-65 gang of 11 x 1 GPU that requires one rack evicts only inside
+/// one rack, and the fewest pods (8, in r2), and is pipelined there.
+#[test]
+fn preemption_evicts_inside_one_rack_the_fewest() {
+    let mut nodes = Vec::new();
+    let mut jobs = Vec::new();
+    for (r, free) in [("r1", 0), ("r2", 3), ("r3", 2)] {
+        for i in 0..4 {
+            nodes.push(node(&format!("{r}-{i}"), 4, "b1", r));
+        }
+        for k in 0..(16 - free) {
+            let mut j = job(&format!("low-{r}-{k}"), 1, 1, 1, &[&format!("{r}-{}", k / 4)], 30);
+            j.created_at = k as i64;
+            jobs.push(j);
+        }
+    }
+    let mut gang = job("urgent", 11, 1, 11, &[], 65);
+    gang.topology = request(Some("rack"), None);
+    gang.created_at = 100;
+    jobs.push(gang);
+    let (snap, out) = run(&nodes, &jobs);
+    let evicted: Vec<String> = out
+        .decisions
+        .evictions
+        .iter()
+        .filter_map(|e| match out.pod_state[e.0] {
+            PodState::Releasing(n) => Some(snap.nodes[n].name.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(evicted.len(), 8, "{evicted:?} {}", reason(&snap, &out, "urgent"));
+    assert!(evicted.iter().all(|n| n.starts_with("r2-")), "{evicted:?}");
+    let at = placed(&snap, &out, "urgent");
+    assert_eq!(at.len(), 11);
+    assert!(at.iter().all(|n| n.starts_with("r2-")), "{at:?}");
+}

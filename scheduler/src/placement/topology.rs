@@ -97,6 +97,22 @@ pub fn groups(snap: &Snapshot, fw: &Framework, job: JobId) -> Option<Group> {
     Some(Group { topology, required, preferred, members, inner })
 }
 
+/// The domains of the group's required level that could hold it, as node lists (only the
+/// one its running pods pin it to, if they do); `None` when it requires no level. Preempt and
+/// reclaim look for victims inside one of these at a time.
+pub fn required_domains(ssn: &Session, g: &Group) -> Option<Vec<Vec<NodeId>>> {
+    let level = g.required?;
+    let snap = ssn.snap;
+    let topo = &snap.topologies[g.topology];
+    if let Some(pinned) = pin(ssn, g) {
+        return Some(vec![nodes_of(snap, topo, pinned)]);
+    }
+    if level == topo.node_level() {
+        return Some(snap.nodes.keys().map(|n| vec![n]).collect());
+    }
+    Some(topo.domains[level].iter().map(|d| d.nodes.clone()).collect())
+}
+
 /// What one task of the request needs: how many pods, of what size, where they may go.
 struct Need {
     task: usize,
@@ -162,7 +178,7 @@ impl<'a, 'c, 's> Placing<'a, 'c, 's> {
         if todo.is_empty() {
             return Ok(());
         }
-        let pinned = self.pin(g);
+        let pinned = pin(self.ssn, g);
         if let Some(pin) = pinned {
             scope.push((g.topology, pin));
         }
@@ -207,26 +223,6 @@ impl<'a, 'c, 's> Placing<'a, 'c, 's> {
             self.ssn.discard(sub);
         }
         Err(miss(scope))
-    }
-
-    /// The domain of the group's required level its running (or pipelined) pods are in, the
-    /// one holding most of them.
-    fn pin(&self, g: &Group) -> Option<Place> {
-        let level = g.required?;
-        let topo = &self.ssn.snap.topologies[g.topology];
-        let mut seen: Vec<(Place, usize)> = Vec::new();
-        for &p in &g.members {
-            let node = match self.ssn.pod_state[p] {
-                PodState::Bound(n) | PodState::Allocated(n) | PodState::Pipelined(n) => n,
-                _ => continue,
-            };
-            let place = place_at(topo, level, node)?;
-            match seen.iter_mut().find(|(pl, _)| *pl == place) {
-                Some((_, c)) => *c += 1,
-                None => seen.push((place, 1)),
-            }
-        }
-        seen.iter().max_by_key(|(_, c)| *c).map(|(p, _)| *p)
     }
 
     fn needs(&mut self, g: &Group, todo: &[PodId]) -> Vec<Need> {
@@ -619,6 +615,26 @@ pub(super) fn excluded_nodes(
         parts.push(format!("{unlabelled} node(s) without a {} label", topo.levels[level]));
     }
     parts.join(", ")
+}
+
+/// The domain of the group's required level its running (or pipelined) pods are in, the one
+/// holding most of them.
+fn pin(ssn: &Session, g: &Group) -> Option<Place> {
+    let level = g.required?;
+    let topo = &ssn.snap.topologies[g.topology];
+    let mut seen: Vec<(Place, usize)> = Vec::new();
+    for &p in &g.members {
+        let node = match ssn.pod_state[p] {
+            PodState::Bound(n) | PodState::Allocated(n) | PodState::Pipelined(n) => n,
+            _ => continue,
+        };
+        let Some(place) = place_at(topo, level, node) else { continue };
+        match seen.iter_mut().find(|(pl, _)| *pl == place) {
+            Some((_, c)) => *c += 1,
+            None => seen.push((place, 1)),
+        }
+    }
+    seen.iter().max_by_key(|(_, c)| *c).map(|(p, _)| *p)
 }
 
 /// The resource a class is keyed by.
