@@ -530,7 +530,7 @@ fn victim_domains(
     };
     let mut ranked: Vec<(i64, Vec<NodeId>)> =
         domains.into_iter().map(|d| (freeable(&d), d)).filter(|(f, _)| *f >= need).collect();
-    ranked.sort_by(|a, b| b.0.cmp(&a.0));
+    ranked.sort_by_key(|r| std::cmp::Reverse(r.0));
     ranked.into_iter().take(MAX_VICTIM_DOMAINS).map(|(_, d)| d).collect()
 }
 
