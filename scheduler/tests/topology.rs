@@ -293,3 +293,63 @@ fn preemption_evicts_inside_one_rack_the_fewest() {
     assert_eq!(at.len(), 11);
     assert!(at.iter().all(|n| n.starts_with("r2-")), "{at:?}");
 }
+
+/// A gang that requires one rack reserves the nodes of the rack where it starts soonest, not
+/// the two nodes anywhere that free first: r1-a frees at 10 and r2-a at 20 (together the
+/// soonest pair), but r2 frees both nodes at 30 and r1 only at 100.
+#[test]
+fn a_reservation_holds_one_rack() {
+    let nodes = vec![
+        node("r1-a", 8, "b1", "r1"),
+        node("r1-b", 8, "b1", "r1"),
+        node("r2-a", 8, "b1", "r2"),
+        node("r2-b", 8, "b1", "r2"),
+    ];
+    let mut jobs = Vec::new();
+    for (n, end) in [("r1-a", 1010), ("r1-b", 1100), ("r2-a", 1020), ("r2-b", 1030)] {
+        let mut busy = job(&format!("busy-{n}"), 1, 8, 1, &[n], 50);
+        busy.ends_at = Some(end);
+        jobs.push(busy);
+    }
+    let mut gang = job("gang", 2, 8, 2, &[], 50);
+    gang.topology = request(Some("rack"), None);
+    jobs.push(gang);
+    let snap = build(&nodes, &jobs).at(1000);
+    let out = run_cycle(&snap, &SchedulerConfig::default());
+    let r = out.reservations.first().expect("the gang reserves");
+    let names: Vec<&str> = r.nodes.iter().map(|(n, _)| snap.nodes[*n].name.as_str()).collect();
+    assert_eq!(names, ["r2-a", "r2-b"]);
+    assert_eq!(r.start, 1030);
+}
+
+/// After a leader kill the new leader sees the victims in r2 still terminating: it pipelines
+/// the gang into r2 again and evicts nothing more, although r1 and r3 hold more evictable
+/// pods of lower priority than the gang.
+#[test]
+fn a_new_leader_keeps_the_rack_victims_are_leaving() {
+    let mut nodes = Vec::new();
+    let mut jobs = Vec::new();
+    for (r, free) in [("r1", 0), ("r2", 3), ("r3", 2)] {
+        for i in 0..4 {
+            nodes.push(node(&format!("{r}-{i}"), 4, "b1", r));
+        }
+        for k in 0..(16 - free) {
+            let at = format!("{r}-{}", k / 4);
+            let mut j = job(&format!("low-{r}-{k}"), 1, 1, 1, &[&at], 30);
+            if r == "r2" && k < 8 {
+                j.tasks[0].pods = vec![PodPhaseInput::Releasing(at.clone())];
+                j.phase = JobPhase::Pending;
+            }
+            jobs.push(j);
+        }
+    }
+    let mut gang = job("urgent", 11, 1, 11, &[], 65);
+    gang.topology = request(Some("rack"), None);
+    gang.phase = JobPhase::Inqueue;
+    jobs.push(gang);
+    let (snap, out) = run(&nodes, &jobs);
+    assert!(out.decisions.evictions.is_empty(), "{:?}", reason(&snap, &out, "urgent"));
+    let at = placed(&snap, &out, "urgent");
+    assert_eq!(at.len(), 11, "{}", reason(&snap, &out, "urgent"));
+    assert!(at.iter().all(|n| n.starts_with("r2-")), "{at:?}");
+}
