@@ -84,7 +84,6 @@ pub fn groups(snap: &Snapshot, fw: &Framework, job: JobId) -> Option<Group> {
             None => inner.extend(slices),
         }
     }
-    let members: Vec<PodId> = j.tasks.iter().flat_map(|t| t.pods.iter().copied()).collect();
     let (topology, required, preferred) = match (j.topology, inner.first()) {
         (Some(r), _) => (r.topology, r.required, r.preferred),
         (None, Some(first)) => (first.topology, None, None),
@@ -94,6 +93,7 @@ pub fn groups(snap: &Snapshot, fw: &Framework, job: JobId) -> Option<Group> {
             (snap.default_topology().filter(|_| packs)?, None, None)
         }
     };
+    let members = j.tasks.iter().flat_map(|t| t.pods.iter().copied()).collect();
     Some(Group { topology, required, preferred, members, inner })
 }
 
