@@ -789,7 +789,7 @@ fn placements_respect_predicates(c: &Cycle) -> Result<(), String> {
 
 /// Every pod a job that requires a topology level gets in a cycle (bound or pipelined) lies
 /// in one domain of that level, on a node that has the level's label, and in the domain of
-/// its pods already running when they all share one.
+/// its pods that ran before the cycle and still run, when they all share one.
 fn gangs_stay_in_their_domain(c: &Cycle) -> Result<(), String> {
     let snap = c.snap;
     let domain = |t: usize, level: usize, n: NodeId| {
@@ -803,12 +803,14 @@ fn gangs_stay_in_their_domain(c: &Cycle) -> Result<(), String> {
     for (j, job) in snap.jobs.iter_enumerated() {
         let Some((t, level)) = job.topology.and_then(|r| Some((r.topology, r.required?))) else { continue };
         let name = &snap.topologies[t].levels[level];
+        // Pods that ran before the cycle and still run after it (a job that lost them all
+        // starts afresh, anywhere).
         let running: Vec<Option<usize>> = snap
             .pods
-            .iter()
-            .filter(|p| p.job == j)
-            .filter_map(|p| match p.phase {
-                PodPhase::Bound(n) => Some(domain(t, level, n)),
+            .iter_enumerated()
+            .filter(|(_, p)| p.job == j)
+            .filter_map(|(id, p)| match (p.phase, c.out.pod_state[id]) {
+                (PodPhase::Bound(n), PodState::Bound(_)) => Some(domain(t, level, n)),
                 _ => None,
             })
             .collect();
