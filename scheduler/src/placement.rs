@@ -3,16 +3,19 @@
 //! the pool's placement order until a node fits. When nothing fits, an explanation in
 //! kube-scheduler's style counts why each node was rejected.
 
+pub mod topology;
+
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
 use crate::config::PlacementStrategy;
 use crate::framework::Framework;
-use crate::ids::{NodeId, PodId, TiVec};
+use crate::ids::{JobId, NodeId, PodId, TiVec};
 use crate::node_index::Class;
 use crate::res::Res;
 use crate::session::Session;
+use crate::snapshot::{Level, Snapshot};
 
 /// Capacity set aside on each node (for gangs ahead, and reservations).
 pub type Holds = TiVec<NodeId, Res>;
@@ -59,9 +62,36 @@ pub struct Placer {
     /// Per constraints and request: the session version at which no node had idle room
     /// (nothing idle changes without a new version, and pods that fail alike fail in a row).
     missed: HashMap<(usize, Res), u64>,
+    /// Per job: the groups its pods are placed by, when a topology applies.
+    groups: HashMap<JobId, Option<Rc<topology::Group>>>,
+    /// Per task constraints, topology, level and place: the nodes excluded there, for
+    /// explanations.
+    excluded: HashMap<(usize, usize, Level, topology::Place), String>,
 }
 
 impl Placer {
+    /// The groups a job's pods are placed by, when a topology applies to it.
+    pub fn groups(&mut self, snap: &Snapshot, fw: &Framework, job: JobId) -> Option<Rc<topology::Group>> {
+        self.groups.entry(job).or_insert_with(|| topology::groups(snap, fw, job).map(Rc::new)).clone()
+    }
+
+    /// The nodes of `within` excluded for a task, and those lacking `level`'s label
+    /// (static for the cycle, so computed once).
+    fn excluded(
+        &mut self,
+        snap: &Snapshot,
+        feasibility: &Rc<Feasibility>,
+        t: usize,
+        level: Level,
+        within: topology::Place,
+    ) -> String {
+        let key = (Rc::as_ptr(feasibility) as usize, t, level, within);
+        self.excluded
+            .entry(key)
+            .or_insert_with(|| topology::excluded_nodes(snap, feasibility, t, level, within))
+            .clone()
+    }
+
     /// Static feasibility of a pod's task, computed once per distinct constraints.
     pub fn feasibility(&mut self, ssn: &Session, fw: &Framework, pod: PodId) -> Rc<Feasibility> {
         let p = &ssn.snap.pods[pod];
