@@ -67,6 +67,9 @@ pub struct Placer {
     /// Per task constraints, topology, level and place: the nodes excluded there, for
     /// explanations.
     excluded: HashMap<(usize, usize, Level, topology::Place), String>,
+    /// Per group shape: the session version at which no domain held it, and its explanation
+    /// once made (groups that fail alike fail in a row).
+    topology_misses: HashMap<topology::ShapeKey, (u64, Option<String>)>,
 }
 
 impl Placer {
