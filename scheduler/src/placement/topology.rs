@@ -16,6 +16,7 @@
 //! A job that asks for nothing, in a cluster with a `default` topology where its pools
 //! bin-pack, fills the fullest domains first, top down, so that empty racks stay empty.
 
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
 use crate::config::PlacementStrategy;
@@ -140,6 +141,9 @@ pub struct Placing<'a, 'c, 's> {
     avail: Avail<'c>,
     /// The pods asked for, ascending.
     asked: Vec<PodId>,
+    /// Per topology and place, what the nodes being freed that the placement may use add to
+    /// its idle room (GPUs, CPU), so that no place's nodes are summed one by one.
+    freeing: HashMap<(usize, Place), [i64; 2]>,
 }
 
 impl<'a, 'c, 's> Placing<'a, 'c, 's> {
@@ -153,7 +157,8 @@ impl<'a, 'c, 's> Placing<'a, 'c, 's> {
     ) -> Self {
         let mut asked = pods.to_vec();
         asked.sort_unstable();
-        Placing { ssn, fw, placer, avail, asked }
+        let freeing = freeing(ssn, avail);
+        Placing { ssn, fw, placer, avail, asked, freeing }
     }
 
     /// Places every asked pod inside `group`'s domains, or none; on failure, why.
@@ -285,8 +290,8 @@ impl<'a, 'c, 's> Placing<'a, 'c, 's> {
             let counts = self.counts(t, place, needs, scope);
             if needs.iter().zip(&counts).all(|(n, &c)| c >= n.pods) {
                 found.push((counts.iter().sum(), place));
-                if found.len() == KEEP && matches!(self.avail, Avail::Idle(_)) {
-                    // Visited least idle first: the rest are looser.
+                if found.len() == KEEP {
+                    // Visited freeing domains first, then least idle first: the rest are looser.
                     break;
                 }
             }
@@ -342,15 +347,17 @@ impl<'a, 'c, 's> Placing<'a, 'c, 's> {
             Avail::Idle(_) => &[][..],
             Avail::Future(ns) | Avail::Releasing(ns) => ns,
         };
-        let mut out: Vec<Place> = self
-            .ssn
-            .domains
-            .at_least(t, level, class, key)
-            .map(|d| Place::Domain(level, d))
-            .filter(|&p| in_scope(p))
-            .collect();
+        let mut out: Vec<Place> = Vec::new();
+        let mut seen: HashSet<Place> = HashSet::new();
+        // Domains with capacity being freed first: where evictions make room.
         for &n in releasing {
-            if let Some(place) = place_at(topo, level, n).filter(|&p| in_scope(p) && !out.contains(&p)) {
+            if let Some(place) = place_at(topo, level, n).filter(|&p| in_scope(p) && seen.insert(p)) {
+                out.push(place);
+            }
+        }
+        let idle = self.ssn.domains.at_least(t, level, class, key).map(|d| Place::Domain(level, d));
+        for place in idle.filter(|&p| in_scope(p)) {
+            if seen.insert(place) {
                 out.push(place);
             }
         }
@@ -444,17 +451,12 @@ impl<'a, 'c, 's> Placing<'a, 'c, 's> {
 
     /// A place's room in the class's key resource, for ordering children.
     fn room(&self, t: usize, place: Place, class: Class) -> i64 {
-        let snap = self.ssn.snap;
-        match (self.avail, place) {
-            (Avail::Idle(_), Place::Domain(level, d)) => self.ssn.domains.idle(t, level, d, class),
-            (Avail::Idle(_), Place::Node(n)) => self.ssn.index.keys(n).map_or(0, |k| k[class as usize]),
-            _ => {
-                let r = key_resource(snap, class);
-                let mut unit = crate::res::Res::zero(snap.resources.len());
-                unit[r] = 1;
-                nodes_of(snap, &snap.topologies[t], place).iter().map(|&n| self.slots(n, &unit).min(i64::MAX / 4)).sum()
-            }
-        }
+        let idle = match (self.avail, place) {
+            (Avail::Releasing(_), _) | (_, Place::Root) => 0,
+            (_, Place::Domain(level, d)) => self.ssn.domains.idle(t, level, d, class),
+            (_, Place::Node(n)) => self.ssn.index.keys(n).map_or(0, |k| k[class as usize]),
+        };
+        idle + self.freeing.get(&(t, place)).map_or(0, |f| f[class as usize])
     }
 
     /// Places `pods` inside `place`, descending: children that hold the rest first (tightest),
@@ -679,6 +681,35 @@ fn pin(ssn: &Session, g: &Group) -> Option<Place> {
         }
     }
     seen.iter().max_by_key(|(_, c)| *c).map(|(p, _)| *p)
+}
+
+/// Per topology and place (every level, the nodes included), the room that nodes being freed
+/// add to their idle room under `avail`, in GPUs and CPU: their capacity once freed, less what
+/// is idle on them now where idle capacity also counts.
+fn freeing(ssn: &Session, avail: Avail) -> HashMap<(usize, Place), [i64; 2]> {
+    let (nodes, idle_too) = match avail {
+        Avail::Idle(_) => return HashMap::new(),
+        Avail::Future(ns) => (ns, true),
+        Avail::Releasing(ns) => (ns, false),
+    };
+    let snap = ssn.snap;
+    let mut out: HashMap<(usize, Place), [i64; 2]> = HashMap::new();
+    for &n in nodes {
+        let extra = [Class::Gpu, Class::Cpu].map(|class| {
+            let r = key_resource(snap, class);
+            let idle = if idle_too { ssn.idle_of(n, r) } else { 0 };
+            (ssn.future_of(n, r) - idle).max(0)
+        });
+        for (t, topo) in snap.topologies.iter().enumerate() {
+            let places = (0..topo.labels.len()).filter_map(|l| place_at(topo, l, n)).chain([Place::Node(n)]);
+            for place in places {
+                let e = out.entry((t, place)).or_default();
+                e[0] += extra[0];
+                e[1] += extra[1];
+            }
+        }
+    }
+    out
 }
 
 /// The resource a class is keyed by.
