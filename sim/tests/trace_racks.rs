@@ -35,14 +35,16 @@ fn a_gang_that_one_rack_holds_lands_within_one_rack() {
     // tightest rack (beside `a`) and the second waits in it for `a` to end.
     for policy in [Policy::FifoStrict, Policy::FifoBackfill, Policy::Sjf, Policy::Drover] {
         // Racks of two: the second rack is empty, so `g` starts at once (10) inside it.
-        assert_eq!(outcome(SPLIT, &cluster(Some(2)), policy), [(Some(100), Some(1)), (Some(60), Some(1))], "{policy:?}");
+        assert_eq!(
+            outcome(SPLIT, &cluster(Some(2)), policy),
+            [(Some(100), Some(1)), (Some(60), Some(1))],
+            "{policy:?}"
+        );
     }
     // Blind to the racks, the scheduler fills the node beside `a` first and spreads `g` over
     // both racks.
-    let blind = Cluster {
-        racks: Some(Racks { nodes_per_rack: 2, racks_per_block: None, aware: false }),
-        ..cluster(None)
-    };
+    let blind =
+        Cluster { racks: Some(Racks { nodes_per_rack: 2, racks_per_block: None, aware: false }), ..cluster(None) };
     assert_eq!(outcome(SPLIT, &blind, Policy::FifoBackfill), [(Some(100), Some(1)), (Some(60), Some(2))]);
 }
 
@@ -55,10 +57,8 @@ fn a_gang_waits_for_a_whole_rack_rather_than_spread() {
                 a,0,10,1,8\nb,0,100,1,8\nc,0,100,1,8\ng,20,50,2,8\n";
     let with = outcome(text, &cluster(Some(2)), Policy::FifoBackfill);
     assert_eq!(with[3], (Some(150), Some(1)), "{with:?}");
-    let blind = Cluster {
-        racks: Some(Racks { nodes_per_rack: 2, racks_per_block: None, aware: false }),
-        ..cluster(None)
-    };
+    let blind =
+        Cluster { racks: Some(Racks { nodes_per_rack: 2, racks_per_block: None, aware: false }), ..cluster(None) };
     assert_eq!(outcome(text, &blind, Policy::FifoBackfill)[3], (Some(70), Some(2)));
 }
 

@@ -177,7 +177,12 @@ fn gang_node(i: usize, rack: usize) -> NodeInput {
 }
 
 /// A task of `pods` pending pods of 8 GPUs.
-fn gang_task(name: String, pods: usize, topology: Option<TopologyRequestInput>, slices: Option<SlicesInput>) -> TaskInput {
+fn gang_task(
+    name: String,
+    pods: usize,
+    topology: Option<TopologyRequestInput>,
+    slices: Option<SlicesInput>,
+) -> TaskInput {
     TaskInput {
         name,
         min_available: 0,
@@ -221,8 +226,9 @@ pub fn gang(runs: usize, config: &SchedulerConfig) -> (f64, f64) {
     };
     let slices = SlicesInput { size: group as u32, required: "rack".into() };
     let as_slices = job(vec![gang_task("w".into(), nodes, None, Some(slices))]);
-    let as_tasks =
-        job((0..nodes / group).map(|t| gang_task(format!("w{t:02}"), group, request(Some("rack"), None), None)).collect());
+    let as_tasks = job((0..nodes / group)
+        .map(|t| gang_task(format!("w{t:02}"), group, request(Some("rack"), None), None))
+        .collect());
     println!(
         "size G: one gang of {nodes} pods x 8 GPUs on {nodes} empty nodes in {} racks of {per_rack}, \
          {} sub-groups of {group} each requiring one rack",
@@ -232,7 +238,7 @@ pub fn gang(runs: usize, config: &SchedulerConfig) -> (f64, f64) {
     let mut medians = Vec::new();
     for (label, input) in [("as slices", as_slices), ("as tasks", as_tasks)] {
         let snap =
-            snapshot::build_with_topologies(&node_list, &[queue.clone()], &[topology(&["rack"])], &[input])
+            snapshot::build_with_topologies(&node_list, std::slice::from_ref(&queue), &[topology(&["rack"])], &[input])
                 .expect("the cluster is valid");
         let (median, out) = time_cycles(label, &snap, config, runs);
         assert_eq!(out.decisions.binds.len(), nodes, "{label}: the gang was not placed whole");

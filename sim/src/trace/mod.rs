@@ -57,7 +57,8 @@ pub struct RackRun {
 /// with the racks as the `default` topology, and without topology.
 pub fn run(trace: &[TraceJob], cluster: &Cluster, policies: &[Policy]) -> Result<Vec<Run>, SnapshotError> {
     let total = cluster.nodes * cluster.gpus_per_node;
-    let placement = |racks: Racks, replay: &Replay| racks.placement(trace, replay, cluster.nodes, cluster.gpus_per_node);
+    let placement =
+        |racks: Racks, replay: &Replay| racks.placement(trace, replay, cluster.nodes, cluster.gpus_per_node);
     policies
         .iter()
         .map(|&policy| {
@@ -180,8 +181,17 @@ fn rack_table(cluster: &Cluster, racks: &Racks, runs: &[Run]) -> String {
         racks.nodes_per_rack,
         racks.count(cluster.nodes),
     );
-    let header =
-        ["POLICY", "TOPOLOGY", "GANGS", "IN ONE RACK", "LARGER THAN A RACK", "GPU ALLOC", "AVG JCT", "AVG QUEUE", "P95 QUEUE"];
+    let header = [
+        "POLICY",
+        "TOPOLOGY",
+        "GANGS",
+        "IN ONE RACK",
+        "LARGER THAN A RACK",
+        "GPU ALLOC",
+        "AVG JCT",
+        "AVG QUEUE",
+        "P95 QUEUE",
+    ];
     let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
     for run in runs {
         let Some(rr) = &run.racks else { continue };

@@ -164,7 +164,8 @@ struct World {
 /// Replays `trace` under `policy` on `cluster`.
 pub fn replay(trace: &[TraceJob], cluster: &Cluster, policy: Policy) -> Result<Replay, SnapshotError> {
     let topologies: Vec<_> = cluster.racks.filter(|r| r.aware).map(|r| r.topology()).into_iter().collect();
-    let snap = snapshot::build_with_topologies(&node_inputs(cluster), &queue_inputs(cluster, policy), &topologies, &[])?;
+    let snap =
+        snapshot::build_with_topologies(&node_inputs(cluster), &queue_inputs(cluster, policy), &topologies, &[])?;
     let converter = JobConverter::new(&snap);
     let mut world = World { snap, converter, config: policy.config(&cluster.config), racks: cluster.racks };
     let total_gpus = cluster.nodes * cluster.gpus_per_node;
