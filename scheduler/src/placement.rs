@@ -57,7 +57,9 @@ const LINEAR_SCAN_MAX: usize = 64;
 /// The per-cycle node finder.
 #[derive(Default)]
 pub struct Placer {
-    cache: HashMap<usize, Rc<Feasibility>>,
+    /// Per task constraints (and, where the NVLink rule makes the filter depend on it, the
+    /// GPUs a pod asks): the nodes its pods may use.
+    cache: HashMap<(usize, i64), Rc<Feasibility>>,
     explained: HashMap<(usize, Res, bool), (u64, String)>,
     /// Per constraints and request: the session version at which no node had idle room
     /// (nothing idle changes without a new version, and pods that fail alike fail in a row).
@@ -67,6 +69,9 @@ pub struct Placer {
     /// Per task constraints, topology, level and place: the nodes excluded there, for
     /// explanations.
     excluded: HashMap<(usize, usize, Level, topology::Place), String>,
+    /// Per group shape: the session version at which no domain held it, and its explanation
+    /// once made (groups that fail alike fail in a row).
+    topology_misses: HashMap<topology::ShapeKey, (u64, Option<String>)>,
 }
 
 impl Placer {
@@ -92,11 +97,13 @@ impl Placer {
             .clone()
     }
 
-    /// Static feasibility of a pod's task, computed once per distinct constraints.
+    /// Static feasibility of a pod's task, computed once per distinct constraints (and GPU
+    /// request, for the NVLink rule).
     pub fn feasibility(&mut self, ssn: &Session, fw: &Framework, pod: PodId) -> Rc<Feasibility> {
         let p = &ssn.snap.pods[pod];
         let task = &ssn.snap.jobs[p.job].tasks[p.task];
-        let key = Arc::as_ptr(&task.constraints) as usize;
+        let gpus = task.constraints.min_nvlink_gpus.and(ssn.snap.gpu).map_or(-1, |g| task.requests[g]);
+        let key = (Arc::as_ptr(&task.constraints) as usize, gpus);
         self.cache
             .entry(key)
             .or_insert_with(|| {

@@ -353,3 +353,71 @@ fn a_new_leader_keeps_the_rack_victims_are_leaving() {
     assert_eq!(at.len(), 11, "{}", reason(&snap, &out, "urgent"));
     assert!(at.iter().all(|n| n.starts_with("r2-")), "{at:?}");
 }
+
+/// The seed's NVLink rule: n1 has 2 NVLink pairs (4 GPUs), n2 has 4 (8 GPUs); with
+/// `min-nvlink-gpus: 4`, an 8-GPU pod fits only n2, a 4-GPU pod either, and a 2-GPU pod is
+/// refused outright.
+#[test]
+fn nvlink_pairs_decide_where_a_pod_fits() {
+    let nvlink = |name: &str, pairs: &str| {
+        let mut n = node(name, 8, "", "");
+        n.labels.insert(drover_api::topology::NVLINK_PAIRS_LABEL.into(), pairs.into());
+        n
+    };
+    let nodes = vec![nvlink("n1", "2"), nvlink("n2", "4")];
+    let linked = |name: &str, gpu: i64| {
+        let mut j = job(name, 1, gpu, 1, &[], 50);
+        j.tasks[0].constraints.min_nvlink_gpus = Some(4);
+        j
+    };
+    let (snap, out) = run(&nodes, &[linked("eight", 8), linked("two", 2)]);
+    assert_eq!(placed(&snap, &out, "eight"), ["n2"]);
+    assert!(placed(&snap, &out, "two").is_empty());
+    assert!(
+        reason(&snap, &out, "two").contains("pod requests 2 GPUs but requires 4 with NVLink"),
+        "{}",
+        reason(&snap, &out, "two")
+    );
+    let (snap, out) = run(&nodes, &[linked("four-a", 4), linked("four-b", 4), linked("four-c", 4)]);
+    let mut at: Vec<String> = ["four-a", "four-b", "four-c"].iter().flat_map(|j| placed(&snap, &out, j)).collect();
+    at.sort();
+    assert_eq!(at.len(), 3, "4-GPU pods fit either node");
+    assert!(at.contains(&"n1".to_string()) && at.contains(&"n2".to_string()), "{at:?}");
+    let (snap, out) = run(&[nvlink("n1", "2")], &[linked("eight", 8)]);
+    let why = reason(&snap, &out, "eight");
+    assert!(why.contains("1 node(s) only have 4 NVLink-connected GPUs, the pod needs 8"), "{why}");
+}
+
+/// Consolidation seats a gang that requires a rack inside one rack: r1's three nodes have 4
+/// of 8 GPUs free each (room in total, split), r2 is full of work that cannot move; moving one
+/// 4-GPU pod from one r1 node to another frees a whole node there for the gang's 8-GPU pod,
+/// and its 4-GPU partner takes the third.
+#[test]
+fn consolidation_frees_room_inside_the_required_rack() {
+    let nodes = vec![
+        node("r1-a", 8, "b1", "r1"),
+        node("r1-b", 8, "b1", "r1"),
+        node("r1-c", 8, "b1", "r1"),
+        node("r2-a", 8, "b1", "r2"),
+    ];
+    let mut fixed = job("fixed", 1, 8, 1, &["r2-a"], 50);
+    fixed.preemptible = false;
+    let mut gang = job("gang", 1, 8, 1, &[], 50);
+    gang.tasks[0].pods = vec![PodPhaseInput::Pending];
+    gang.topology = request(Some("rack"), None);
+    let mut partner = gang.tasks[0].clone();
+    partner.name = "p".into();
+    partner.requests = gpus(4);
+    gang.tasks.push(partner);
+    gang.min_member = 2;
+    let small = |n: &str| job(&format!("small-{n}"), 1, 4, 1, &[n], 50);
+    let jobs = vec![small("r1-a"), small("r1-b"), small("r1-c"), fixed, gang];
+    let snap = build(&nodes, &jobs);
+    let mut config = SchedulerConfig::default();
+    config.actions.insert(2, drover_scheduler::config::ActionName::Consolidation);
+    let out = run_cycle(&snap, &config);
+    assert_eq!(out.decisions.evictions.len(), 1, "{}", reason(&snap, &out, "gang"));
+    let at = placed(&snap, &out, "gang");
+    assert_eq!(at.len(), 2, "{}", reason(&snap, &out, "gang"));
+    assert!(at.iter().all(|n| n.starts_with("r1-")), "{at:?}");
+}

@@ -216,8 +216,8 @@ fn place_or_explain(ctx: &mut Ctx, pods: &[PodId], avail: Avail, explain: bool) 
 
 /// Places the pods of one job by its topology groups (see [`crate::placement::topology`]),
 /// when a topology applies to it; `None` when none does. A job that asks for no topology
-/// packs by the default topology only into idle capacity; evictions for it seek nodes as for
-/// any job.
+/// packs by the default topology only into idle capacity, and where that finds no room (and
+/// for evictions) it is placed, or told why not, as any job.
 fn place_in_topology(
     ctx: &mut Ctx,
     pods: &[PodId],
@@ -233,7 +233,12 @@ fn place_in_topology(
         return None;
     }
     let mut placing = Placing::new(ctx.ssn, ctx.fw, ctx.placer, pods, avail);
-    Some(placing.place(&group).map_err(|miss| explain.then(|| placing.explain(&miss))))
+    match placing.place(&group) {
+        Ok(st) => Some(Ok(st)),
+        // Packing found no room: the flat search (with stand-ins) tries and explains.
+        Err(_) if !group.asks_for_placement() => None,
+        Err(miss) => Some(Err(explain.then(|| placing.explain(&miss)))),
+    }
 }
 
 /// Places `pod` on the node the placer finds, as an allocation or a pipelined claim.

@@ -84,7 +84,6 @@ pub fn groups(snap: &Snapshot, fw: &Framework, job: JobId) -> Option<Group> {
             None => inner.extend(slices),
         }
     }
-    let members: Vec<PodId> = j.tasks.iter().flat_map(|t| t.pods.iter().copied()).collect();
     let (topology, required, preferred) = match (j.topology, inner.first()) {
         (Some(r), _) => (r.topology, r.required, r.preferred),
         (None, Some(first)) => (first.topology, None, None),
@@ -94,6 +93,7 @@ pub fn groups(snap: &Snapshot, fw: &Framework, job: JobId) -> Option<Group> {
             (snap.default_topology().filter(|_| packs)?, None, None)
         }
     };
+    let members = j.tasks.iter().flat_map(|t| t.pods.iter().copied()).collect();
     Some(Group { topology, required, preferred, members, inner })
 }
 
@@ -112,6 +112,10 @@ pub fn required_domains(ssn: &Session, g: &Group) -> Option<Vec<Vec<NodeId>>> {
     }
     Some(topo.domains[level].iter().map(|d| d.nodes.clone()).collect())
 }
+
+/// See [`Placing::shape`].
+pub(super) type ShapeKey =
+    (Vec<(usize, crate::res::Res, i64, Option<(i64, Level)>)>, usize, Level, Vec<(usize, Place)>);
 
 /// What one task of the request needs: how many pods, of what size, where they may go.
 struct Need {
@@ -248,7 +252,7 @@ impl<'a, 'c, 's> Placing<'a, 'c, 's> {
 
     /// Candidate places for the group, best first; `None` when no domain of its required level
     /// holds it.
-    fn choose(&self, g: &Group, needs: &[Need], scope: &[(usize, Place)]) -> Option<Vec<Place>> {
+    fn choose(&mut self, g: &Group, needs: &[Need], scope: &[(usize, Place)]) -> Option<Vec<Place>> {
         let snap = self.ssn.snap;
         let topo = &snap.topologies[g.topology];
         let within = innermost(scope, g.topology);
@@ -268,8 +272,13 @@ impl<'a, 'c, 's> Placing<'a, 'c, 's> {
     }
 
     /// Up to three domains of `level` within the scope that hold every need, tightest first.
-    fn holders(&self, t: usize, level: Level, needs: &[Need], scope: &[(usize, Place)]) -> Vec<Place> {
+    fn holders(&mut self, t: usize, level: Level, needs: &[Need], scope: &[(usize, Place)]) -> Vec<Place> {
         const KEEP: usize = 3;
+        let shape = self.shape(t, level, needs, scope);
+        let version = self.ssn.version;
+        if shape.as_ref().and_then(|s| self.placer.topology_misses.get(s)).is_some_and(|(v, _)| *v == version) {
+            return Vec::new();
+        }
         let mut found: Vec<(i64, Place)> = Vec::new();
         let key = self.key_need(needs, self.class(needs));
         for place in self.candidates(t, level, needs, key, scope) {
@@ -282,8 +291,27 @@ impl<'a, 'c, 's> Placing<'a, 'c, 's> {
                 }
             }
         }
+        if let Some(shape) = shape.filter(|_| found.is_empty()) {
+            self.placer.topology_misses.insert(shape, (version, None));
+        }
         found.sort_by_key(|&(c, _)| c);
         found.into_iter().take(KEEP).map(|(_, p)| p).collect()
+    }
+
+    /// What makes two groups fail alike on an unchanged session: their needs (constraints,
+    /// requests, counts, slices) and where they are sought; `None` (nothing to reuse) unless
+    /// the placement uses plain idle capacity.
+    fn shape(&self, t: usize, level: Level, needs: &[Need], scope: &[(usize, Place)]) -> Option<ShapeKey> {
+        if !matches!(self.avail, Avail::Idle(None)) {
+            return None;
+        }
+        let snap = self.ssn.snap;
+        let job = &snap.jobs[snap.pods[self.asked[0]].job];
+        let needs = needs
+            .iter()
+            .map(|n| (Rc::as_ptr(&n.feasibility) as usize, job.tasks[n.task].requests.clone(), n.pods, n.slices))
+            .collect();
+        Some((needs, t, level, scope.to_vec()))
     }
 
     /// Places of `level` within the scope that might have room, least idle first where the
@@ -505,14 +533,30 @@ impl Placing<'_, '_, '_> {
             return "its pods do not fit together".to_string();
         }
         let needs = self.needs(g, &todo);
-        let job = &snap.jobs[snap.pods[todo[0]].job];
-        let class = self.class(&needs);
-        let r = key_resource(snap, class);
         let level = g.required.unwrap_or(topo.node_level());
+        let shape = self.shape(g.topology, level, &needs, scope);
+        if let Some((version, Some(text))) = shape.as_ref().and_then(|s| self.placer.topology_misses.get(s)) {
+            if *version == self.ssn.version {
+                return text.clone();
+            }
+        }
+        let text = self.describe(g, &needs, level, scope);
+        if let Some(shape) = shape {
+            self.placer.topology_misses.insert(shape, (self.ssn.version, Some(text.clone())));
+        }
+        text
+    }
+
+    fn describe(&mut self, g: &Group, needs: &[Need], level: Level, scope: &[(usize, Place)]) -> String {
+        let snap = self.ssn.snap;
+        let topo = &snap.topologies[g.topology];
+        let job = &snap.jobs[snap.pods[self.asked[0]].job];
+        let class = self.class(needs);
+        let r = key_resource(snap, class);
         let name = &topo.levels[level];
         let total: i64 = needs.iter().map(|n| n.pods).sum();
         let size = |n: &Need| snap.amount(r, job.tasks[n.task].requests[r]);
-        let what = match needs.as_slice() {
+        let what = match needs {
             [one] => format!("{} pod(s) x {} {}", one.pods, size(one), snap.resources[r]),
             many => {
                 let parts: Vec<String> = many.iter().map(|n| format!("{} x {}", n.pods, size(n))).collect();
@@ -524,8 +568,8 @@ impl Placing<'_, '_, '_> {
         let checked = count_places(snap, topo, level, within, scope);
         let mut best: Option<(i64, i64, Place)> = None;
         let mut together = 0;
-        for place in self.candidates(g.topology, level, &needs, smallest.max(1), scope) {
-            let counts = self.counts(g.topology, place, &needs, scope);
+        for place in self.candidates(g.topology, level, needs, smallest.max(1), scope) {
+            let counts = self.counts(g.topology, place, needs, scope);
             let fill: i64 = needs.iter().zip(&counts).map(|(n, &c)| c.min(n.pods)).sum();
             together += counts.iter().sum::<i64>();
             let room = self.room(g.topology, place, class);
