@@ -16,7 +16,6 @@ pub use victims::{victim_units, VictimOrder, VictimPool};
 use crate::framework::Framework;
 use crate::ids::{ti_vec, TiSlice, TiVec};
 use crate::plugin::{EvictMode, Victim};
-use std::collections::HashMap;
 use std::rc::Rc;
 
 use crate::placement::topology::{required_domains, Placing};
@@ -486,13 +485,17 @@ fn evict_for(
     let usable = |n: NodeId| feasible.iter().any(|f| f.ok(n));
     let group = ctx.placer.groups(ctx.ssn.snap, ctx.fw, job);
     let Some(domains) = group.and_then(|g| required_domains(ctx.ssn, &g)) else {
-        return evict_within(ctx, job, gang, order, mode, fits, &usable).map(|(st, _)| st);
+        let all = Within { usable: &usable, domain: None, prune: true };
+        return evict_within(ctx, job, gang, order, mode, fits, &all).map(|(st, _)| st);
     };
     let ranked = victim_domains(ctx, gang, order, domains, &usable);
     let mut best: Option<(EvictionCost, usize)> = None;
     for (i, nodes) in ranked.iter().enumerate() {
         let inside = |n: NodeId| usable(n) && nodes.binary_search(&n).is_ok();
-        if let Some((st, cost)) = evict_within(ctx, job, gang, &mut order.clone(), mode, fits, &inside) {
+        // Domains are compared by the victims their search takes; only the chosen one's set
+        // is pruned (pruning tries the gang once per victim).
+        let domain = Within { usable: &inside, domain: Some(nodes), prune: false };
+        if let Some((st, cost)) = evict_within(ctx, job, gang, &mut order.clone(), mode, fits, &domain) {
             ctx.ssn.discard(st);
             if best.as_ref().is_none_or(|(c, _)| cost < *c) {
                 best = Some((cost, i));
@@ -501,7 +504,8 @@ fn evict_for(
     }
     let nodes = &ranked[best?.1];
     let inside = |n: NodeId| usable(n) && nodes.binary_search(&n).is_ok();
-    evict_within(ctx, job, gang, &mut order.clone(), mode, fits, &inside).map(|(st, _)| st)
+    let chosen = Within { usable: &inside, domain: Some(nodes), prune: true };
+    evict_within(ctx, job, gang, &mut order.clone(), mode, fits, &chosen).map(|(st, _)| st)
 }
 
 /// What evicting a victim set costs, compared lexicographically: the highest priority taken,
@@ -521,17 +525,17 @@ fn victim_domains(
     let ssn = &ctx.ssn;
     let key = key_resource(ssn, gang);
     let need = ssn.sum_requests(gang)[key];
-    let mut evictable: HashMap<NodeId, i64> = HashMap::new();
+    let mut evictable: TiVec<NodeId, i64> = ti_vec![0; ssn.snap.nodes.len()];
     for v in order.units() {
         for &p in &v.pods {
             if let Some(n) = ssn.pod_state[p].running_on() {
-                *evictable.entry(n).or_default() += ssn.requests(p)[key];
+                evictable[n] += ssn.requests(p)[key];
             }
         }
     }
     let freeable = |nodes: &[NodeId]| -> i64 {
         let usable_nodes = nodes.iter().copied().filter(|&n| usable(n));
-        usable_nodes.map(|n| ssn.future_of(n, key).max(0) + evictable.get(&n).copied().unwrap_or(0)).sum()
+        usable_nodes.map(|n| ssn.future_of(n, key).max(0) + evictable[n]).sum()
     };
     let mut ranked: Vec<(i64, Vec<NodeId>)> =
         domains.into_iter().map(|d| (freeable(&d), d)).filter(|(f, _)| *f >= need).collect();
@@ -545,10 +549,22 @@ fn key_resource(ssn: &Session, gang: &[PodId]) -> usize {
     gpu.unwrap_or(ssn.snap.cpu)
 }
 
-/// Evicts units in `order` on nodes `usable` allows until the gang fits, spares those that
-/// turn out unnecessary, and returns the statement and what it costs. A unit's queue is
-/// ranked again after each eviction from it (in reclaim, a queue that drops below its fair
-/// share stops coming first).
+/// Where a victim search looks, and whether it spares the victims that turn out unnecessary.
+struct Within<'w> {
+    /// The nodes whose pods count as victims.
+    usable: &'w dyn Fn(NodeId) -> bool,
+    /// The domain those nodes form, when the gang must fit inside one.
+    domain: Option<&'w [NodeId]>,
+    /// Whether to spare victims the gang turns out not to need.
+    prune: bool,
+}
+
+/// Evicts units in `order` on nodes `within` allows until the gang fits, spares those that
+/// turn out unnecessary (when it prunes), and returns the statement and what it costs. A
+/// unit's queue is ranked again after each eviction from it (in reclaim, a queue that drops
+/// below its fair share stops coming first). Within one domain, the gang is tried only once
+/// the domain's room in its key resource (free, being freed, and freed by the victims so far)
+/// could hold it.
 fn evict_within(
     ctx: &mut Ctx,
     job: JobId,
@@ -556,12 +572,18 @@ fn evict_within(
     order: &mut VictimOrder,
     mode: EvictMode,
     fits: &dyn Fn(&Ctx) -> bool,
-    usable: &dyn Fn(NodeId) -> bool,
+    within: &Within,
 ) -> Option<(Statement, EvictionCost)> {
+    let (usable, domain) = (within.usable, within.domain);
     let reason = match mode {
         EvictMode::Preempt => EvictReason::Preempt,
         EvictMode::Reclaim => EvictReason::Reclaim,
     };
+    let key = key_resource(ctx.ssn, gang);
+    let need = ctx.ssn.sum_requests(gang)[key];
+    let mut room = domain.map_or(i64::MAX, |nodes| {
+        nodes.iter().filter(|&&n| usable(n)).map(|&n| ctx.ssn.future_of(n, key).max(0)).sum()
+    });
     let mut chosen: Vec<&Victim> = Vec::new();
     let mut nodes: Vec<NodeId> = Vec::new();
     let mut st = Statement::new();
@@ -574,16 +596,25 @@ fn evict_within(
         if ctx.fw.may_evict(ctx.ssn, mode, job, v).is_err() {
             continue;
         }
+        if domain.is_some() {
+            let on_usable = v.pods.iter().filter(|&&p| ctx.ssn.pod_state[p].running_on().is_some_and(usable));
+            room = room.saturating_add(on_usable.map(|&p| ctx.ssn.requests(p)[key]).sum());
+        }
         evict_unit(ctx.ssn, &mut st, v, (reason, job), &mut nodes);
         chosen.push(v);
         order.rerank(ctx.ssn.snap.jobs[v.job].queue);
-        if !fits(ctx) {
+        if room < need || !fits(ctx) {
             continue;
         }
         if let Some(pipe) = try_place_all(ctx, gang, Avail::Future(&nodes)) {
-            ctx.ssn.discard(pipe);
-            ctx.ssn.discard(st);
-            let (st, kept) = spare_unneeded(ctx, gang, chosen, (reason, job), fits)?;
+            let (st, kept) = if within.prune {
+                ctx.ssn.discard(pipe);
+                ctx.ssn.discard(st);
+                spare_unneeded(ctx, gang, chosen, (reason, job), fits)?
+            } else {
+                ctx.ssn.absorb(&mut st, pipe);
+                (st, chosen)
+            };
             let key = key_resource(ctx.ssn, gang);
             let snap = ctx.ssn.snap;
             let cost = (
