@@ -287,6 +287,10 @@ impl<'a, 'c, 's> Placing<'a, 'c, 's> {
         let mut found: Vec<(i64, Place)> = Vec::new();
         let key = self.key_need(needs, self.class(needs));
         for place in self.candidates(t, level, needs, key, scope) {
+            if !found.is_empty() && !self.freeing.is_empty() && !self.freeing.contains_key(&(t, place)) {
+                // A domain being freed holds it: the idle ones after it are not needed.
+                break;
+            }
             let counts = self.counts(t, place, needs, scope);
             if needs.iter().zip(&counts).all(|(n, &c)| c >= n.pods) {
                 found.push((counts.iter().sum(), place));
