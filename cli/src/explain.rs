@@ -201,6 +201,7 @@ pub async fn list_cluster(client: &Client) -> Result<(ObjectLists, Vec<String>),
         queues: list(client, "queues", &mut refused).await?,
         classes: list(client, "priorityclasses", &mut refused).await?,
         namespaces: list(client, "namespaces", &mut refused).await?,
+        topologies: list(client, "topologies", &mut refused).await?,
     };
     Ok((listed, refused))
 }
@@ -290,7 +291,7 @@ pub fn judge(
     };
     let objects = listed.objects();
     let converted = convert::convert(&objects, scheduler_name);
-    let snap = match snapshot::build(&converted.nodes, &converted.queues, &converted.jobs) {
+    let snap = match converted.snapshot() {
         Ok(s) => s.at(k8s_openapi::jiff::Timestamp::now().as_second()),
         Err(e) => {
             out.verdict = "Waiting".into();

@@ -332,9 +332,10 @@ mod tests {
             namespaces: &[object(json!({"metadata": {"name": "ns"}}))],
             queues: &[],
             priority_classes: &[],
+            topologies: &[],
         };
         let converted = convert(&objects, "drover");
-        let mut snap = drover_scheduler::snapshot::build(&converted.nodes, &converted.queues, &converted.jobs).unwrap();
+        let mut snap = converted.snapshot().unwrap();
         let (a, b) = (converted.pods[PodId(0)].clone(), converted.pods[PodId(1)].clone());
         note_in_snapshot(&mut snap, &converted, &[(a, "n1".into())], &[b]);
         let phases: Vec<PodPhase> = snap.pods.iter().map(|p| p.phase).collect();
