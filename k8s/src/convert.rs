@@ -218,7 +218,7 @@ fn task_of(pod: &Pod) -> String {
 /// Something about an object that the conversion could not take as written.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Problem {
-    /// `Node`, `Pod`, `PodGroup`, `Queue` or `PriorityClass`.
+    /// `Node`, `Pod`, `PodGroup`, `Queue`, `PriorityClass` or `Topology`.
     pub kind: &'static str,
     /// Namespace of namespaced objects.
     pub namespace: Option<String>,

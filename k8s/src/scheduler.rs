@@ -47,6 +47,7 @@ mod bind;
 mod cache;
 mod evict;
 mod intents;
+mod placement;
 mod recovery;
 mod status;
 mod waiting;
