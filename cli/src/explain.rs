@@ -19,7 +19,7 @@ use drover_k8s::convert::{self, ObjectLists, DEFAULT_QUEUE};
 use drover_scheduler::config::SchedulerConfig;
 use drover_scheduler::explain::Verdict;
 use drover_scheduler::res::UNLIMITED;
-use drover_scheduler::snapshot::{self, Snapshot};
+use drover_scheduler::snapshot::Snapshot;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, ListParams};
 use kube::{Client, Resource, ResourceExt};
