@@ -139,6 +139,15 @@ struct SimArgs {
     /// Trace mode: seconds between scheduling cycles.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(i64).range(1..))]
     period: i64,
+    /// Trace mode: group the nodes into racks of this many (in order; the last may be
+    /// smaller) as the `default` topology: a job with more GPUs than a node that one rack can
+    /// hold requires one rack. Also replays without topology and reports both side by side.
+    #[arg(long, requires = "trace", value_parser = clap::value_parser!(u32).range(1..))]
+    nodes_per_rack: Option<u32>,
+    /// Trace mode, with --nodes-per-rack: group the racks into blocks of this many, a level
+    /// above racks: a job too large for a rack but not for a block requires one block.
+    #[arg(long, requires = "nodes_per_rack", value_parser = clap::value_parser!(u32).range(1..))]
+    racks_per_block: Option<u32>,
     /// Trace mode: write SVG plots (GPU allocation over time, queueing-delay CDF and, with
     /// more than one queue, queue shares against fair shares) into this folder and name them
     /// on stderr.
@@ -301,7 +310,7 @@ fn sim(args: SimArgs) -> ExitCode {
 
 /// `drover sim --trace`: replays a trace under each policy and prints them side by side.
 fn trace_replay(args: &SimArgs, path: &std::path::Path, config: SchedulerConfig) -> ExitCode {
-    use drover_sim::trace::{self, policy::Policy, replay::Cluster, rows};
+    use drover_sim::trace::{self, policy::Policy, racks::Racks, replay::Cluster, rows};
     let policies = if args.policies.is_empty() {
         trace::policy::ALL.to_vec()
     } else {
@@ -327,6 +336,11 @@ fn trace_replay(args: &SimArgs, path: &std::path::Path, config: SchedulerConfig)
         queues: args.queues,
         period: args.period,
         config,
+        racks: args.nodes_per_rack.map(|nodes_per_rack| Racks {
+            nodes_per_rack,
+            racks_per_block: args.racks_per_block,
+            aware: true,
+        }),
     };
     let results = match trace::run(&jobs, &cluster, &policies) {
         Ok(r) => r,

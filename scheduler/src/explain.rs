@@ -121,6 +121,10 @@ fn advice(snap: &Snapshot, by: Option<Blocker>, need: &Res) -> String {
         Rule::LargerThanAnyNode => {
             format!("ask at most {} {r} per pod (the largest node's) or add a node with {amount}", snap.amount(e.resource, e.bound))
         }
+        Rule::LargerThanAnyDomain => format!(
+            "fit the pods that must share one domain into {} {r} (the largest domain's), or require a coarser level",
+            snap.amount(e.resource, e.bound)
+        ),
         _ => nodes.to_string(),
     }
 }

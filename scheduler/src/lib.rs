@@ -8,6 +8,7 @@ pub mod actions;
 pub mod carry;
 pub mod config;
 pub mod cycle;
+pub mod domain_index;
 pub mod explain;
 pub mod framework;
 pub mod ids;

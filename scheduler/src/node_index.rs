@@ -34,6 +34,11 @@ impl NodeIndex {
         }
     }
 
+    /// A node's keys (idle GPUs, idle CPU), `None` when it is not indexed.
+    pub fn keys(&self, node: NodeId) -> Option<[i64; 2]> {
+        self.keys[node]
+    }
+
     /// Sets a node's keys (idle GPUs, idle CPU); `None` removes it from the index.
     pub fn set(&mut self, node: NodeId, keys: Option<[i64; 2]>) {
         if self.keys[node] == keys {

@@ -3,16 +3,19 @@
 //! the pool's placement order until a node fits. When nothing fits, an explanation in
 //! kube-scheduler's style counts why each node was rejected.
 
+pub mod topology;
+
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
 use crate::config::PlacementStrategy;
 use crate::framework::Framework;
-use crate::ids::{NodeId, PodId, TiVec};
+use crate::ids::{JobId, NodeId, PodId, TiVec};
 use crate::node_index::Class;
 use crate::res::Res;
 use crate::session::Session;
+use crate::snapshot::{Level, Snapshot};
 
 /// Capacity set aside on each node (for gangs ahead, and reservations).
 pub type Holds = TiVec<NodeId, Res>;
@@ -54,19 +57,53 @@ const LINEAR_SCAN_MAX: usize = 64;
 /// The per-cycle node finder.
 #[derive(Default)]
 pub struct Placer {
-    cache: HashMap<usize, Rc<Feasibility>>,
+    /// Per task constraints (and, where the NVLink rule makes the filter depend on it, the
+    /// GPUs a pod asks): the nodes its pods may use.
+    cache: HashMap<(usize, i64), Rc<Feasibility>>,
     explained: HashMap<(usize, Res, bool), (u64, String)>,
     /// Per constraints and request: the session version at which no node had idle room
     /// (nothing idle changes without a new version, and pods that fail alike fail in a row).
     missed: HashMap<(usize, Res), u64>,
+    /// Per job: the groups its pods are placed by, when a topology applies.
+    groups: HashMap<JobId, Option<Rc<topology::Group>>>,
+    /// Per task constraints, topology, level and place: the nodes excluded there, for
+    /// explanations.
+    excluded: HashMap<(usize, usize, Level, topology::Place), String>,
+    /// Per group shape: the session version at which no domain held it, and its explanation
+    /// once made (groups that fail alike fail in a row).
+    topology_misses: HashMap<topology::ShapeKey, (u64, Option<String>)>,
 }
 
 impl Placer {
-    /// Static feasibility of a pod's task, computed once per distinct constraints.
+    /// The groups a job's pods are placed by, when a topology applies to it.
+    pub fn groups(&mut self, snap: &Snapshot, fw: &Framework, job: JobId) -> Option<Rc<topology::Group>> {
+        self.groups.entry(job).or_insert_with(|| topology::groups(snap, fw, job).map(Rc::new)).clone()
+    }
+
+    /// The nodes of `within` excluded for a task, and those lacking `level`'s label
+    /// (static for the cycle, so computed once).
+    fn excluded(
+        &mut self,
+        snap: &Snapshot,
+        feasibility: &Rc<Feasibility>,
+        t: usize,
+        level: Level,
+        within: topology::Place,
+    ) -> String {
+        let key = (Rc::as_ptr(feasibility) as usize, t, level, within);
+        self.excluded
+            .entry(key)
+            .or_insert_with(|| topology::excluded_nodes(snap, feasibility, t, level, within))
+            .clone()
+    }
+
+    /// Static feasibility of a pod's task, computed once per distinct constraints (and GPU
+    /// request, for the NVLink rule).
     pub fn feasibility(&mut self, ssn: &Session, fw: &Framework, pod: PodId) -> Rc<Feasibility> {
         let p = &ssn.snap.pods[pod];
         let task = &ssn.snap.jobs[p.job].tasks[p.task];
-        let key = Arc::as_ptr(&task.constraints) as usize;
+        let gpus = task.constraints.min_nvlink_gpus.and(ssn.snap.gpu).map_or(-1, |g| task.requests[g]);
+        let key = (Arc::as_ptr(&task.constraints) as usize, gpus);
         self.cache
             .entry(key)
             .or_insert_with(|| {

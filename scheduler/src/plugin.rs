@@ -10,7 +10,7 @@ use crate::config::PlacementStrategy;
 use crate::ids::TiSlice;
 use crate::res::Res;
 use crate::session::Session;
-use crate::snapshot::{JobId, NodeId, PodId, QueueId, Snapshot};
+use crate::snapshot::{JobId, Level, NodeId, PodId, QueueId, Snapshot};
 
 /// A deciding hook's answer: `Ok` lets the thing happen, `Err` says which rule did not.
 pub type Verdict<'s> = Result<(), Why<'s>>;
@@ -34,6 +34,12 @@ pub enum Rule {
     ClusterCapacity,
     /// Admission: a gang pod asks more of a resource than the largest node has.
     LargerThanAnyNode,
+    /// Admission: pods that must share one domain of a topology level ask more of a resource
+    /// than the largest domain there has.
+    LargerThanAnyDomain,
+    /// Admission: a pod asks fewer GPUs than the NVLink-connected GPUs it requires (the
+    /// seed's `min-nvlink-gpus`), which no node can give it.
+    NvlinkBelowMinimum,
     /// Eviction: a job is never its own victim.
     OwnJob,
     /// Eviction: non-preemptible work while its queue's non-preemptible work is within the
@@ -69,7 +75,8 @@ pub enum Rule {
 impl Rule {
     /// Whether more nodes could lift this refusal. A queue's own bounds (its limit, and the
     /// deserved quota non-preemptible work must stay within) and a job's wait after losing
-    /// pods to preemption hold whatever the cluster's size; every other refusal comes down to
+    /// pods to preemption hold whatever the cluster's size, and so does a pod asking fewer GPUs
+    /// than its own NVLink minimum; every other refusal comes down to
     /// capacity: the cluster's size and its largest node bound a gang, fair shares grow with
     /// the cluster, and victims are sought only because nodes are full.
     pub fn more_nodes_help(self) -> bool {
@@ -80,6 +87,7 @@ impl Rule {
                 | Rule::NonPreemptibleDeserved
                 | Rule::NonPreemptibleGangDeserved
                 | Rule::RegrowDelay
+                | Rule::NvlinkBelowMinimum
         )
     }
 }
@@ -116,13 +124,15 @@ pub struct Why<'s> {
     pub subject: Subject,
     /// The bound that decided, if one did.
     pub excess: Option<Excess>,
+    /// The topology and level whose domains the bound is about, for topology rules.
+    pub level: Option<(usize, Level)>,
     snap: &'s Snapshot,
 }
 
 impl<'s> Why<'s> {
     /// A refusal by `rule` of `subject`, without numbers.
     pub fn new(snap: &'s Snapshot, rule: Rule, subject: Subject) -> Why<'s> {
-        Why { rule, subject, excess: None, snap }
+        Why { rule, subject, excess: None, level: None, snap }
     }
 
     /// A refusal because `amount` of resource `resource` would exceed `bound`.
@@ -132,7 +142,12 @@ impl<'s> Why<'s> {
         subject: Subject,
         (resource, amount, bound): (usize, i64, i64),
     ) -> Why<'s> {
-        Why { rule, subject, excess: Some(Excess { resource, amount, bound }), snap }
+        Why { rule, subject, excess: Some(Excess { resource, amount, bound }), level: None, snap }
+    }
+
+    /// The same refusal, about the domains of `level` of topology `topology`.
+    pub fn in_level(self, topology: usize, level: Level) -> Why<'s> {
+        Why { level: Some((topology, level)), ..self }
     }
 }
 
@@ -183,6 +198,22 @@ impl fmt::Display for Why<'_> {
                 }
                 None => write!(f, "can never fit on any node"),
             },
+            Rule::LargerThanAnyDomain => {
+                let snap = self.snap;
+                let level = self.level.map_or("domain", |(t, l)| snap.topologies[t].levels[l].as_str());
+                let Some(e) = self.excess else { return write!(f, "can never fit in one {level}") };
+                let r = e.resource;
+                let (largest, asked) = (snap.amount(r, e.bound), snap.amount(r, e.amount));
+                return write!(
+                    f,
+                    "can never fit: largest {level} has {largest} {}, the pods that must share one need {asked}",
+                    snap.resources[r]
+                );
+            }
+            Rule::NvlinkBelowMinimum => {
+                let Some(e) = self.excess else { return write!(f, "requests fewer GPUs than it requires with NVLink") };
+                return write!(f, "pod requests {} GPUs but requires {} with NVLink", e.amount, e.bound);
+            }
             Rule::OwnJob => write!(f, "a job is not its own victim"),
             Rule::NonPreemptible => write!(f, "job {s} is non-preemptible and its queue is within its deserved quota"),
             Rule::NotLowerPriority => write!(f, "job {s} does not have a lower priority"),

@@ -12,6 +12,7 @@ use std::rc::Rc;
 
 use crate::framework::Framework;
 use crate::ids::{ti_vec, JobId, NodeId, PodId, TiSlice, TiVec};
+use crate::placement::topology::required_domains;
 use crate::placement::{Feasibility, Holds, Placer};
 use crate::plugin::{Reservation, ShareBound};
 use crate::res::Res;
@@ -102,7 +103,8 @@ impl Reservations {
 
 /// The earliest start of the gang's pending minimum on nodes no other gang reserved, and the
 /// nodes it takes then; `None` when even every pod with a known end ending would not make
-/// room for it.
+/// room for it. A gang that requires a topology level reserves inside one domain of it: the
+/// one where it starts soonest.
 fn plan(
     ssn: &Session,
     fw: &Framework,
@@ -110,19 +112,43 @@ fn plan(
     job: JobId,
     taken: &TiSlice<NodeId, bool>,
 ) -> Option<Reservation> {
-    let snap = ssn.snap;
     let pods = ssn.gang_pods(job);
     if pods.is_empty() {
         return None;
     }
     let feasible: Vec<Rc<Feasibility>> = pods.iter().map(|&p| placer.feasibility(ssn, fw, p)).collect();
+    let group = placer.groups(ssn.snap, fw, job);
+    let Some(domains) = group.and_then(|g| required_domains(ssn, &g)) else {
+        return plan_within(ssn, job, &pods, &feasible, &|n| !taken[n]);
+    };
+    let need = ssn.sum_requests(&pods);
+    domains
+        .iter()
+        .filter(|nodes| {
+            let mut capacity = Res::zero(need.len());
+            nodes.iter().for_each(|&n| capacity.add(&ssn.snap.nodes[n].allocatable));
+            need.fits_in(&capacity)
+        })
+        .filter_map(|nodes| plan_within(ssn, job, &pods, &feasible, &|n| !taken[n] && nodes.binary_search(&n).is_ok()))
+        .min_by_key(|r| r.start)
+}
+
+/// [`plan`] on the nodes `allowed` admits.
+fn plan_within(
+    ssn: &Session,
+    job: JobId,
+    pods: &[PodId],
+    feasible: &[Rc<Feasibility>],
+    allowed: &dyn Fn(NodeId) -> bool,
+) -> Option<Reservation> {
+    let snap = ssn.snap;
     // Dense slots for the usable nodes, so that each trial copies only their capacity.
     const NONE: usize = usize::MAX;
     let mut slot = ti_vec![NONE; snap.nodes.len()];
     let mut nodes: Vec<NodeId> = Vec::new();
-    for f in &feasible {
+    for f in feasible {
         for &n in &f.nodes {
-            if slot[n] == NONE && !taken[n] && !snap.nodes[n].unschedulable {
+            if slot[n] == NONE && allowed(n) && !snap.nodes[n].unschedulable {
                 slot[n] = nodes.len();
                 nodes.push(n);
             }
@@ -151,7 +177,7 @@ fn plan(
         }
     }
     ends.sort_unstable();
-    let fit = |k: usize| fit_after(ssn, &pods, &feasible, &slot, &base, &ends[..k]);
+    let fit = |k: usize| fit_after(ssn, pods, feasible, &slot, &base, &ends[..k]);
     // Trials only at the boundaries between distinct end times, earliest fitting one found by
     // bisection (more ended pods never make a fit harder).
     let mut cuts = vec![0];

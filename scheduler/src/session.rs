@@ -4,6 +4,7 @@
 //! that a gang's placements (or a preemption's evictions) commit or roll back as one; what
 //! changes outside one says why it needs no undo.
 
+use crate::domain_index::DomainIndex;
 use crate::ids::{ti_vec, TiVec};
 use crate::node_index::NodeIndex;
 use crate::plugin::Blocker;
@@ -137,6 +138,8 @@ pub struct Session<'s> {
     pub blocked_by: TiVec<JobId, Option<Blocker>>,
     /// Idle capacity index for placement.
     pub index: NodeIndex,
+    /// Idle capacity of topology domains, for placing gangs inside one.
+    pub domains: DomainIndex,
     /// Bumped by every change, so that results computed on an unchanged state can be reused.
     pub version: u64,
     /// Decisions committed so far.
@@ -164,6 +167,7 @@ impl<'s> Session<'s> {
             reasons: ti_vec![None; snap.jobs.len()],
             blocked_by: ti_vec![None; snap.jobs.len()],
             index: NodeIndex::new(snap.nodes.iter().map(|n| n.pool).collect(), snap.pools.len().max(1)),
+            domains: DomainIndex::new(snap),
             version: 0,
             decisions: Decisions::default(),
         };
@@ -243,7 +247,12 @@ impl<'s> Session<'s> {
         }
         let idle = self.idle(node);
         let gpu = self.snap.gpu.map(|g| idle[g]).unwrap_or(0);
-        self.index.set(node, Some([gpu, idle[self.snap.cpu]]));
+        let keys = Some([gpu, idle[self.snap.cpu]]);
+        let old = self.index.keys(node);
+        self.index.set(node, keys);
+        if !self.snap.topologies.is_empty() {
+            self.domains.update(self.snap, node, old, keys);
+        }
     }
 
     /// Whether queue `q`'s non-preemptible work holds more than its deserved quota in a quota

@@ -23,8 +23,8 @@ use drover_scheduler::ids::{ti_vec, JobId, NodeId, PodId, QueueId, TiVec};
 use drover_scheduler::res::Res;
 use drover_scheduler::session::{EvictReason, PodState};
 use drover_scheduler::snapshot::{
-    self, Constraints, JobInput, JobPhase, NodeInput, PodPhase, PodPhaseInput, QueueInput, QueueingStrategy, Snapshot,
-    TaskInput, ROOT,
+    self, Constraints, JobInput, JobPhase, LevelInput, NodeInput, PodPhase, PodPhaseInput, QueueInput,
+    QueueingStrategy, Snapshot, TaskInput, TopologyInput, TopologyRequestInput, ROOT,
 };
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -43,6 +43,8 @@ const GIB: i64 = 1 << 30;
 const MAX_DEPTH: usize = 3;
 /// Node pools, as values of the node-pool label.
 const POOLS: [&str; 2] = ["a", "b"];
+/// The node label naming a node's rack.
+const RACK_LABEL: &str = "rack";
 
 /// A generated scenario: the scheduler's inputs before the first cycle and its configuration.
 #[derive(Clone)]
@@ -54,6 +56,28 @@ struct Case {
     /// Evicted pods stay terminating (releasing their node) through the next cycle, as in a
     /// real cluster, instead of returning to pending at once as in the simulator.
     slow_termination: bool,
+    /// Whether nodes' rack labels form a `default` topology (and jobs may require a rack).
+    racks: bool,
+}
+
+impl Case {
+    /// The case's topologies: racks, when it has them.
+    fn topologies(&self) -> Vec<TopologyInput> {
+        let racks = TopologyInput {
+            name: "default".into(),
+            levels: vec![LevelInput { name: "rack".into(), node_label: RACK_LABEL.into() }],
+        };
+        if self.racks {
+            vec![racks]
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// The snapshot of the case with `jobs`.
+    fn build(&self, jobs: &[JobInput]) -> Result<Snapshot, snapshot::SnapshotError> {
+        snapshot::build_with_topologies(&self.nodes, &self.queues, &self.topologies(), jobs)
+    }
 }
 
 /// One line per object, so that a shrunk failing case reads like a small scenario.
@@ -64,9 +88,10 @@ impl fmt::Debug for Case {
             let pool = n.labels.get(NODE_POOL_LABEL).map_or("", String::as_str);
             let taints: Vec<String> =
                 n.taints.iter().map(|t| format!("{}={}:{:?}", t.key, t.value, t.effect)).collect();
+            let rack = n.labels.get(RACK_LABEL).map_or("-", String::as_str);
             writeln!(
                 f,
-                "  {} [{}] pool {pool} taints {taints:?} cordoned {}",
+                "  {} [{}] pool {pool} rack {rack} taints {taints:?} cordoned {}",
                 n.name,
                 compact(&n.allocatable),
                 n.unschedulable
@@ -90,8 +115,8 @@ impl fmt::Debug for Case {
         for j in &self.jobs {
             writeln!(
                 f,
-                "  {} queue {} priority {} preemptible {} minMember {} {:?}",
-                j.name, j.queue, j.priority, j.preemptible, j.min_member, j.phase
+                "  {} queue {} priority {} preemptible {} minMember {} {:?} topology {:?}",
+                j.name, j.queue, j.priority, j.preemptible, j.min_member, j.phase, j.topology
             )?;
             for t in &j.tasks {
                 let pods: Vec<&str> = t
@@ -115,7 +140,7 @@ impl fmt::Debug for Case {
                 )?;
             }
         }
-        write!(f, "config: {:?}, slow termination {}", self.overrides, self.slow_termination)
+        write!(f, "config: {:?}, slow termination {}, racks {}", self.overrides, self.slow_termination, self.racks)
     }
 }
 
@@ -135,6 +160,9 @@ struct JobSpec {
     extra: u32,
     offset: Index,
     tasks: Vec<TaskInput>,
+    /// Where it asks to go when the case has racks: 0-1 one rack, 2 one node, 3 preferably
+    /// one rack, else anywhere.
+    topology: u8,
 }
 
 /// One cycle's inputs and outcome, as handed to an invariant.
@@ -190,8 +218,9 @@ fn node() -> impl Strategy<Value = NodeInput> {
         prop::option::weighted(0.3, 0..taint_choices().len()),
         prop::bool::weighted(0.15),
         0..POOLS.len(),
+        prop::option::weighted(0.85, 0..3usize),
     )
-        .prop_map(|(cores, mem, gpus, pods, taint, cordoned, pool)| NodeInput {
+        .prop_map(|(cores, mem, gpus, pods, taint, cordoned, pool, rack)| NodeInput {
             name: String::new(),
             allocatable: list(&[
                 (CPU, Some(cores * 1000)),
@@ -199,7 +228,9 @@ fn node() -> impl Strategy<Value = NodeInput> {
                 (GPU, (gpus > 0).then_some(gpus)),
                 (PODS, Some(pods)),
             ]),
-            labels: BTreeMap::from([(NODE_POOL_LABEL.to_string(), POOLS[pool].to_string())]),
+            labels: std::iter::once((NODE_POOL_LABEL.to_string(), POOLS[pool].to_string()))
+                .chain(rack.map(|r| (RACK_LABEL.to_string(), format!("r{r}"))))
+                .collect(),
             taints: taint.map(|t| taint_choices()[t].clone()).into_iter().collect(),
             unschedulable: cordoned,
         })
@@ -277,8 +308,9 @@ fn job() -> impl Strategy<Value = JobSpec> {
         0u32..4,
         any::<Index>(),
         vec(task(), 1..=2),
+        0u8..8,
     )
-        .prop_map(|(queue, class, min_member, start, extra, offset, tasks)| JobSpec {
+        .prop_map(|(queue, class, min_member, start, extra, offset, tasks, topology)| JobSpec {
             queue,
             class,
             min_member,
@@ -286,6 +318,7 @@ fn job() -> impl Strategy<Value = JobSpec> {
             extra,
             offset,
             tasks,
+            topology,
         })
 }
 
@@ -311,9 +344,17 @@ fn overrides() -> impl Strategy<Value = ConfigOverrides> {
 
 /// A whole case: 1-12 nodes, 1-6 queues, 0-8 priority classes, 1-15 jobs.
 fn case() -> impl Strategy<Value = Case> {
-    (vec(node(), 1..=12), vec(queue(), 1..=6), vec(class(), 0..=8), vec(job(), 1..=15), overrides(), any::<bool>())
-        .prop_map(|(nodes, queues, classes, jobs, overrides, slow)| {
-            assemble(nodes, queues, &classes, jobs, overrides, slow)
+    (
+        vec(node(), 1..=12),
+        vec(queue(), 1..=6),
+        vec(class(), 0..=8),
+        vec(job(), 1..=15),
+        overrides(),
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_map(|(nodes, queues, classes, jobs, overrides, slow, racks)| {
+            assemble(nodes, queues, &classes, jobs, overrides, (slow, racks))
         })
 }
 
@@ -325,7 +366,7 @@ fn assemble(
     classes: &[(i32, Option<bool>)],
     specs: Vec<JobSpec>,
     overrides: ConfigOverrides,
-    slow_termination: bool,
+    (slow_termination, racks): (bool, bool),
 ) -> Case {
     for (i, n) in nodes.iter_mut().enumerate() {
         n.name = format!("n{i}");
@@ -359,7 +400,7 @@ fn assemble(
             run_time: None,
             ends_at: None,
             preempted_at: None,
-            topology: None,
+            topology: racks.then(|| topology_request(spec.topology)).flatten(),
         };
         if spec.start {
             let counts = start_counts(&job, spec.extra);
@@ -367,7 +408,22 @@ fn assemble(
         }
         jobs.push(job);
     }
-    Case { nodes, queues, jobs, overrides, slow_termination }
+    Case { nodes, queues, jobs, overrides, slow_termination, racks }
+}
+
+/// A job's topology request by its generated pick (see [`JobSpec::topology`]).
+fn topology_request(pick: u8) -> Option<TopologyRequestInput> {
+    let (required, preferred) = match pick {
+        0 | 1 => (Some("rack"), None),
+        2 => (Some("node"), None),
+        3 => (None, Some("rack")),
+        _ => return None,
+    };
+    Some(TopologyRequestInput {
+        topology: "default".into(),
+        required: required.map(String::from),
+        preferred: preferred.map(String::from),
+    })
 }
 
 /// Names queues `q0..` and hangs each under the root or an earlier queue (its pick), falling
@@ -502,8 +558,8 @@ fn run_checked_for(case: &Case, invariant: Invariant, cycles: u32) -> Result<(),
     let mut jobs = case.jobs.clone();
     let mut earlier: Vec<(Snapshot, CycleOutcome)> = Vec::new();
     for number in 1..=cycles {
-        let snap = snapshot::build(&case.nodes, &case.queues, &jobs)
-            .map_err(|e| TestCaseError::fail(format!("generated inputs are inconsistent: {e}")))?;
+        let snap =
+            case.build(&jobs).map_err(|e| TestCaseError::fail(format!("generated inputs are inconsistent: {e}")))?;
         let out = run_cycle(&snap, &config);
         let cycle = Cycle { case, config: &config, jobs: &jobs, snap: &snap, out: &out, earlier: &earlier };
         invariant(&cycle).map_err(|e| TestCaseError::fail(format!("cycle {number}: {e}")))?;
@@ -731,6 +787,54 @@ fn placements_respect_predicates(c: &Cycle) -> Result<(), String> {
     Ok(())
 }
 
+/// Every pod a job that requires a topology level gets in a cycle (bound or pipelined) lies
+/// in one domain of that level, on a node that has the level's label, and in the domain of
+/// its pods that ran before the cycle and still run, when they all share one.
+fn gangs_stay_in_their_domain(c: &Cycle) -> Result<(), String> {
+    let snap = c.snap;
+    let domain = |t: usize, level: usize, n: NodeId| {
+        let topo = &snap.topologies[t];
+        if level == topo.node_level() {
+            Some(n.0)
+        } else {
+            topo.domain_of(level, n)
+        }
+    };
+    for (j, job) in snap.jobs.iter_enumerated() {
+        let Some((t, level)) = job.topology.and_then(|r| Some((r.topology, r.required?))) else { continue };
+        let name = &snap.topologies[t].levels[level];
+        // Pods that ran before the cycle and still run after it (a job that lost them all
+        // starts afresh, anywhere).
+        let running: Vec<Option<usize>> = snap
+            .pods
+            .iter_enumerated()
+            .filter(|(_, p)| p.job == j)
+            .filter_map(|(id, p)| match (p.phase, c.out.pod_state[id]) {
+                (PodPhase::Bound(n), PodState::Bound(_)) => Some(domain(t, level, n)),
+                _ => None,
+            })
+            .collect();
+        let pinned = running.first().copied().flatten().filter(|d| running.iter().all(|r| *r == Some(*d)));
+        let placed =
+            c.out.decisions.binds.iter().chain(&c.out.decisions.pipelined).filter(|(p, _)| snap.pods[*p].job == j);
+        let mut seen: Option<usize> = None;
+        for &(p, n) in placed {
+            let Some(d) = domain(t, level, n) else {
+                return Err(format!(
+                    "{} went to node {} without a {name} label",
+                    pod_name(snap, p),
+                    snap.nodes[n].name
+                ));
+            };
+            if seen.is_some_and(|s| s != d) || pinned.is_some_and(|pin| pin != d) {
+                return Err(format!("{} went to another {name} than its job's other pods", pod_name(snap, p)));
+            }
+            seen = Some(d);
+        }
+    }
+    Ok(())
+}
+
 /// Every bound pod was pending at the start of the cycle and is bound once.
 fn binds_unique_and_from_pending(c: &Cycle) -> Result<(), String> {
     let snap = c.snap;
@@ -767,7 +871,7 @@ fn binds_stand(c: &Cycle) -> Result<(), String> {
 
 /// The same inputs, built into a fresh snapshot and scheduled again, give the same outcome.
 fn deterministic(c: &Cycle) -> Result<(), String> {
-    let snap = snapshot::build(&c.case.nodes, &c.case.queues, c.jobs).map_err(|e| e.to_string())?;
+    let snap = c.case.build(c.jobs).map_err(|e| e.to_string())?;
     let again = run_cycle(&snap, c.config);
     let parts = |o: &CycleOutcome| {
         [
@@ -964,7 +1068,7 @@ fn history(c: &Cycle) -> String {
 /// 256 cases per property (`PROPTEST_CASES` overrides, for longer soak runs), and no
 /// regression files written next to the sources.
 fn proptest_config() -> ProptestConfig {
-    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(256);
+    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(512);
     ProptestConfig { cases, failure_persistence: None, ..ProptestConfig::default() }
 }
 
@@ -1022,6 +1126,11 @@ proptest! {
     }
 
     #[test]
+    fn gangs_that_require_a_domain_stay_inside_one(case in case()) {
+        run_checked(&case, gangs_stay_in_their_domain)?;
+    }
+
+    #[test]
     fn nothing_is_evicted_for_a_job_that_fits_without_it(case in case()) {
         run_checked(&case, evictions_needed)?;
     }
@@ -1060,13 +1169,13 @@ fn generated_cases_exercise_binding_and_eviction() {
     // cycles whose reclaims the ping-pong property can attribute to one queue.
     let (mut lone_preemptions, mut lone_reclaims, mut attributed_reclaims) = (0, 0, 0);
     let mut moves = 0;
-    for _ in 0..256 {
+    for _ in 0..proptest_config().cases {
         let case = strategy.new_tree(&mut runner).expect("a case").current();
         started += case.jobs.iter().filter(|j| j.phase == JobPhase::Running).count();
         let config = config_of(&case);
         let mut jobs = case.jobs.clone();
         for _ in 0..CYCLES {
-            let snap = snapshot::build(&case.nodes, &case.queues, &jobs).expect("consistent inputs");
+            let snap = case.build(&jobs).expect("consistent inputs");
             let out = run_cycle(&snap, &config);
             binds += out.decisions.binds.len();
             pipelined += out.decisions.pipelined.len();
@@ -1140,7 +1249,42 @@ fn tiny_case() -> Case {
         }],
         overrides: ConfigOverrides::default(),
         slow_termination: false,
+        racks: false,
     }
+}
+
+/// Pods of a job that requires a rack placed in two racks in one cycle are caught.
+#[test]
+fn a_gang_split_across_racks_is_detected() {
+    let mut case = tiny_case();
+    case.racks = true;
+    let first = case.nodes[0].clone();
+    case.nodes = (0..2)
+        .map(|i| {
+            let mut n = first.clone();
+            n.name = format!("n{i}");
+            n.labels.insert(RACK_LABEL.into(), format!("r{i}"));
+            n
+        })
+        .collect();
+    case.jobs[0].topology = topology_request(0);
+    let config = config_of(&case);
+    let snap = case.build(&case.jobs).expect("consistent inputs");
+    let clean = run_cycle(&snap, &config);
+    let check = |out: &CycleOutcome| {
+        gangs_stay_in_their_domain(&Cycle {
+            case: &case,
+            config: &config,
+            jobs: &case.jobs,
+            snap: &snap,
+            out,
+            earlier: &[],
+        })
+    };
+    assert_eq!(check(&clean), Ok(()));
+    let mut split = clean.clone();
+    split.decisions.binds.extend([(PodId(0), NodeId(0)), (PodId(1), NodeId(1))]);
+    assert!(check(&split).is_err(), "a gang in two racks passes");
 }
 
 /// An eviction of any kind (preemption, reclaim, consolidation move) recorded for a job that
@@ -1150,7 +1294,7 @@ fn a_needless_eviction_is_detected() {
     let mut case = tiny_case();
     case.jobs[0].tasks[0].constraints = Constraints::default();
     let config = config_of(&case);
-    let snap = snapshot::build(&case.nodes, &case.queues, &case.jobs).expect("consistent inputs");
+    let snap = case.build(&case.jobs).expect("consistent inputs");
     let clean = run_cycle(&snap, &config);
     let check = |out: &CycleOutcome| {
         evictions_needed(&Cycle { case: &case, config: &config, jobs: &case.jobs, snap: &snap, out, earlier: &[] })
@@ -1180,7 +1324,7 @@ type Corruption = (&'static str, Invariant, fn(&mut CycleOutcome));
 fn every_invariant_detects_a_violation() {
     let case = tiny_case();
     let config = config_of(&case);
-    let snap = snapshot::build(&case.nodes, &case.queues, &case.jobs).expect("consistent inputs");
+    let snap = case.build(&case.jobs).expect("consistent inputs");
     let clean = run_cycle(&snap, &config);
     // Two earlier cycles for the ping-pong property: j0 lost pod 0 to a reclaim made for
     // its queue q0 (the pipelined pod 1 is the reclaimer's), then pod 0 was bound again.
@@ -1189,7 +1333,7 @@ fn every_invariant_detects_a_violation() {
     reclaimed.decisions.pipelined.push((PodId(1), NodeId(0)));
     let mut restarted = clean.clone();
     restarted.decisions.binds.push((PodId(0), NodeId(0)));
-    let build = || snapshot::build(&case.nodes, &case.queues, &case.jobs).expect("consistent inputs");
+    let build = || case.build(&case.jobs).expect("consistent inputs");
     let earlier = [(build(), reclaimed), (build(), restarted)];
     let corruptions: [Corruption; 12] = [
         ("over-commit", nodes_not_over_committed, |o| o.pod_state.fill(PodState::Allocated(NodeId(0)))),

@@ -1,8 +1,9 @@
 //! Scale benchmark of one full scheduling cycle (enqueue, allocate, preempt, reclaim,
 //! backfill) on the synthetic clusters of [`drover_sim::synthetic`].
 //!
-//! Run with `cargo bench -p drover-sim --bench cycle` (optionally followed by `-- A` or
-//! `-- B` to run one size only; `DROVER_BENCH_RUNS=n` sets the number of timed runs). The
+//! Run with `cargo bench -p drover-sim --bench cycle` (optionally followed by `-- A`, `-- B`,
+//! `-- T` or `-- G` to run some sizes only; `DROVER_BENCH_RUNS=n` sets the number of timed
+//! runs). Sizes `T` and `G` are the topology sizes of [`topology`]. The
 //! cluster is generated as a scenario file and read the way `drover sim` reads it; then the
 //! bench times snapshot building and `run_cycle` separately and prints min/median/max
 //! milliseconds, the decisions of the cycle, the time of each action in one cycle, and a
@@ -16,6 +17,9 @@ use drover_scheduler::config::SchedulerConfig;
 use drover_scheduler::cycle::{run_cycle, run_cycle_observed};
 use drover_scheduler::snapshot::{self, Snapshot};
 use drover_sim::{scenario, synthetic};
+
+#[path = "support/topology.rs"]
+mod topology;
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
@@ -124,6 +128,20 @@ fn main() {
         let size = Size { runs: runs.unwrap_or(size.runs), ..*size };
         let median = bench(&size, &config);
         summary.push(format!("size {}: cycle median {median:.1} ms", size.label));
+        println!();
+    }
+    let runs_or = |n| runs.unwrap_or(n);
+    if wanted.is_empty() || wanted.iter().any(|w| w.eq_ignore_ascii_case("T")) {
+        let (with, without) = topology::racks(runs_or(3), &config);
+        summary.push(format!(
+            "size T: cycle median {with:.1} ms with topology, {without:.1} ms without ({:.2}x)",
+            with / without
+        ));
+        println!();
+    }
+    if wanted.is_empty() || wanted.iter().any(|w| w.eq_ignore_ascii_case("G")) {
+        let (slices, tasks) = topology::gang(runs_or(5), &config);
+        summary.push(format!("size G: cycle median {slices:.1} ms as slices, {tasks:.1} ms as tasks"));
         println!();
     }
     for line in summary {

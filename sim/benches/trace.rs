@@ -35,6 +35,7 @@ fn main() {
             queues: 1,
             period: 10,
             config: Default::default(),
+            racks: None,
         };
         for p in policy::ALL {
             if !wanted(label, p.name()) {

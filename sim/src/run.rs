@@ -55,7 +55,8 @@ pub fn simulate(scenario: &Scenario, config: &SchedulerConfig, cycles: u32) -> R
     let mut cycle = 0;
     loop {
         cycle += 1;
-        let snap = snapshot::build(&scenario.nodes, &scenario.queues, &jobs)?.at(scenario.now);
+        let snap = snapshot::build_with_topologies(&scenario.nodes, &scenario.queues, &scenario.topologies, &jobs)?
+            .at(scenario.now);
         let outcome = run_cycle(&snap, config);
         let node = |n: NodeId| snap.nodes[n].name.clone();
         let fates: TiVec<PodId, PodFate> = outcome

@@ -8,7 +8,9 @@ use drover_api::{
     TolerationOperator,
 };
 use drover_scheduler::config::{ActionName, ConfigOverrides, FairShareMode, PlacementOverride, PlacementStrategy};
-use drover_scheduler::snapshot::{Constraints, PodPhaseInput};
+use drover_scheduler::snapshot::{
+    self, Constraints, LevelInput, PodPhaseInput, SlicesInput, TopologyInput, TopologyRequestInput,
+};
 use drover_sim::scenario::{load, parse, pod_name, QueueingStrategy, Scenario, ScenarioError};
 use proptest::prelude::*;
 use serde_yaml::Value;
@@ -87,6 +89,57 @@ jobs:
 "#;
 
 const TASK: &str = "job default/j1 task worker";
+
+/// The example of the contract's "Topology" section, verbatim; [`topology_scenario`] adds what
+/// a whole scenario needs around it.
+const CONTRACT_TOPOLOGY: &str = r#"topologies:                       # optional; each a hierarchy of node labels, coarse -> fine
+  - name: default                 # a job that names no topology uses "default"
+    levels:
+      - {name: block, nodeLabel: network.drover.dev/block}
+      - {name: rack,  nodeLabel: network.drover.dev/rack}
+    # the node itself is always the implicit finest level, named "node"
+jobs:
+  - name: j1
+    topology:                     # optional; where the job's pods may go, as one group
+      name: default               # default "default"
+      required: rack              # hard: every pod of the job inside one rack
+      preferred: node             # soft: as few domains of this level as possible
+    tasks:
+      - name: worker
+        replicas: 8
+        topology: {required: rack}      # optional; this task's pods in one rack, inside the
+                                        # job's own domain (a sub-group with its own constraint)
+        slices: {size: 4, required: node}  # optional; pods of consecutive indexes in groups of
+                                        # `size` (0-3, 4-7, ...), each group inside one domain
+        annotations: {}                 # the pods' annotations
+"#;
+
+/// The contract's topology example as a whole scenario: a name, a node in rack b1/r1, a queue.
+fn topology_scenario() -> String {
+    let head = "name: topo\nnodes:\n  - {name: n1, allocatable: {nvidia.com/gpu: \"8\"}, \
+                labels: {network.drover.dev/block: b1, network.drover.dev/rack: r1}}\nqueues: [{name: q}]\n";
+    let example = CONTRACT_TOPOLOGY.replacen("  - name: j1\n", "  - name: j1\n    queue: q\n", 1);
+    format!("{head}{example}")
+}
+
+/// The topology scenario with one text replaced (which must be present).
+fn topo_edit(from: &str, to: &str) -> String {
+    let base = topology_scenario();
+    assert!(base.contains(from), "the topology scenario lacks {from:?}");
+    base.replacen(from, to, 1)
+}
+
+/// A job of BASE's queue appended to the topology scenario, with a task of 2 pods and `extra`
+/// (job fields at 4 spaces, `task` fields inline).
+fn topo_job(extra: &str, task: &str) -> String {
+    let sep = if task.is_empty() { "" } else { ", " };
+    format!(
+        "{}  - name: j2\n    queue: q\n{extra}    tasks: [{{name: w, replicas: 2{sep}{task}}}]\n",
+        topology_scenario()
+    )
+}
+
+const NVLINK: &str = "gpu-topology.my.company.com/min-nvlink-gpus";
 
 fn ok(yaml: &str) -> Scenario {
     parse(yaml, "test.yaml").unwrap_or_else(|e| panic!("rejected: {e}"))
@@ -363,6 +416,77 @@ fn load_reads_a_file_and_names_it_in_errors() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+#[test]
+fn the_contract_topology_example_parses() {
+    let s = ok(&topology_scenario());
+    let level = |name: &str, label: &str| LevelInput { name: name.into(), node_label: label.into() };
+    assert_eq!(
+        s.topologies,
+        [TopologyInput {
+            name: "default".into(),
+            levels: vec![level("block", "network.drover.dev/block"), level("rack", "network.drover.dev/rack")],
+        }]
+    );
+    let request = |required: &str, preferred: Option<&str>| TopologyRequestInput {
+        topology: "default".into(),
+        required: Some(required.into()),
+        preferred: preferred.map(String::from),
+    };
+    let j1 = &s.jobs[0];
+    assert_eq!(j1.topology, Some(request("rack", Some("node"))));
+    let worker = &j1.tasks[0];
+    assert_eq!(worker.topology, Some(request("rack", None)));
+    assert_eq!(worker.slices, Some(SlicesInput { size: 4, required: "node".into() }));
+    assert_eq!(worker.constraints, Constraints::default());
+    let snap = snapshot::build_with_topologies(&s.nodes, &s.queues, &s.topologies, &s.jobs).expect("it builds");
+    assert_eq!(snap.topologies[0].levels, ["block", "rack", "node"]);
+}
+
+#[test]
+fn topology_defaults() {
+    // A job's block names "default" unless it names another; a task's block and slices use
+    // the job's topology, else "default".
+    let nvl = "  - {name: nvl, levels: [{name: clique, nodeLabel: nvidia.com/gpu.clique}]}\n";
+    let two = topo_edit("jobs:\n", &format!("{nvl}jobs:\n"));
+    let yaml = format!(
+        "{two}  - {{name: j2, queue: q, topology: {{preferred: rack}}, tasks: [{{name: w, replicas: 1}}]}}\n\
+         \x20 - {{name: j3, queue: q, topology: {{name: nvl}}, tasks: [{{name: w, replicas: 2, \
+         topology: {{required: clique}}, slices: {{size: 1, required: clique}}}}]}}\n\
+         \x20 - {{name: j4, queue: q, tasks: [{{name: w, replicas: 2, topology: {{preferred: block}}, \
+         slices: {{size: 2, required: rack}}}}]}}\n"
+    );
+    let s = ok(&yaml);
+    let request = |t: &str, required: Option<&str>, preferred: Option<&str>| {
+        Some(TopologyRequestInput {
+            topology: t.into(),
+            required: required.map(String::from),
+            preferred: preferred.map(String::from),
+        })
+    };
+    assert_eq!(s.jobs[1].topology, request("default", None, Some("rack")));
+    assert_eq!(s.jobs[2].topology, request("nvl", None, None));
+    assert_eq!(s.jobs[2].tasks[0].topology, request("nvl", Some("clique"), None));
+    assert_eq!(s.jobs[2].tasks[0].slices, Some(SlicesInput { size: 1, required: "clique".into() }));
+    assert_eq!(s.jobs[3].topology, None);
+    assert_eq!(s.jobs[3].tasks[0].topology, request("default", None, Some("block")));
+    assert_eq!(s.jobs[3].tasks[0].slices, Some(SlicesInput { size: 2, required: "rack".into() }));
+    snapshot::build_with_topologies(&s.nodes, &s.queues, &s.topologies, &s.jobs).expect("it builds");
+}
+
+#[test]
+fn the_nvlink_annotation_sets_the_minimum_and_other_annotations_are_accepted() {
+    let s = ok(&with_task(&format!("        annotations: {{{NVLINK}: \"4\", example.com/team: vision}}\n")));
+    assert_eq!(s.jobs[0].tasks[0].constraints.min_nvlink_gpus, Some(4));
+    let s = ok(&with_task("        annotations: {example.com/team: vision}\n"));
+    assert_eq!(s.jobs[0].tasks[0].constraints.min_nvlink_gpus, None);
+}
+
+#[test]
+fn a_preferred_level_equal_to_or_finer_than_the_required_one_is_accepted() {
+    ok(&topo_job("    topology: {required: rack, preferred: rack}\n", ""));
+    ok(&topo_job("    topology: {required: block, preferred: node}\n", ""));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Error reporting.
 
@@ -521,6 +645,204 @@ fn unknown_enum_values() {
         &["StrictFIFO"],
     );
     assert_rejected(&edit("effect: NoSchedule", "effect: NoWay"), "node n1", "taints[0]", &["unknown variant `NoWay`"]);
+}
+
+#[test]
+fn unknown_topology_fields() {
+    assert_rejected(
+        &topo_edit("nodeLabel: network.drover.dev/block", "nodelabel: network.drover.dev/block"),
+        "topology default",
+        "levels[0].nodelabel",
+        &["unknown field `nodelabel`", "did you mean `nodeLabel`?"],
+    );
+    assert_rejected(
+        &topo_edit("  - name: default ", "  - nam: default\n    name: default "),
+        "topology default",
+        "nam",
+        &["did you mean `name`?"],
+    );
+    assert_rejected(
+        &topo_job("    topology: {requird: rack}\n", ""),
+        "job default/j2",
+        "topology.requird",
+        &["unknown field `requird`", "did you mean `required`?"],
+    );
+    // A task's sub-group uses its job's topology: it names none of its own.
+    assert_rejected(
+        &topo_job("", "topology: {name: default, required: rack}"),
+        "job default/j2 task w",
+        "topology.name",
+        &["unknown field `name`", "`required`, `preferred`"],
+    );
+    assert_rejected(
+        &topo_job("", "slices: {sise: 2, required: node}"),
+        "job default/j2 task w",
+        "slices.sise",
+        &["did you mean `size`?"],
+    );
+    assert_rejected(
+        &topo_job("", "annotation: {}"),
+        "job default/j2 task w",
+        "annotation",
+        &["did you mean `annotations`?"],
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Topologies.
+
+#[test]
+fn a_job_naming_a_missing_topology() {
+    assert_rejected(
+        &topo_job("    topology: {name: nvl, required: rack}\n", ""),
+        "job default/j2",
+        "topology.name",
+        &["names topology \"nvl\", which the scenario does not define; topologies: default"],
+    );
+    let e =
+        rejected(&with_task("").replace("    queue: proj-1\n", "    queue: proj-1\n    topology: {required: rack}\n"));
+    assert_eq!((e.object.as_str(), e.field.as_str()), ("job default/j1", "topology"), "{e}");
+    assert!(e.message.contains("names no topology, so it uses topology \"default\", which the scenario does not define; topologies: (none)"), "{e}");
+}
+
+#[test]
+fn a_task_or_slices_without_a_topology_to_use() {
+    assert_rejected(
+        &with_task("        topology: {required: node}\n"),
+        TASK,
+        "topology",
+        &["its job names no topology, so it uses topology \"default\", which the scenario does not define"],
+    );
+    assert_rejected(
+        &with_task("        slices: {size: 2, required: node}\n"),
+        TASK,
+        "slices",
+        &["topology \"default\", which the scenario does not define"],
+    );
+}
+
+#[test]
+fn a_level_its_topology_does_not_have() {
+    let levels = "levels: block, rack, node";
+    assert_rejected(
+        &topo_job("    topology: {required: rak}\n", ""),
+        "job default/j2",
+        "topology.required",
+        &["names no level \"rak\" of topology default", levels],
+    );
+    assert_rejected(
+        &topo_job("    topology: {preferred: host}\n", ""),
+        "job default/j2",
+        "topology.preferred",
+        &["names no level \"host\"", levels],
+    );
+    assert_rejected(
+        &topo_job("", "topology: {required: zone}"),
+        "job default/j2 task w",
+        "topology.required",
+        &["names no level \"zone\"", levels],
+    );
+    assert_rejected(
+        &topo_job("", "slices: {size: 2, required: gpu}"),
+        "job default/j2 task w",
+        "slices.required",
+        &["names no level \"gpu\"", levels],
+    );
+}
+
+#[test]
+fn a_preferred_level_coarser_than_the_required_one() {
+    assert_rejected(
+        &topo_job("    topology: {required: rack, preferred: block}\n", ""),
+        "job default/j2",
+        "topology.preferred",
+        &["level block is coarser than the required level rack"],
+    );
+    assert_rejected(
+        &topo_job("", "topology: {required: node, preferred: rack}"),
+        "job default/j2 task w",
+        "topology.preferred",
+        &["coarser"],
+    );
+}
+
+#[test]
+fn bad_topology_levels() {
+    assert_rejected(
+        &topo_edit("{name: rack,  nodeLabel", "{name: node,  nodeLabel"),
+        "topology default",
+        "levels[1].name",
+        &["`node` is the implicit finest level"],
+    );
+    assert_rejected(
+        &topo_edit("{name: rack,  nodeLabel", "{name: block,  nodeLabel"),
+        "topology default",
+        "levels[1].name",
+        &["duplicate level: levels[0] is also block"],
+    );
+    assert_rejected(
+        &topo_edit("nodeLabel: network.drover.dev/rack", "nodeLabel: \"\""),
+        "topology default",
+        "levels[1].nodeLabel",
+        &["must not be empty"],
+    );
+    assert_rejected(
+        &topo_edit("    levels:\n", "    level:\n"),
+        "topology default",
+        "level",
+        &["did you mean `levels`?"],
+    );
+}
+
+#[test]
+fn a_topology_defined_twice() {
+    let twice = topo_edit("jobs:\n", "  - {name: default, levels: []}\njobs:\n");
+    let line = twice.lines().position(|l| l.contains("levels: []")).unwrap() + 1;
+    assert_rejected(
+        &twice,
+        "topology default",
+        "name",
+        &["duplicate topology: topologies[0] is also default", &format!("(line {line}, column 6)")],
+    );
+}
+
+#[test]
+fn slices_of_size_zero() {
+    let yaml = topo_edit("slices: {size: 4,", "slices: {size: 0,");
+    let line = yaml.lines().position(|l| l.contains("size: 0")).unwrap() + 1;
+    assert_rejected(
+        &yaml,
+        "job default/j1 task worker",
+        "slices.size",
+        &["must be at least 1", &format!("line {line}")],
+    );
+    assert_rejected(
+        &topo_edit("slices: {size: 4,", "slices: {size: -4,"),
+        "job default/j1 task worker",
+        "slices.size",
+        &["must not be negative"],
+    );
+}
+
+#[test]
+fn bad_nvlink_minimum() {
+    let field = format!("annotations.{NVLINK}");
+    for bad in ["\"0\"", "\"four\"", "\"-2\""] {
+        let yaml = with_task(&format!("        annotations: {{{NVLINK}: {bad}}}\n"));
+        let line = yaml.lines().position(|l| l.contains("annotations")).unwrap() + 1;
+        assert_rejected(
+            &yaml,
+            TASK,
+            &field,
+            &["is not a positive number of GPUs", &format!("(line {line}, column 23)")],
+        );
+    }
+    assert_rejected(
+        &with_task(&format!("        annotations: {{{NVLINK}: 4}}\n")),
+        TASK,
+        &field,
+        &["expected a string, found number 4"],
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1002,6 +1324,15 @@ fn field_name() -> impl Strategy<Value = String> {
             "affinity",
             "tolerations",
             "taints",
+            "topologies",
+            "topology",
+            "levels",
+            "nodeLabel",
+            "required",
+            "preferred",
+            "slices",
+            "size",
+            "annotations",
         ])
         .prop_map(str::to_string),
         "[a-zA-Z/.-]{0,10}",
@@ -1119,6 +1450,8 @@ fn parse_checked(text: &str) {
     match parse(text, "fuzz.yaml") {
         Ok(s) => {
             assert!(s.cycles >= 1 && !s.name.is_empty());
+            let built = snapshot::build_with_topologies(&s.nodes, &s.queues, &s.topologies, &s.jobs);
+            assert!(built.is_ok(), "a valid scenario must build: {:?}", built.err());
             for job in &s.jobs {
                 let total: usize = job.tasks.iter().map(|t| t.pods.len()).sum();
                 assert!(!job.tasks.is_empty() && job.min_member as usize <= total);
@@ -1149,10 +1482,10 @@ proptest! {
 
     #[test]
     fn mutated_scenarios_never_panic(
-        base in prop::sample::select(vec![CONTRACT_EXAMPLE, BASE]),
+        base in prop::sample::select(vec![CONTRACT_EXAMPLE.to_string(), BASE.to_string(), topology_scenario()]),
         edits in prop::collection::vec((any::<prop::sample::Index>(), mutation()), 1..4),
     ) {
-        let mut doc: Value = serde_yaml::from_str(base).unwrap();
+        let mut doc: Value = serde_yaml::from_str(&base).unwrap();
         for (position, m) in &edits {
             let mut target = position.index(count(&doc));
             apply(&mut doc, &mut target, m);

@@ -14,7 +14,15 @@ d,20,10,1,0,4,,,,
 ";
 
 fn cluster() -> Cluster {
-    Cluster { nodes: 2, gpus_per_node: 8, cpus_per_node: 96, queues: 1, period: 10, config: Default::default() }
+    Cluster {
+        nodes: 2,
+        gpus_per_node: 8,
+        cpus_per_node: 96,
+        queues: 1,
+        period: 10,
+        config: Default::default(),
+        racks: None,
+    }
 }
 
 /// Finish times of a, b, c, d under a policy.

@@ -5,7 +5,9 @@
 //! home on idle capacity of another node, held for the rest of the cycle, and the gang then
 //! fits what the moves free (it is pipelined there). Non-preemptible pods never move; units
 //! with the fewest pods are tried first, and a working set is pruned of every move it does not
-//! need. At most [`MAX_GANGS`] gangs and [`MAX_MOVED_PODS`] moved pods per cycle.
+//! need. At most [`MAX_GANGS`] gangs and [`MAX_MOVED_PODS`] moved pods per cycle. A gang
+//! that requires a topology level is seated inside one domain of it: the first whose idle
+//! capacity holds it in total, by moving pods off that domain's nodes.
 //!
 //! Off by default: a moved pod's new home and the gang's claim hold within the cycle that
 //! decides them; the next cycle places the re-created pods and the gang afresh, and usually
@@ -19,6 +21,7 @@ use crate::session::{EvictReason, Statement};
 use crate::snapshot::{JobId, NodeId, PodId};
 
 use super::{evicting_jobs, fits_without_eviction, try_place_all, usable_nodes, victim_units, Ctx};
+use crate::placement::topology::required_domains;
 
 /// Gangs consolidation tries to seat per cycle.
 pub const MAX_GANGS: usize = 4;
@@ -41,32 +44,41 @@ pub fn run(ctx: &mut Ctx) {
         let gang = ctx.ssn.gang_pods(job);
         let need = ctx.ssn.sum_requests(&gang);
         let fits = |c: &Ctx| c.fw.allocatable(c.ssn, job, &need, ShareBound::Idle).is_ok();
-        if !fits(ctx) || fits_without_eviction(ctx, &gang, &fits) || !fragmented(ctx, &gang) {
+        if !fits(ctx) || fits_without_eviction(ctx, &gang, &fits) {
             continue;
         }
+        let Some(within) = fragmented(ctx, job, &gang) else { continue };
         tried += 1;
-        if let Some(moved) = seat(ctx, job, &gang, budget) {
+        if let Some(moved) = seat(ctx, job, &gang, budget, &within) {
             budget -= moved;
         }
     }
 }
 
-/// Whether the idle capacity of the nodes the gang may use holds its request in total.
-fn fragmented(ctx: &mut Ctx, gang: &[PodId]) -> bool {
+/// The nodes the gang may use whose idle capacity holds its request in total: all of them,
+/// or, for a gang that requires a topology level, those of the first domain of that level
+/// where they do; `None` when nowhere.
+fn fragmented(ctx: &mut Ctx, job: JobId, gang: &[PodId]) -> Option<Vec<NodeId>> {
     let need = ctx.ssn.sum_requests(gang);
-    let mut idle = crate::res::Res::zero(need.len());
-    for n in usable_nodes(ctx, gang) {
-        if !ctx.ssn.snap.nodes[n].unschedulable {
-            idle.add(&ctx.ssn.idle(n));
+    let usable = usable_nodes(ctx, gang);
+    let group = ctx.placer.groups(ctx.ssn.snap, ctx.fw, job);
+    let domains = group.and_then(|g| required_domains(ctx.ssn, &g)).unwrap_or_else(|| vec![usable.clone()]);
+    let ssn = &ctx.ssn;
+    domains.into_iter().find_map(|domain| {
+        let nodes: Vec<NodeId> = domain.into_iter().filter(|n| usable.binary_search(n).is_ok()).collect();
+        let mut idle = crate::res::Res::zero(need.len());
+        for &n in nodes.iter().filter(|&&n| !ssn.snap.nodes[n].unschedulable) {
+            idle.add(&ssn.idle(n));
         }
-    }
-    need.fits_in(&idle)
+        need.fits_in(&idle).then_some(nodes)
+    })
 }
 
-/// Moves as few pods as it can, at most `budget`, so that the gang fits; returns how many
-/// moved, or `None` (nothing changed) when no set of moves works.
-fn seat(ctx: &mut Ctx, job: JobId, gang: &[PodId], budget: usize) -> Option<usize> {
-    let units = movable_units(ctx, job, gang);
+/// Moves as few pods as it can off the nodes `within` (sorted), at most `budget`, so that
+/// the gang fits; returns how many moved, or `None` (nothing changed) when no set of moves
+/// works.
+fn seat(ctx: &mut Ctx, job: JobId, gang: &[PodId], budget: usize, within: &[NodeId]) -> Option<usize> {
+    let units = movable_units(ctx, job, within);
     let mut chosen: Vec<&Victim> = Vec::new();
     let mut moved = 0;
     for unit in &units {
@@ -95,12 +107,11 @@ fn seat(ctx: &mut Ctx, job: JobId, gang: &[PodId], budget: usize) -> Option<usiz
     None
 }
 
-/// Running units of other preemptible jobs with a pod on a node the gang may use (a unit is
-/// one pod above its job's minimum or the whole job, so no gang is left below its minimum),
-/// in the order they are tried: fewest pods first, elastic pods before whole jobs, then newest
-/// job.
-fn movable_units(ctx: &mut Ctx, job: JobId, gang: &[PodId]) -> Vec<Victim> {
-    let usable = usable_nodes(ctx, gang);
+/// Running units of other preemptible jobs with a pod on one of the nodes `usable` (sorted;
+/// a unit is one pod above its job's minimum or the whole job, so no gang is left below its
+/// minimum), in the order they are tried: fewest pods first, elastic pods before whole jobs,
+/// then newest job.
+fn movable_units(ctx: &mut Ctx, job: JobId, usable: &[NodeId]) -> Vec<Victim> {
     let ssn = &ctx.ssn;
     let on_usable = |v: &Victim| {
         v.pods.iter().any(|&p| ssn.pod_state[p].running_on().is_some_and(|n| usable.binary_search(&n).is_ok()))

@@ -16,8 +16,10 @@ pub use victims::{victim_units, VictimOrder, VictimPool};
 use crate::framework::Framework;
 use crate::ids::{ti_vec, TiSlice, TiVec};
 use crate::plugin::{EvictMode, Victim};
+use std::collections::HashMap;
 use std::rc::Rc;
 
+use crate::placement::topology::{required_domains, Placing};
 use crate::placement::{Avail, Feasibility, Placer};
 use crate::reservation::Reservations;
 use crate::session::{EvictReason, PodState, Session, Statement};
@@ -175,6 +177,9 @@ pub fn try_place_all(ctx: &mut Ctx, pods: &[PodId], avail: Avail) -> Option<Stat
 }
 
 fn place_or_explain(ctx: &mut Ctx, pods: &[PodId], avail: Avail, explain: bool) -> Result<Statement, Option<String>> {
+    if let Some(result) = place_in_topology(ctx, pods, avail, explain) {
+        return result;
+    }
     let mut st = Statement::new();
     let mut ordered = pods.to_vec();
     ordered.sort_by(|&a, &b| ctx.fw.task_order(ctx.ssn, a, b));
@@ -207,6 +212,33 @@ fn place_or_explain(ctx: &mut Ctx, pods: &[PodId], avail: Avail, explain: bool) 
         return Err(why);
     }
     Ok(st)
+}
+
+/// Places the pods of one job by its topology groups (see [`crate::placement::topology`]),
+/// when a topology applies to it; `None` when none does. A job that asks for no topology
+/// packs by the default topology only into idle capacity, and where that finds no room (and
+/// for evictions) it is placed, or told why not, as any job.
+fn place_in_topology(
+    ctx: &mut Ctx,
+    pods: &[PodId],
+    avail: Avail,
+    explain: bool,
+) -> Option<Result<Statement, Option<String>>> {
+    let job = ctx.ssn.snap.pods[*pods.first()?].job;
+    if pods.iter().any(|&p| ctx.ssn.snap.pods[p].job != job) {
+        return None;
+    }
+    let group = ctx.placer.groups(ctx.ssn.snap, ctx.fw, job)?;
+    if !group.asks_for_placement() && !matches!(avail, Avail::Idle(_)) {
+        return None;
+    }
+    let mut placing = Placing::new(ctx.ssn, ctx.fw, ctx.placer, pods, avail);
+    match placing.place(&group) {
+        Ok(st) => Some(Ok(st)),
+        // Packing found no room: the flat search (with stand-ins) tries and explains.
+        Err(_) if !group.asks_for_placement() => None,
+        Err(miss) => Some(Err(explain.then(|| placing.explain(&miss)))),
+    }
 }
 
 /// Places `pod` on the node the placer finds, as an allocation or a pipelined claim.
@@ -431,12 +463,17 @@ fn usable_nodes(ctx: &mut Ctx, gang: &[PodId]) -> Vec<NodeId> {
     nodes
 }
 
+/// At most this many domains are searched for victims for one gang that requires a level.
+const MAX_VICTIM_DOMAINS: usize = 8;
+
 /// Tries to make room for `gang` (pods of `job`) by evicting units in `order`, then
 /// pipelines it onto the freed capacity. Only victims on nodes some pod of the gang may use
-/// count. A unit's queue is ranked again after each eviction from it (in reclaim, a queue
-/// that drops below its fair share stops coming first). Victims that turn out unnecessary
-/// are spared. Returns the statement holding evictions and pipelined pods, or `None` when no
-/// set of units helps.
+/// count. A gang that requires a topology level looks for victims inside one domain of that
+/// level at a time (the one its running pods pin it to, else those with the most capacity
+/// idle and evictable, at most [`MAX_VICTIM_DOMAINS`]), and evicts in the domain where that
+/// costs least: the lowest priority taken, then the fewest gangs broken, then the least
+/// freed. Returns the statement holding evictions and pipelined pods, or `None` when no set
+/// of units helps.
 fn evict_for(
     ctx: &mut Ctx,
     job: JobId,
@@ -447,6 +484,80 @@ fn evict_for(
 ) -> Option<Statement> {
     let feasible = gang_feasibility(ctx, gang);
     let usable = |n: NodeId| feasible.iter().any(|f| f.ok(n));
+    let group = ctx.placer.groups(ctx.ssn.snap, ctx.fw, job);
+    let Some(domains) = group.and_then(|g| required_domains(ctx.ssn, &g)) else {
+        return evict_within(ctx, job, gang, order, mode, fits, &usable).map(|(st, _)| st);
+    };
+    let ranked = victim_domains(ctx, gang, order, domains, &usable);
+    let mut best: Option<(EvictionCost, usize)> = None;
+    for (i, nodes) in ranked.iter().enumerate() {
+        let inside = |n: NodeId| usable(n) && nodes.binary_search(&n).is_ok();
+        if let Some((st, cost)) = evict_within(ctx, job, gang, &mut order.clone(), mode, fits, &inside) {
+            ctx.ssn.discard(st);
+            if best.as_ref().is_none_or(|(c, _)| cost < *c) {
+                best = Some((cost, i));
+            }
+        }
+    }
+    let nodes = &ranked[best?.1];
+    let inside = |n: NodeId| usable(n) && nodes.binary_search(&n).is_ok();
+    evict_within(ctx, job, gang, &mut order.clone(), mode, fits, &inside).map(|(st, _)| st)
+}
+
+/// What evicting a victim set costs, compared lexicographically: the highest priority taken,
+/// the whole jobs (gangs) broken, the key resource freed.
+type EvictionCost = (i32, usize, i64);
+
+/// The domains worth searching for victims for `gang`, most capacity idle and evictable (in
+/// the gang's key resource, on nodes it may use) first, those that could hold it at all, at
+/// most [`MAX_VICTIM_DOMAINS`].
+fn victim_domains(
+    ctx: &Ctx,
+    gang: &[PodId],
+    order: &VictimOrder,
+    domains: Vec<Vec<NodeId>>,
+    usable: &dyn Fn(NodeId) -> bool,
+) -> Vec<Vec<NodeId>> {
+    let ssn = &ctx.ssn;
+    let key = key_resource(ssn, gang);
+    let need = ssn.sum_requests(gang)[key];
+    let mut evictable: HashMap<NodeId, i64> = HashMap::new();
+    for v in order.units() {
+        for &p in &v.pods {
+            if let Some(n) = ssn.pod_state[p].running_on() {
+                *evictable.entry(n).or_default() += ssn.requests(p)[key];
+            }
+        }
+    }
+    let freeable = |nodes: &[NodeId]| -> i64 {
+        let usable_nodes = nodes.iter().copied().filter(|&n| usable(n));
+        usable_nodes.map(|n| ssn.future_of(n, key).max(0) + evictable.get(&n).copied().unwrap_or(0)).sum()
+    };
+    let mut ranked: Vec<(i64, Vec<NodeId>)> =
+        domains.into_iter().map(|d| (freeable(&d), d)).filter(|(f, _)| *f >= need).collect();
+    ranked.sort_by_key(|r| std::cmp::Reverse(r.0));
+    ranked.into_iter().take(MAX_VICTIM_DOMAINS).map(|(_, d)| d).collect()
+}
+
+/// The resource a gang's placement is keyed by: GPUs when it asks for any, else CPU.
+fn key_resource(ssn: &Session, gang: &[PodId]) -> usize {
+    let gpu = ssn.snap.gpu.filter(|&g| gang.iter().any(|&p| ssn.requests(p)[g] > 0));
+    gpu.unwrap_or(ssn.snap.cpu)
+}
+
+/// Evicts units in `order` on nodes `usable` allows until the gang fits, spares those that
+/// turn out unnecessary, and returns the statement and what it costs. A unit's queue is
+/// ranked again after each eviction from it (in reclaim, a queue that drops below its fair
+/// share stops coming first).
+fn evict_within(
+    ctx: &mut Ctx,
+    job: JobId,
+    gang: &[PodId],
+    order: &mut VictimOrder,
+    mode: EvictMode,
+    fits: &dyn Fn(&Ctx) -> bool,
+    usable: &dyn Fn(NodeId) -> bool,
+) -> Option<(Statement, EvictionCost)> {
     let reason = match mode {
         EvictMode::Preempt => EvictReason::Preempt,
         EvictMode::Reclaim => EvictReason::Reclaim,
@@ -472,7 +583,15 @@ fn evict_for(
         if let Some(pipe) = try_place_all(ctx, gang, Avail::Future(&nodes)) {
             ctx.ssn.discard(pipe);
             ctx.ssn.discard(st);
-            return spare_unneeded(ctx, gang, chosen, (reason, job), fits);
+            let (st, kept) = spare_unneeded(ctx, gang, chosen, (reason, job), fits)?;
+            let key = key_resource(ctx.ssn, gang);
+            let snap = ctx.ssn.snap;
+            let cost = (
+                kept.iter().map(|v| snap.jobs[v.job].priority).max().unwrap_or(i32::MIN),
+                kept.iter().filter(|v| !v.elastic).count(),
+                kept.iter().map(|v| v.freed[key]).sum(),
+            );
+            return Some((st, cost));
         }
     }
     ctx.ssn.discard(st);
@@ -500,14 +619,14 @@ fn evict_unit(
 }
 
 /// Re-applies a working victim set without each victim in turn (latest first), keeping the
-/// smaller set whenever the gang still fits.
-fn spare_unneeded(
+/// smaller set whenever the gang still fits; returns the statement and the set kept.
+fn spare_unneeded<'v>(
     ctx: &mut Ctx,
     gang: &[PodId],
-    mut chosen: Vec<&Victim>,
+    mut chosen: Vec<&'v Victim>,
     why: (EvictReason, JobId),
     fits: &dyn Fn(&Ctx) -> bool,
-) -> Option<Statement> {
+) -> Option<(Statement, Vec<&'v Victim>)> {
     const MAX_PRUNE: usize = 32;
     let attempt = |ctx: &mut Ctx, set: &[&Victim]| -> Option<Statement> {
         let mut st = Statement::new();
@@ -543,5 +662,5 @@ fn spare_unneeded(
             }
         }
     }
-    attempt(ctx, &chosen)
+    attempt(ctx, &chosen).map(|st| (st, chosen))
 }

@@ -114,6 +114,7 @@ impl VictimPool {
 }
 
 /// Where the merge stands in one queue's list.
+#[derive(Clone)]
 struct Head {
     queue: QueueId,
     at: usize,
@@ -121,7 +122,9 @@ struct Head {
     key: Option<VictimKey>,
 }
 
-/// The units of some queues of a [`VictimPool`] in eviction order, taken one at a time.
+/// The units of some queues of a [`VictimPool`] in eviction order, taken one at a time
+/// (cloned to search again from the same point, e.g. in another domain).
+#[derive(Clone)]
 pub struct VictimOrder<'p> {
     pool: &'p VictimPool,
     skip: JobId,

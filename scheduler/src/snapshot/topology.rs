@@ -90,6 +90,9 @@ pub struct Topology {
     /// Per level (the node level included): the most any one domain there has of each
     /// resource, over schedulable nodes; a gang asking more can never fit one.
     pub largest: Vec<Res>,
+    /// Nodes without a label of the top level (all nodes when there are no labelled levels):
+    /// places only for work that requires no level.
+    pub unlabelled: Vec<NodeId>,
 }
 
 impl Topology {
@@ -188,7 +191,9 @@ impl Topology {
         let mut node_most = Res::zero(n);
         nodes.iter().filter(|n| !n.unschedulable).for_each(|n| node_most.max_with(&n.allocatable));
         largest.push(node_most);
-        Ok(Topology { name: input.name.clone(), levels, labels, domains, node_domain, largest })
+        let unlabelled =
+            nodes.keys().filter(|&node| node_domain.first().is_none_or(|top| top[node].is_none())).collect();
+        Ok(Topology { name: input.name.clone(), levels, labels, domains, node_domain, largest, unlabelled })
     }
 }
 

@@ -41,7 +41,7 @@ impl Doc<'_> {
 }
 
 /// The object a path lies in, as errors name it, and the length of the object's own path: an
-/// entry of `nodes`, `queues`, `priorityClasses` or `jobs` (by its name when it has a usable
+/// entry of `nodes`, `topologies`, `queues`, `priorityClasses` or `jobs` (by its name when it has a usable
 /// one, else by its position), a job's task, `expect`, or else the scenario.
 fn object(root: &Value, path: &[Step]) -> (String, usize) {
     fn text<'v>(v: Option<&'v Value>, key: &str) -> Option<&'v str> {
@@ -58,6 +58,7 @@ fn object(root: &Value, path: &[Step]) -> (String, usize) {
     let entry = root.get(section.as_str()).and_then(|list| list.get(index));
     let kind = match section.as_str() {
         "nodes" => "node ".to_string(),
+        "topologies" => "topology ".into(),
         "queues" => "queue ".into(),
         "priorityClasses" => "priority class ".into(),
         "jobs" => format!("job {}/", text(entry, "namespace").unwrap_or("default")),

@@ -14,7 +14,7 @@ use std::path::Path;
 use drover_api::PriorityClass;
 use drover_scheduler::config::ConfigOverrides;
 pub use drover_scheduler::snapshot::QueueingStrategy;
-use drover_scheduler::snapshot::{JobInput, NodeInput, QueueInput, TaskInput};
+use drover_scheduler::snapshot::{JobInput, NodeInput, QueueInput, TaskInput, TopologyInput};
 use serde::Deserialize;
 use serde_yaml::Value;
 
@@ -22,6 +22,7 @@ mod de;
 mod expect;
 mod locate;
 mod model;
+mod topology;
 
 pub use expect::{Expect, JobExpect, QueueExpect};
 
@@ -42,6 +43,8 @@ pub struct Scenario {
     pub config: ConfigOverrides,
     /// The cluster's nodes (`pods` is 110 where the file does not say).
     pub nodes: Vec<NodeInput>,
+    /// The hierarchies of node labels jobs and tasks may ask to be placed within.
+    pub topologies: Vec<TopologyInput>,
     /// The queue tree, as a flat list with parent links.
     pub queues: Vec<QueueInput>,
     /// The priority classes jobs may use (the built-in ones when the file lists none).

@@ -4,18 +4,21 @@
 
 use std::collections::BTreeMap;
 
+use drover_api::topology::{min_nvlink_gpus, MIN_NVLINK_GPUS_ANNOTATION};
 use drover_api::{
     NodeSelectorRequirement, PriorityClass, ResourceList, Taint, Toleration, BUILTIN_PRIORITY_CLASSES, PODS,
 };
 use drover_scheduler::config::ConfigOverrides;
 use drover_scheduler::snapshot::{
     Constraints, JobInput, JobPhase, NodeInput, PodPhaseInput, QueueInput, QueueingStrategy, TaskInput,
+    TopologyRequestInput,
 };
 use serde::{Deserialize, Deserializer};
 
 use super::de::{foreign, foreign_list, name, resources, Step};
 use super::expect::{self, Expect};
 use super::locate::{listing, steps, Doc};
+use super::topology::{self, Hierarchy, JobTopology, Names, Slices, TaskTopology};
 use super::{Scenario, ScenarioError};
 
 /// Pods per node when `allocatable` does not say (the Kubernetes default).
@@ -32,6 +35,7 @@ pub(super) struct File {
     #[serde(default, deserialize_with = "foreign")]
     config: ConfigOverrides,
     nodes: Option<Vec<Node>>,
+    topologies: Option<Vec<Hierarchy>>,
     queues: Option<Vec<Queue>>,
     priority_classes: Option<Vec<Class>>,
     jobs: Option<Vec<Job>>,
@@ -103,6 +107,7 @@ struct Job {
     duration: Option<u64>,
     started_at: Option<i64>,
     preempted_at: Option<i64>,
+    topology: Option<JobTopology>,
     tasks: Vec<Task>,
 }
 
@@ -121,6 +126,9 @@ struct Task {
     #[serde(default, deserialize_with = "foreign_list")]
     affinity: Vec<NodeSelectorRequirement>,
     running: Option<Vec<String>>,
+    topology: Option<TaskTopology>,
+    slices: Option<Slices>,
+    annotations: Option<BTreeMap<String, String>>,
 }
 
 fn allocatable<'de, D: Deserializer<'de>>(d: D) -> Result<ResourceList, D::Error> {
@@ -167,6 +175,7 @@ pub(super) fn validate(doc: &Doc, file: File) -> Result<Scenario, ScenarioError>
         now: file.now.unwrap_or(0),
         config: file.config,
         nodes: file.nodes.into_iter().flatten().map(|n| n.0).collect(),
+        topologies: topology::hierarchies(doc, file.topologies.unwrap_or_default())?,
         queues: queues.collect(),
         priority_classes,
         jobs: Vec::new(),
@@ -174,6 +183,7 @@ pub(super) fn validate(doc: &Doc, file: File) -> Result<Scenario, ScenarioError>
     };
     unique(doc, "priorityClasses", "priority class", scenario.priority_classes.iter().map(|c| c.name.clone()))?;
     unique(doc, "nodes", "node", scenario.nodes.iter().map(|n| n.name.clone()))?;
+    unique(doc, "topologies", "topology", scenario.topologies.iter().map(|t| t.name.clone()))?;
     unique(doc, "queues", "queue", scenario.queues.iter().map(|q| q.name.clone()))?;
     check_queue_tree(doc, &scenario.queues)?;
     let jobs = file.jobs.into_iter().flatten().enumerate().map(|(j, job)| self::job(doc, &scenario, j, job));
@@ -270,7 +280,8 @@ fn job(doc: &Doc, s: &Scenario, j: usize, job: Job) -> Result<JobInput, Scenario
     if job.tasks.is_empty() {
         return Err(doc.error(steps!["jobs", j, "tasks"], "a job needs at least one task"));
     }
-    let tasks = job.tasks.into_iter().enumerate().map(|(t, task)| self::task(doc, s, j, t, task));
+    let topology = job.topology.map(|block| Names(&s.topologies).job(doc, j, block)).transpose()?;
+    let tasks = job.tasks.into_iter().enumerate().map(|(t, task)| self::task(doc, s, j, t, task, topology.as_ref()));
     let tasks = tasks.collect::<Result<Vec<_>, _>>()?;
     for (t, task) in tasks.iter().enumerate() {
         if let Some(first) = tasks[..t].iter().position(|other| other.name == task.name) {
@@ -316,11 +327,19 @@ fn job(doc: &Doc, s: &Scenario, j: usize, job: Job) -> Result<JobInput, Scenario
         run_time,
         ends_at: run_time.filter(|_| running > 0).map(|d| job.started_at.unwrap_or(s.now).saturating_add(d)),
         preempted_at: job.preempted_at,
-        topology: None,
+        topology,
     })
 }
 
-fn task(doc: &Doc, s: &Scenario, j: usize, t: usize, task: Task) -> Result<TaskInput, ScenarioError> {
+/// A task of job `j`, whose own topology block (if any) is `job_topology`.
+fn task(
+    doc: &Doc,
+    s: &Scenario,
+    j: usize,
+    t: usize,
+    task: Task,
+    job_topology: Option<&TopologyRequestInput>,
+) -> Result<TaskInput, ScenarioError> {
     let (replicas, min_available, running) = (task.replicas, task.min_available.unwrap_or(0), task.running);
     if min_available > replicas {
         let message = format!("is {min_available}, more than the task's {replicas} replicas");
@@ -340,17 +359,16 @@ fn task(doc: &Doc, s: &Scenario, j: usize, t: usize, task: Task) -> Result<TaskI
     let mut pods: Vec<PodPhaseInput> = running.into_iter().map(PodPhaseInput::Bound).collect();
     pods.resize(replicas as usize, PodPhaseInput::Pending);
     let node_selector = task.node_selector.unwrap_or_default();
+    // Of the pods' annotations only the NVLink minimum means anything to the scheduler.
+    let nvlink = min_nvlink_gpus(&task.annotations.unwrap_or_default())
+        .map_err(|m| doc.error(steps!["jobs", j, "tasks", t, "annotations", MIN_NVLINK_GPUS_ANNOTATION], m))?;
     let constraints =
-        Constraints { node_selector, tolerations: task.tolerations, affinity: task.affinity, min_nvlink_gpus: None };
-    Ok(TaskInput {
-        name: task.name,
-        min_available,
-        requests: task.requests,
-        constraints,
-        pods,
-        topology: None,
-        slices: None,
-    })
+        Constraints { node_selector, tolerations: task.tolerations, affinity: task.affinity, min_nvlink_gpus: nvlink };
+    let names = Names(&s.topologies);
+    let at = steps!["jobs", j, "tasks", t];
+    let topology = task.topology.map(|block| names.task(doc, at, job_topology, block)).transpose()?;
+    let slices = task.slices.map(|slices| names.slices(doc, at, job_topology, slices)).transpose()?;
+    Ok(TaskInput { name: task.name, min_available, requests: task.requests, constraints, pods, topology, slices })
 }
 
 /// Pod names (`<job>-<task>-<index>`) must not collide within a namespace: expectations use them.

@@ -1,12 +1,13 @@
 //! Trace mode (`drover sim --trace FILE.csv`): a real GPU-cluster job trace replayed through
 //! the production scheduling core under several policies side by side, as the trace-mode
 //! section of `scenario-format.md` specifies. [`rows`] reads the trace, [`policy`] names the
-//! policies, [`replay`] runs the virtual clock, [`metrics`] sums up each run and [`plot`]
-//! draws them.
+//! policies, [`replay`] runs the virtual clock, [`metrics`] sums up each run, [`racks`]
+//! groups the nodes into racks when asked and [`plot`] draws them.
 
 pub mod metrics;
 pub mod plot;
 pub mod policy;
+pub mod racks;
 pub mod replay;
 pub mod rows;
 
@@ -15,6 +16,7 @@ use serde_json::{json, Map};
 use drover_scheduler::snapshot::SnapshotError;
 use metrics::Summary;
 use policy::Policy;
+use racks::{Placement, Racks};
 use replay::{Cluster, Replay};
 use rows::TraceJob;
 
@@ -36,17 +38,45 @@ pub struct Run {
     pub replay: Replay,
     /// The figures.
     pub summary: Summary,
+    /// With racks: where the multi-node gangs landed, and the same replay with the scheduler
+    /// blind to the racks.
+    pub racks: Option<RackRun>,
 }
 
-/// Replays the trace under each policy, in the order given.
+/// A policy's replay with racks, beside the same replay without topology.
+pub struct RackRun {
+    /// Where multi-node gangs landed with the scheduler told about the racks.
+    pub placement: Placement,
+    /// The figures of the same replay with no topology and no requests.
+    pub flat: Summary,
+    /// Where multi-node gangs landed then (the same racks, unknown to the scheduler).
+    pub flat_placement: Placement,
+}
+
+/// Replays the trace under each policy, in the order given; with racks, each policy twice:
+/// with the racks as the `default` topology, and without topology.
 pub fn run(trace: &[TraceJob], cluster: &Cluster, policies: &[Policy]) -> Result<Vec<Run>, SnapshotError> {
     let total = cluster.nodes * cluster.gpus_per_node;
+    let placement =
+        |racks: Racks, replay: &Replay| racks.placement(trace, replay, cluster.nodes, cluster.gpus_per_node);
     policies
         .iter()
         .map(|&policy| {
             let replay = replay::replay(trace, cluster, policy)?;
             let summary = metrics::summarize(trace, &replay, total);
-            Ok(Run { policy, replay, summary })
+            let racks = match cluster.racks {
+                Some(racks) => {
+                    let blind = Racks { aware: false, ..racks };
+                    let flat = replay::replay(trace, &Cluster { racks: Some(blind), ..cluster.clone() }, policy)?;
+                    Some(RackRun {
+                        placement: placement(racks, &replay),
+                        flat: metrics::summarize(trace, &flat, total),
+                        flat_placement: placement(blind, &flat),
+                    })
+                }
+                None => None,
+            };
+            Ok(Run { policy, replay, summary, racks })
         })
         .collect()
 }
@@ -68,13 +98,28 @@ pub fn plots(
 pub fn to_json(cluster: &Cluster, runs: &[Run]) -> String {
     let mut policies = Map::new();
     for r in runs {
-        policies.insert(r.policy.name().to_string(), r.summary.to_json());
+        let mut figures = r.summary.to_json();
+        if let Some(rr) = &r.racks {
+            figures["racks"] = rr.placement.to_json();
+            let mut flat = rr.flat.to_json();
+            flat["racks"] = rr.flat_placement.to_json();
+            figures["withoutTopology"] = flat;
+        }
+        policies.insert(r.policy.name().to_string(), figures);
     }
-    let report = json!({
+    let mut report = json!({
         "cluster": {"nodes": cluster.nodes, "gpusPerNode": cluster.gpus_per_node, "cpusPerNode": cluster.cpus_per_node,
             "queues": cluster.queues.max(1), "periodSeconds": cluster.period},
         "policies": policies,
     });
+    if let Some(racks) = &cluster.racks {
+        let c = &mut report["cluster"];
+        c["nodesPerRack"] = json!(racks.nodes_per_rack);
+        c["racks"] = json!(racks.count(cluster.nodes));
+        if let Some(per_block) = racks.racks_per_block {
+            c["racksPerBlock"] = json!(per_block);
+        }
+    }
     format!("{}\n", serde_json::to_string_pretty(&report).expect("a JSON value serializes"))
 }
 
@@ -119,13 +164,64 @@ pub fn to_table(cluster: &Cluster, runs: &[Run]) -> String {
             human(s.makespan as f64),
         ]);
     }
-    let widths: Vec<usize> = (0..header.len()).map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0)).collect();
+    push_table(&mut out, rows);
+    if let Some(racks) = &cluster.racks {
+        out.push_str(&rack_table(cluster, racks, runs));
+    }
+    out
+}
+
+/// The rack comparison for people: per policy, the replay with the racks as the `default`
+/// topology and without topology.
+fn rack_table(cluster: &Cluster, racks: &Racks, runs: &[Run]) -> String {
+    let blocks = racks.racks_per_block.map(|b| format!(", {b} racks per block")).unwrap_or_default();
+    let mut out = format!(
+        "\nracks of {} nodes ({} racks{blocks}): multi-node gangs (more GPUs than a node) that one rack can hold, \
+         placed within one rack, with the racks as topology (on) and without (off)\n\n",
+        racks.nodes_per_rack,
+        racks.count(cluster.nodes),
+    );
+    let header = [
+        "POLICY",
+        "TOPOLOGY",
+        "GANGS",
+        "IN ONE RACK",
+        "LARGER THAN A RACK",
+        "GPU ALLOC",
+        "AVG JCT",
+        "AVG QUEUE",
+        "P95 QUEUE",
+    ];
+    let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
+    for run in runs {
+        let Some(rr) = &run.racks else { continue };
+        for (mode, s, p) in [("on", &run.summary, &rr.placement), ("off", &rr.flat, &rr.flat_placement)] {
+            rows.push(vec![
+                run.policy.name().to_string(),
+                mode.to_string(),
+                p.gangs.to_string(),
+                format!("{:.1}%", p.share() * 100.0),
+                p.larger_than_rack.to_string(),
+                format!("{:.1}%", s.gpu_allocation * 100.0),
+                human(s.jct.avg),
+                human(s.queue.avg),
+                human(s.queue.p95),
+            ]);
+        }
+    }
+    push_table(&mut out, rows);
+    out
+}
+
+/// Appends rows as left-aligned columns two spaces apart.
+fn push_table(out: &mut String, rows: Vec<Vec<String>>) {
+    let columns = rows.first().map_or(0, Vec::len);
+    let widths: Vec<usize> = (0..columns).map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0)).collect();
     for row in rows {
         let cells: Vec<String> = row.iter().zip(&widths).map(|(cell, w)| format!("{cell:<w$}")).collect();
         out.push_str(cells.join("  ").trim_end());
         out.push('\n');
     }
-    out
 }
 
 /// Seconds as people read them: `42s`, `3.5m`, `7.2h`, `2.1d`.

@@ -21,6 +21,7 @@ use drover_scheduler::snapshot::{
 };
 
 use super::policy::Policy;
+use super::racks::Racks;
 use super::rows::TraceJob;
 
 /// The simulated cluster and how jobs map to queues.
@@ -40,6 +41,8 @@ pub struct Cluster {
     /// The configuration the `drover` policy runs (`config/scheduler.yaml` unless the user
     /// gives another); the baselines derive theirs from it.
     pub config: SchedulerConfig,
+    /// Racks the nodes are grouped into (`--nodes-per-rack`), if any.
+    pub racks: Option<Racks>,
 }
 
 /// Memory per node: plenty, so that memory never decides (the traces do not record it).
@@ -60,6 +63,8 @@ pub struct JobRecord {
     pub evicted_pods: u32,
     /// Seconds of work lost to evictions.
     pub work_lost: i64,
+    /// With racks: how many racks its pods spanned when it last started.
+    pub racks: Option<u32>,
 }
 
 /// The result of one replay.
@@ -153,13 +158,16 @@ struct World {
     snap: Snapshot,
     converter: JobConverter,
     config: SchedulerConfig,
+    racks: Option<Racks>,
 }
 
 /// Replays `trace` under `policy` on `cluster`.
 pub fn replay(trace: &[TraceJob], cluster: &Cluster, policy: Policy) -> Result<Replay, SnapshotError> {
-    let snap = snapshot::build(&node_inputs(cluster), &queue_inputs(cluster, policy), &[])?;
+    let topologies: Vec<_> = cluster.racks.filter(|r| r.aware).map(|r| r.topology()).into_iter().collect();
+    let snap =
+        snapshot::build_with_topologies(&node_inputs(cluster), &queue_inputs(cluster, policy), &topologies, &[])?;
     let converter = JobConverter::new(&snap);
-    let mut world = World { snap, converter, config: policy.config(&cluster.config) };
+    let mut world = World { snap, converter, config: policy.config(&cluster.config), racks: cluster.racks };
     let total_gpus = cluster.nodes * cluster.gpus_per_node;
     let fits_empty = |j: &TraceJob| {
         j.gpus_per_pod > 0 && j.gpus_per_pod <= cluster.gpus_per_node && j.pods * j.gpus_per_pod <= total_gpus
@@ -168,7 +176,7 @@ pub fn replay(trace: &[TraceJob], cluster: &Cluster, policy: Policy) -> Result<R
     order.sort_by_key(|&i| (trace[i].submit, i));
     let mut next_submit = 0;
     let mut records: Vec<JobRecord> = (0..trace.len())
-        .map(|job| JobRecord { job, finish: None, deadlocked: false, evicted_pods: 0, work_lost: 0 })
+        .map(|job| JobRecord { job, finish: None, deadlocked: false, evicted_pods: 0, work_lost: 0, racks: None })
         .collect();
     let mut live: TiVec<JobId, Live> = TiVec::new();
     let mut ends = Ends::new(trace.len());
@@ -305,8 +313,7 @@ fn cycle(
         };
     }
     for (j, l) in live.iter_mut_enumerated() {
-        let job = &mut snap.jobs[j];
-        job.phase = outcome.job_phase[j];
+        snap.jobs[j].phase = outcome.job_phase[j];
         l.bound = bound[j];
         if evicted[j] > 0 {
             let record = &mut records[l.job];
@@ -319,10 +326,29 @@ fn cycle(
         if l.started.is_none() && l.bound == l.pods {
             l.started = Some(now);
             ends.start(l.job, now + l.duration);
+            if let Some(racks) = &world.racks {
+                records[l.job].racks = Some(racks_spanned(snap, j, racks));
+            }
         }
-        job.ends_at = l.started.zip(l.run_time).map(|(start, d)| start + d);
+        snap.jobs[j].ends_at = l.started.zip(l.run_time).map(|(start, d)| start + d);
     }
     !outcome.decisions.evictions.is_empty() || !outcome.decisions.pipelined.is_empty()
+}
+
+/// The racks job `j`'s bound pods are in.
+fn racks_spanned(snap: &Snapshot, j: JobId, racks: &Racks) -> u32 {
+    let mut seen: Vec<usize> = snap.jobs[j]
+        .tasks
+        .iter()
+        .flat_map(|t| &t.pods)
+        .filter_map(|&p| match snap.pods[p].phase {
+            PodPhase::Bound(n) => Some(racks.rack_of(n.into())),
+            PodPhase::Pending | PodPhase::Releasing(_) => None,
+        })
+        .collect();
+    seen.sort_unstable();
+    seen.dedup();
+    seen.len() as u32
 }
 
 /// A submitted job as the replay tracks it and as the scheduler sees it: one task of `pods`
@@ -357,7 +383,10 @@ fn submit(job: &TraceJob, index: usize, cluster: &Cluster, policy: Policy) -> (L
         run_time: policy.declares_run_times().then_some(job.duration),
         ends_at: None,
         preempted_at: None,
-        topology: None,
+        topology: cluster
+            .racks
+            .filter(|r| r.aware)
+            .and_then(|r| r.request(job.pods * job.gpus_per_pod, cluster.nodes, cluster.gpus_per_node)),
     };
     let live = Live {
         job: index,
@@ -392,7 +421,7 @@ fn node_inputs(cluster: &Cluster) -> Vec<NodeInput> {
                 (GPU.to_string(), i64::from(cluster.gpus_per_node)),
                 (PODS.to_string(), 110),
             ])),
-            labels: BTreeMap::new(),
+            labels: cluster.racks.filter(|r| r.aware).map(|r| r.labels(i as usize)).unwrap_or_default(),
             taints: Vec::new(),
             unschedulable: false,
         })

@@ -1,0 +1,79 @@
+//! Topology domains indexed by idle capacity (GPUs and CPU, as the node index keys nodes),
+//! kept up to date as the session places and evicts pods, so that finding the domains that
+//! could hold a gang touches only domains with room instead of every node of the cluster.
+
+use std::collections::BTreeSet;
+
+use crate::node_index::Class;
+use crate::snapshot::{DomainId, Level, NodeId, Snapshot};
+
+/// Idle sums and their order for one level of one topology.
+#[derive(Debug, Clone, Default)]
+struct LevelIndex {
+    idle: Vec<[i64; 2]>,
+    sorted: [BTreeSet<(i64, DomainId)>; 2],
+}
+
+/// Per topology and labelled level, each domain's idle GPUs and CPU over its schedulable
+/// nodes.
+#[derive(Debug, Clone, Default)]
+pub struct DomainIndex {
+    levels: Vec<Vec<LevelIndex>>,
+}
+
+impl DomainIndex {
+    /// An index of the snapshot's topologies with every domain empty.
+    pub fn new(snap: &Snapshot) -> DomainIndex {
+        let levels = snap
+            .topologies
+            .iter()
+            .map(|t| {
+                t.domains
+                    .iter()
+                    .map(|list| {
+                        let idle = vec![[0, 0]; list.len()];
+                        let set: BTreeSet<(i64, DomainId)> = (0..list.len()).map(|d| (0, d)).collect();
+                        LevelIndex { idle, sorted: [set.clone(), set] }
+                    })
+                    .collect()
+            })
+            .collect();
+        DomainIndex { levels }
+    }
+
+    /// Moves a node's idle keys from `old` to `new` in every domain it belongs to.
+    pub fn update(&mut self, snap: &Snapshot, node: NodeId, old: Option<[i64; 2]>, new: Option<[i64; 2]>) {
+        let (old, new) = (old.unwrap_or([0, 0]), new.unwrap_or([0, 0]));
+        if old == new {
+            return;
+        }
+        for (t, topology) in snap.topologies.iter().enumerate() {
+            for (level, ix) in self.levels[t].iter_mut().enumerate() {
+                let Some(d) = topology.domain_of(level, node) else { break };
+                for class in 0..2 {
+                    let before = ix.idle[d][class];
+                    let after = before - old[class] + new[class];
+                    ix.sorted[class].remove(&(before, d));
+                    ix.sorted[class].insert((after, d));
+                    ix.idle[d][class] = after;
+                }
+            }
+        }
+    }
+
+    /// A domain's idle amount of the class.
+    pub fn idle(&self, topology: usize, level: Level, domain: DomainId, class: Class) -> i64 {
+        self.levels[topology][level].idle[domain][class as usize]
+    }
+
+    /// Domains of a level with at least `min` idle of the class, least idle first.
+    pub fn at_least(
+        &self,
+        topology: usize,
+        level: Level,
+        class: Class,
+        min: i64,
+    ) -> impl Iterator<Item = DomainId> + '_ {
+        self.levels[topology][level].sorted[class as usize].range((min, 0)..).map(|&(_, d)| d)
+    }
+}
