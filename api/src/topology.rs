@@ -16,6 +16,30 @@ pub const NVLINK_PAIRS_LABEL: &str = "gpu-topology.my.company.com/nvlink-pairs";
 /// Pod annotation: the fewest GPUs a pod needs, all NVLink-connected (the seed's rule).
 pub const MIN_NVLINK_GPUS_ANNOTATION: &str = "gpu-topology.my.company.com/min-nvlink-gpus";
 
+/// Pod annotation the scheduler writes on each pod it binds in a topology: the pod's domain
+/// path down to its node (`b1/r7/n3`), so that launchers can order NCCL rings.
+pub const DOMAIN_ANNOTATION: &str = "topology.drover.dev/domain";
+
+/// The node label of the `node` level in migrated annotations (KAI's and Kueue's topologies
+/// often end with it).
+pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
+
+/// KAI-Scheduler's workload annotation naming its Topology.
+pub const KAI_TOPOLOGY: &str = "kai.scheduler/topology";
+/// KAI-Scheduler's workload annotation: the node label of the level the whole workload must
+/// fit in.
+pub const KAI_REQUIRED: &str = "kai.scheduler/topology-required-placement";
+/// KAI-Scheduler's workload annotation: the node label of the level the workload should fit in.
+pub const KAI_PREFERRED: &str = "kai.scheduler/topology-preferred-placement";
+/// Kueue's pod-template annotation: the node label of the level a pod set must fit in.
+pub const KUEUE_REQUIRED: &str = "kueue.x-k8s.io/podset-required-topology";
+/// Kueue's pod-template annotation: the node label of the level a pod set should fit in.
+pub const KUEUE_PREFERRED: &str = "kueue.x-k8s.io/podset-preferred-topology";
+/// Kueue's pod-template annotation: the node label of the level each slice must fit in.
+pub const KUEUE_SLICE_REQUIRED: &str = "kueue.x-k8s.io/podset-slice-required-topology";
+/// Kueue's pod-template annotation: pods per slice.
+pub const KUEUE_SLICE_SIZE: &str = "kueue.x-k8s.io/podset-slice-size";
+
 /// A node's domain at each level of a hierarchy, coarse to fine: the label values from the
 /// top level down. A node lacking the label of some level has a domain only at the levels
 /// above it (the path is cut there): a domain is the whole path, so a rack label without its

@@ -19,7 +19,7 @@ use drover_k8s::convert::{self, ObjectLists, DEFAULT_QUEUE};
 use drover_scheduler::config::SchedulerConfig;
 use drover_scheduler::explain::Verdict;
 use drover_scheduler::res::UNLIMITED;
-use drover_scheduler::snapshot::{self, Snapshot};
+use drover_scheduler::snapshot::Snapshot;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, ListParams};
 use kube::{Client, Resource, ResourceExt};
@@ -201,6 +201,7 @@ pub async fn list_cluster(client: &Client) -> Result<(ObjectLists, Vec<String>),
         queues: list(client, "queues", &mut refused).await?,
         classes: list(client, "priorityclasses", &mut refused).await?,
         namespaces: list(client, "namespaces", &mut refused).await?,
+        topologies: list(client, "topologies", &mut refused).await?,
     };
     Ok((listed, refused))
 }
@@ -290,7 +291,7 @@ pub fn judge(
     };
     let objects = listed.objects();
     let converted = convert::convert(&objects, scheduler_name);
-    let snap = match snapshot::build(&converted.nodes, &converted.queues, &converted.jobs) {
+    let snap = match converted.snapshot() {
         Ok(s) => s.at(k8s_openapi::jiff::Timestamp::now().as_second()),
         Err(e) => {
             out.verdict = "Waiting".into();

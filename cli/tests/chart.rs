@@ -106,11 +106,17 @@ fn optional_parts_follow_their_values() {
         (&default, "name: drover-queue-viewer", true),
         (&minimal, "rbac.authorization.k8s.io/aggregate-to-edit", false),
         (&default, "kind: ValidatingAdmissionPolicy", true),
+        (&default, "kind: Topology", false),
+        (&all, "kind: Topology", true),
         (&minimal, "kind: ValidatingAdmissionPolicy", false),
     ] {
         assert_eq!(text.contains(kind), present, "{kind} present should be {present}");
     }
     assert!(all.contains("--bind-concurrency=32"), "the scheduler's flags come from values");
+    assert!(
+        all.contains("- name: \"zone\"\n      nodeLabel: \"topology.kubernetes.io/zone\""),
+        "the default Topology's levels come from values"
+    );
     assert!(minimal.contains("replicas: 1"));
 }
 
@@ -134,6 +140,10 @@ except helm.HelmError as e:
         (
             r#"{"userRoles": {"queueViewers": [{"kind": "ServiceAccount", "name": "x"}]}}"#,
             "/userRoles/queueViewers/0/kind",
+        ),
+        (
+            r#"{"topology": {"default": {"enabled": true, "levels": [{"name": "node", "nodeLabel": "x"}]}}}"#,
+            "/topology/default/levels/0/name",
         ),
     ] {
         let Some(said) = helm(script, &[values]) else { return };

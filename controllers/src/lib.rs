@@ -3,3 +3,4 @@
 
 pub mod job;
 pub mod queues;
+pub mod topology;

@@ -17,6 +17,7 @@
 mod pod;
 mod priority;
 mod queue;
+mod topology;
 
 use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
@@ -24,10 +25,14 @@ use std::sync::Arc;
 
 use drover_api::crd::podgroup::{Admission, PodGroup, PodGroupPhase};
 use drover_api::crd::queue::{namespace_refusal, Queue};
+use drover_api::crd::topology::Topology;
 use drover_api::labels::PROJECT_LABEL;
 use drover_api::ResourceList;
 use drover_scheduler::ids::{PodId, TiVec};
-use drover_scheduler::snapshot::{Constraints, JobInput, JobPhase, NodeInput, PodPhaseInput, QueueInput, TaskInput};
+use drover_scheduler::snapshot::{
+    Constraints, JobInput, JobPhase, NodeInput, PodPhaseInput, QueueInput, Snapshot, SnapshotError, TaskInput,
+    TopologyInput,
+};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -38,6 +43,7 @@ use crate::charge::Charge;
 use pod::Finding;
 use priority::{Classes, Resolved};
 use queue::QueueState;
+use topology::{Catalog, Requests};
 
 pub use drover_api::labels::{POD_GROUP_ANNOTATION, PREEMPTIBLE_ANNOTATION, TASK_INDEX_LABEL, TASK_LABEL};
 /// The queue of groups that name none.
@@ -60,6 +66,8 @@ pub struct Objects<'a> {
     pub priority_classes: &'a [Arc<PriorityClass>],
     /// Namespaces, whose labels decide which queues their work may use.
     pub namespaces: &'a [Arc<Namespace>],
+    /// Topologies, which groups may ask to be placed within.
+    pub topologies: &'a [Arc<Topology>],
 }
 
 /// The objects of one cycle, owned: what the scheduler's cache gathers and what `drover
@@ -78,6 +86,8 @@ pub struct ObjectLists {
     pub classes: Vec<Arc<PriorityClass>>,
     /// Namespaces.
     pub namespaces: Vec<Arc<Namespace>>,
+    /// Topologies.
+    pub topologies: Vec<Arc<Topology>>,
 }
 
 impl ObjectLists {
@@ -90,6 +100,7 @@ impl ObjectLists {
             queues: &self.queues,
             priority_classes: &self.classes,
             namespaces: &self.namespaces,
+            topologies: &self.topologies,
         }
     }
 }
@@ -207,7 +218,7 @@ fn task_of(pod: &Pod) -> String {
 /// Something about an object that the conversion could not take as written.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Problem {
-    /// `Node`, `Pod`, `PodGroup`, `Queue` or `PriorityClass`.
+    /// `Node`, `Pod`, `PodGroup`, `Queue`, `PriorityClass` or `Topology`.
     pub kind: &'static str,
     /// Namespace of namespaced objects.
     pub namespace: Option<String>,
@@ -226,6 +237,8 @@ pub struct Converted {
     pub nodes: Vec<NodeInput>,
     /// Queues, by name.
     pub queues: Vec<QueueInput>,
+    /// The usable Topologies, by name.
+    pub topologies: Vec<TopologyInput>,
     /// Jobs, by `namespace/name`.
     pub jobs: Vec<JobInput>,
     /// One per pod of `jobs`, in job, task, index order: index `i` is the snapshot's pod `i`.
@@ -234,6 +247,13 @@ pub struct Converted {
     pub groups: BTreeMap<(String, String), GroupFacts>,
     /// Problems, sorted.
     pub problems: Vec<Problem>,
+}
+
+impl Converted {
+    /// The snapshot of these inputs (the conversion never hands over inputs it refuses).
+    pub fn snapshot(&self) -> Result<Snapshot, SnapshotError> {
+        drover_scheduler::snapshot::build_with_topologies(&self.nodes, &self.queues, &self.topologies, &self.jobs)
+    }
 }
 
 /// One non-terminated pod.
@@ -336,6 +356,7 @@ pub fn convert(objects: &Objects, scheduler_name: &str) -> Converted {
     let classes = Classes::new(objects.priority_classes, &mut problems);
     let mut nodes = convert_nodes(objects.nodes, &mut problems);
     let (queues, queue_state) = queue::convert(objects.queues, &mut problems);
+    let (topologies, catalog) = topology::convert(objects.topologies, &mut problems);
 
     let groups = unique(objects.pod_groups, |g| &g.metadata);
     let pods = unique(objects.pods, |p| &p.metadata);
@@ -402,6 +423,7 @@ pub fn convert(objects: &Objects, scheduler_name: &str) -> Converted {
         namespaces: &namespaces,
         project_queues: project_queues(objects.queues, &queue_state),
         classes: &classes,
+        topologies: &catalog,
     };
     let mut jobs = Vec::new();
     let mut refs = TiVec::new();
@@ -486,6 +508,7 @@ pub fn convert(objects: &Objects, scheduler_name: &str) -> Converted {
             })
             .collect(),
         queues,
+        topologies,
         jobs,
         pods: refs,
         groups: facts,
@@ -538,6 +561,7 @@ struct Lookup<'a> {
     /// Per project, its valid leaf queues (from the Queues' project label), by name.
     project_queues: BTreeMap<String, Vec<String>>,
     classes: &'a Classes,
+    topologies: &'a Catalog<'a>,
 }
 
 impl Lookup<'_> {
@@ -657,6 +681,7 @@ fn detached_job<'a>(
         created_at: created,
         preempted_at: None,
         phase: JobPhase::Running,
+        topology: Requests::default(),
     };
     build_job(shape, pods, lookup, problems).map_err(|(_, pods)| pods)
 }
@@ -731,7 +756,7 @@ impl GroupAt<'_, '_> {
 
     /// What the group's job is apart from its pods: its admission's priority while that
     /// holds, else the group's own.
-    fn shape(&self, phase: JobPhase, problems: &mut Vec<Problem>) -> Shape<'_> {
+    fn shape(&self, phase: JobPhase, topology: Requests, problems: &mut Vec<Problem>) -> Shape<'_> {
         let priority = match admission(self.group) {
             Some(a) => PriorityFrom::Decided(Resolved {
                 class: a.priority_class_name.clone(),
@@ -755,6 +780,7 @@ impl GroupAt<'_, '_> {
             created_at: created(&self.group.metadata),
             preempted_at: self.group.status.as_ref().and_then(|s| s.preempted_at.as_ref()).map(|t| t.0.as_second()),
             phase,
+            topology,
         }
     }
 }
@@ -772,7 +798,14 @@ fn group_job<'a>(
         problems.push(p);
         return Err(pods);
     }
-    let shape = at.shape(phase, problems);
+    let topology = match lookup.topologies.requests(at.group, at.name, &pods) {
+        Ok(t) => t,
+        Err((reason, message)) => {
+            problems.push(at.problem(reason, message));
+            return Err(pods);
+        }
+    };
+    let shape = at.shape(phase, topology, problems);
     build_job(shape, pods, lookup, problems).map_err(|(message, members)| {
         problems.push(at.problem("PriorityClassNotFound", message));
         members
@@ -799,6 +832,7 @@ struct Shape<'m> {
     created_at: i64,
     preempted_at: Option<i64>,
     phase: JobPhase,
+    topology: Requests,
 }
 
 /// A job from its shape and pods: phases, tasks, priority and run times. Fails (handing the
@@ -874,6 +908,7 @@ fn build_job<'a>(
             }
         }
         let mut minimum = shape.min_task_member.get(&task).copied().unwrap_or(0);
+        let (topology, slices) = shape.topology.tasks.get(&task).cloned().unwrap_or_default();
         if parts.is_empty() {
             if minimum > 0 {
                 tasks.push(TaskInput {
@@ -882,8 +917,8 @@ fn build_job<'a>(
                     requests: ResourceList::default(),
                     constraints: Constraints::default(),
                     pods: Vec::new(),
-                    topology: None,
-                    slices: None,
+                    topology,
+                    slices,
                 });
             }
             continue;
@@ -910,8 +945,8 @@ fn build_job<'a>(
                 requests: ResourceList(requests),
                 constraints,
                 pods: part.iter().map(|m| m.phase.clone()).collect(),
-                topology: None,
-                slices: None,
+                topology: topology.clone(),
+                slices: slices.clone(),
             });
             members.extend(part);
         }
@@ -942,7 +977,7 @@ fn build_job<'a>(
         run_time,
         ends_at,
         preempted_at: shape.preempted_at,
-        topology: None,
+        topology: shape.topology.job,
     };
     Ok((job, refs))
 }

@@ -47,6 +47,7 @@ mod bind;
 mod cache;
 mod evict;
 mod intents;
+mod placement;
 mod recovery;
 mod status;
 mod waiting;
@@ -58,7 +59,7 @@ use std::time::{Duration, Instant};
 
 use drover_scheduler::config::{ActionName, SchedulerConfig};
 use drover_scheduler::cycle::{run_cycle_observed, CycleOutcome};
-use drover_scheduler::snapshot::{self, Snapshot};
+use drover_scheduler::snapshot::Snapshot;
 use kube::Client;
 use tokio::sync::Notify;
 
@@ -225,7 +226,7 @@ impl State {
             tracing::warn!(kind = p.kind, namespace, name = %p.name, reason = %p.reason, "{}", p.message);
         }
         self.reported = problems;
-        let mut snap = match snapshot::build(&converted.nodes, &converted.queues, &converted.jobs) {
+        let mut snap = match converted.snapshot() {
             Ok(s) => s.at(jiff::Timestamp::now().as_second()),
             Err(e) => {
                 tracing::error!(error = %e, "could not build the snapshot; skipping the cycle");

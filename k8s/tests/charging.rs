@@ -19,7 +19,7 @@ use drover_k8s::convert::{convert, Converted, Objects, POD_GROUP_ANNOTATION};
 use drover_k8s::scheduler::wanted_group_statuses;
 use drover_scheduler::config::SchedulerConfig;
 use drover_scheduler::cycle::run_cycle;
-use drover_scheduler::snapshot::{self, PodPhaseInput};
+use drover_scheduler::snapshot::PodPhaseInput;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use proptest::prelude::*;
 use serde_json::json;
@@ -86,6 +86,7 @@ impl Cluster {
             queues: &self.queues,
             priority_classes: &[],
             namespaces: &self.namespaces,
+            topologies: &[],
         };
         convert(&objects, "drover")
     }
@@ -117,7 +118,7 @@ impl Cluster {
     /// One scheduling cycle, its writes applied as the scheduler makes them.
     fn cycle(&mut self) {
         let converted = self.convert();
-        let snap = snapshot::build(&converted.nodes, &converted.queues, &converted.jobs).expect("a snapshot");
+        let snap = converted.snapshot().expect("a snapshot");
         let outcome = run_cycle(&snap, &SchedulerConfig::default());
         for &(p, ..) in &outcome.decisions.evictions {
             let victim = &converted.pods[p];

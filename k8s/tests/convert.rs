@@ -15,7 +15,7 @@ use drover_k8s::convert::{
 use drover_scheduler::config::SchedulerConfig;
 use drover_scheduler::cycle::run_cycle;
 use drover_scheduler::ids::PodId;
-use drover_scheduler::snapshot::{self, JobInput, JobPhase, PodPhaseInput, QueueingStrategy, Snapshot};
+use drover_scheduler::snapshot::{JobInput, JobPhase, PodPhaseInput, QueueingStrategy, Snapshot};
 use serde_json::{json, Value};
 
 // ---------------------------------------------------------------------------------------
@@ -92,7 +92,7 @@ fn has_problem(c: &Converted, kind: &str, name: &str, reason: &str) -> bool {
 }
 
 fn build(c: &Converted) -> Snapshot {
-    let snap = snapshot::build(&c.nodes, &c.queues, &c.jobs).expect("converted inputs always build");
+    let snap = c.snapshot().expect("converted inputs always build");
     assert_eq!(snap.pods.len(), c.pods.len(), "one PodRef per snapshot pod");
     snap
 }
@@ -910,6 +910,7 @@ fn cluster() -> World {
         queues: vec![queue("research", json!({"deserved": {"nvidia.com/gpu": "16"}}))],
         classes: vec![class("train", 50, None)],
         namespaces: vec![namespace("ns", json!({}))],
+        topologies: vec![],
     }
 }
 
@@ -944,7 +945,10 @@ fn shuffle<T: Clone>(v: &[T], mut seed: u64) -> Vec<T> {
 }
 
 fn fingerprint(c: &Converted) -> String {
-    format!("{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}", c.nodes, c.queues, c.jobs, c.pods, c.groups, c.problems)
+    format!(
+        "{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}",
+        c.nodes, c.queues, c.topologies, c.jobs, c.pods, c.groups, c.problems
+    )
 }
 
 fn shuffled(w: &World, seed: u64) -> World {
@@ -955,6 +959,7 @@ fn shuffled(w: &World, seed: u64) -> World {
         queues: shuffle(&w.queues, seed ^ 3),
         classes: shuffle(&w.classes, seed ^ 4),
         namespaces: shuffle(&w.namespaces, seed ^ 5),
+        topologies: shuffle(&w.topologies, seed ^ 6),
     }
 }
 
@@ -1083,7 +1088,15 @@ mod random {
             let nodes = [vec![node("base-0", "32", "8"), node("base-1", "32", "8")], nodes].concat();
             let groups = [vec![group("g0", 1), group("g1", 2)], groups].concat();
             let namespaces = vec![namespace("ns", json!({}))];
-            World { nodes, pods, groups, queues, classes: vec![low, class("c-high", 500, None)], namespaces }
+            World {
+                nodes,
+                pods,
+                groups,
+                queues,
+                classes: vec![low, class("c-high", 500, None)],
+                namespaces,
+                topologies: vec![],
+            }
         }
     }
 
@@ -1093,7 +1106,7 @@ mod random {
         #[test]
         fn random_objects_convert_build_and_schedule(w in a_world(), seed in any::<u64>()) {
             let c = w.convert();
-            let snap = snapshot::build(&c.nodes, &c.queues, &c.jobs);
+            let snap = c.snapshot();
             prop_assert!(snap.is_ok(), "{:?}", snap.err());
             let snap = snap.unwrap();
             prop_assert_eq!(snap.pods.len(), c.pods.len());

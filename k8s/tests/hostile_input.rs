@@ -12,6 +12,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use common::World;
 use drover_api::label_selector;
+use drover_api::topology::{
+    KAI_PREFERRED, KAI_REQUIRED, KAI_TOPOLOGY, KUEUE_PREFERRED, KUEUE_REQUIRED, KUEUE_SLICE_REQUIRED, KUEUE_SLICE_SIZE,
+    MIN_NVLINK_GPUS_ANNOTATION,
+};
 use drover_api::{NodeSelectorOperator, NodeSelectorRequirement, ResourceList, TaintEffect};
 use drover_k8s::convert::{
     Converted, Problem, DEFAULT_QUEUE, POD_GROUP_ANNOTATION, PREEMPTIBLE_ANNOTATION, TASK_INDEX_LABEL, TASK_LABEL,
@@ -19,7 +23,7 @@ use drover_k8s::convert::{
 use drover_scheduler::config::SchedulerConfig;
 use drover_scheduler::cycle::{run_cycle, CycleOutcome};
 use drover_scheduler::ids::{ti_vec, NodeId, TiVec};
-use drover_scheduler::snapshot::{self, PodPhase, Snapshot};
+use drover_scheduler::snapshot::{PodPhase, Snapshot};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use proptest::prelude::*;
@@ -44,6 +48,12 @@ const BAD_NS: [&str; 2] = ["bad", "bad-unlisted"];
 const RESERVED_NAMES: [&str; 7] = [GOOD_NS, GOOD_QUEUE, GOOD_GROUP, "good-0", "good-1", HOSTILE_ROOT, DEFAULT_QUEUE];
 
 const QUEUE_REASONS: [&str; 5] = ["QueueNotFound", "QueueInvalid", "QueueNotLeaf", "QueueNotAllowed", "QueueClosed"];
+/// The migration annotations the scheduler reads: KAI's on groups and pods, Kueue's on pods.
+const KAI: [&str; 3] = [KAI_TOPOLOGY, KAI_REQUIRED, KAI_PREFERRED];
+const KUEUE: [&str; 4] = [KUEUE_REQUIRED, KUEUE_PREFERRED, KUEUE_SLICE_REQUIRED, KUEUE_SLICE_SIZE];
+/// Reasons a group waits for what its topology request names (docs/conversion.md, "Topology").
+const TOPOLOGY_REASONS: [&str; 4] =
+    ["TopologyNotFound", "TopologyNotReady", "TopologyLevelNotFound", "InvalidTopologyAnnotation"];
 
 /// Adds `other`'s objects to `world`.
 fn extend(world: &mut World, other: World) {
@@ -53,6 +63,7 @@ fn extend(world: &mut World, other: World) {
     world.queues.extend(other.queues);
     world.classes.extend(other.classes);
     world.namespaces.extend(other.namespaces);
+    world.topologies.extend(other.topologies);
 }
 
 fn good_world() -> World {
@@ -89,11 +100,34 @@ fn good_world() -> World {
         classes: vec![],
         namespaces: vec![json!({"apiVersion": "v1", "kind": "Namespace",
             "metadata": {"name": GOOD_NS, "labels": {TEAM_LABEL: "good", "kubernetes.io/metadata.name": GOOD_NS}}})],
+        topologies: vec![],
     }
 }
 
 // ---------------------------------------------------------------------------------------
 // Hostile values
+
+/// A usable topology, one the core could not build (a level named `node`), and one whose
+/// levels share a label: groups name them, their levels and ones that do not exist.
+fn hostile_topologies() -> Vec<Value> {
+    let t = |name: &str, levels: Value| {
+        json!({"apiVersion": "scheduling.drover.dev/v1alpha1", "kind": "Topology", "metadata": {"name": name},
+            "spec": {"levels": levels}})
+    };
+    vec![
+        t("default", json!([{"name": "rack", "nodeLabel": POOL_LABEL}])),
+        t("h-t-node", json!([{"name": "node", "nodeLabel": "x"}])),
+        t("h-t-twice", json!([{"name": "a", "nodeLabel": "x"}, {"name": "b", "nodeLabel": "x"}])),
+    ]
+}
+
+fn topology_name() -> impl Strategy<Value = String> {
+    prop_oneof![select(vec!["default", "h-t-node", "h-t-twice", "missing-topology"]).prop_map(str::to_string), text()]
+}
+
+fn level_name() -> impl Strategy<Value = String> {
+    prop_oneof![select(vec!["rack", "node", "a", "missing-level"]).prop_map(str::to_string), text()]
+}
 
 const HOSTILE_TEXT: &[&str] = &[
     "",
@@ -181,8 +215,25 @@ fn opt<T: std::fmt::Debug + Clone + 'static>(s: impl Strategy<Value = T> + 'stat
 
 fn labels() -> BoxedStrategy<BTreeMap<String, String>> {
     prop::collection::btree_map(
-        prop_oneof![select(vec!["team", "tier", POOL_LABEL, "zone"]).prop_map(str::to_string), text()],
-        prop_oneof![select(vec!["a", "b", "prod", ""]).prop_map(str::to_string), text()],
+        prop_oneof![
+            select(vec!["team", "tier", POOL_LABEL, "zone"]).prop_map(str::to_string),
+            // What the scheduler reads as topology requests and the NVLink constraint.
+            select(vec![
+                "kai.scheduler/topology",
+                "kai.scheduler/topology-required-placement",
+                "kueue.x-k8s.io/podset-required-topology",
+                "kueue.x-k8s.io/podset-slice-required-topology",
+                "kueue.x-k8s.io/podset-slice-size",
+                "gpu-topology.my.company.com/min-nvlink-gpus",
+            ])
+            .prop_map(str::to_string),
+            text()
+        ],
+        prop_oneof![
+            select(vec!["a", "b", "prod", "", POOL_LABEL, "kubernetes.io/hostname", "2", "h-t-node"])
+                .prop_map(str::to_string),
+            text()
+        ],
         0..3,
     )
     .boxed()
@@ -297,8 +348,23 @@ prop_compose! {
                        ]),
                        timeout in opt(u32_extreme()),
                        phase in opt(select(vec!["Pending", "Inqueue", "Running", "Completed", "Failed"])),
-                       annotations in labels()) -> Value {
+                       annotations in labels(),
+                       topology in opt((opt(topology_name()), opt(level_name()), opt(level_name()))),
+                       task_topology in prop::collection::btree_map(
+                           select(vec!["main", "worker", "missing-task"]).prop_map(str::to_string),
+                           (opt(level_name()), opt((u32_extreme(), level_name()))), 0..2)) -> Value {
         let mut spec = json!({"minMember": min_member, "minTaskMember": min_task});
+        if let Some((name, required, preferred)) = topology {
+            spec["topology"] = json!({"name": name, "required": required, "preferred": preferred});
+        }
+        let blocks: BTreeMap<String, Value> = task_topology
+            .into_iter()
+            .map(|(task, (required, slices))| {
+                let slices = slices.map(|(size, required)| json!({"size": size, "required": required}));
+                (task, json!({"required": required, "slices": slices}))
+            })
+            .collect();
+        spec["taskTopology"] = json!(blocks);
         if let Some(r) = min_resources { spec["minResources"] = json!(r); }
         if let Some(q) = queue { spec["queue"] = json!(q); }
         if let Some(c) = class { spec["priorityClassName"] = json!(c); }
@@ -521,6 +587,7 @@ prop_compose! {
             classes,
             namespaces: vec![json!({"apiVersion": "v1", "kind": "Namespace",
                 "metadata": {"name": "bad", "labels": bad_labels}})],
+            topologies: hostile_topologies(),
         }
     }
 }
@@ -679,6 +746,7 @@ fn check_conversion(world: &World, hostile: &World, c: &Converted) -> Result<(),
             "PodGroup" => &world.groups,
             "Queue" => &world.queues,
             "PriorityClass" => &world.classes,
+            "Topology" => &world.topologies,
             other => return Err(TestCaseError::fail(format!("unknown kind {other}: {p:?}"))),
         };
         let namespaced = matches!(p.kind, "Pod" | "PodGroup");
@@ -793,9 +861,11 @@ fn check_conversion(world: &World, hostile: &World, c: &Converted) -> Result<(),
             continue;
         }
         let queue_problem = problems.iter().find(|p| QUEUE_REASONS.contains(&p.reason.as_str()));
+        // A group naming a topology or level that does not exist waits, never placed without it.
+        let topology_problem = problems.iter().find(|p| TOPOLOGY_REASONS.contains(&p.reason.as_str()));
         if let Some(p) = queue_problem {
             prop_assert!(p.message.contains(&format!("{queue:?}")), "{:?} names the queue {:?}", p, queue);
-        } else {
+        } else if topology_problem.is_none() {
             passing.insert((ns.to_string(), n.to_string()));
         }
         if !all_queue_names.contains(queue) {
@@ -825,7 +895,7 @@ fn check_conversion(world: &World, hostile: &World, c: &Converted) -> Result<(),
         match job {
             None => prop_assert!(!problems.is_empty(), "group {}/{} left out without a problem", ns, n),
             Some(job) => {
-                prop_assert!(queue_problem.is_none());
+                prop_assert!(queue_problem.is_none() && topology_problem.is_none());
                 prop_assert_eq!(job.queue.as_str(), queue);
                 prop_assert_eq!(Some(u64::from(job.min_member)), g["spec"]["minMember"].as_u64());
                 // minTaskMember: every minimum is kept (spread over the task's parts); one
@@ -926,20 +996,23 @@ fn without_ignored_fields(w: &World) -> World {
         if let Some(spec) = g["spec"].as_object_mut() {
             spec.remove("scheduleTimeoutSeconds");
         }
-        g["metadata"]["annotations"] = json!({});
+        g["metadata"]["annotations"] = keep(&g["metadata"]["annotations"], &KAI);
     }
     for p in &mut w.pods {
-        let keep = |map: &Value, keys: &[&str]| -> Value {
-            let m = map.as_object().cloned().unwrap_or_default();
-            Value::Object(m.into_iter().filter(|(k, _)| keys.contains(&k.as_str())).collect())
-        };
-        p["metadata"]["annotations"] = keep(&p["metadata"]["annotations"], &[POD_GROUP_ANNOTATION]);
+        let read = [&[POD_GROUP_ANNOTATION, MIN_NVLINK_GPUS_ANNOTATION][..], &KAI, &KUEUE].concat();
+        p["metadata"]["annotations"] = keep(&p["metadata"]["annotations"], &read);
         p["metadata"]["labels"] = keep(&p["metadata"]["labels"], &[TASK_LABEL, TASK_INDEX_LABEL]);
     }
     for pc in &mut w.classes {
         pc["metadata"]["annotations"] = keep_one(&pc["metadata"]["annotations"], PREEMPTIBLE_ANNOTATION);
     }
     w
+}
+
+/// The entries of `map` under `keys`.
+fn keep(map: &Value, keys: &[&str]) -> Value {
+    let m = map.as_object().cloned().unwrap_or_default();
+    Value::Object(m.into_iter().filter(|(k, _)| keys.contains(&k.as_str())).collect())
 }
 
 fn keep_one(map: &Value, key: &str) -> Value {
@@ -953,8 +1026,7 @@ fn keep_one(map: &Value, key: &str) -> Value {
 /// Builds the snapshot the way the scheduler does and runs one cycle of the default
 /// configuration; checks what must hold whatever the input.
 fn schedule(c: &Converted) -> Result<(Snapshot, CycleOutcome), TestCaseError> {
-    let snap = snapshot::build(&c.nodes, &c.queues, &c.jobs)
-        .map_err(|e| TestCaseError::fail(format!("converted inputs must build: {e}")))?;
+    let snap = c.snapshot().map_err(|e| TestCaseError::fail(format!("converted inputs must build: {e}")))?;
     prop_assert_eq!(snap.pods.len(), c.pods.len());
     let outcome = run_cycle(&snap, &SchedulerConfig::default());
     // Fair shares divide the cluster: no queue's share exceeds the capacity.

@@ -4,6 +4,7 @@
 //! job actions.
 
 use super::task_template::TaskTemplate;
+use super::topology::{TaskTopologyConstraint, TopologyConstraint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
 use schemars::{json_schema, Schema, SchemaGenerator};
@@ -72,6 +73,9 @@ pub struct JobSpec {
     /// Seconds after finishing before the job is deleted; absent = kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttl_seconds_after_finished: Option<u32>,
+    /// Where the whole job's pods must or should go together; copied into its PodGroup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<TopologyConstraint>,
 }
 
 fn three() -> u32 {
@@ -98,6 +102,10 @@ pub struct TaskSpec {
     /// Event -> action rules for this task (before the job's).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub policies: Vec<LifecyclePolicy>,
+    /// Where this task's pods go together inside the job's domain, and its slices; copied
+    /// into the PodGroup's `taskTopology`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<TaskTopologyConstraint>,
 }
 
 /// Pod templates are validated by the API server when pods are created, not in the CRD; the Job

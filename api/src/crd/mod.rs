@@ -14,6 +14,7 @@ pub mod podgroup;
 pub mod project;
 pub mod queue;
 pub mod task_template;
+pub mod topology;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::core::crd::merge_crds;
@@ -33,6 +34,7 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         project::Project::crd(),
         podgroup::PodGroup::crd(),
         job::Job::crd(),
+        topology::Topology::crd(),
     ];
     crds.into_iter()
         .map(|c| {
@@ -70,6 +72,7 @@ mod tests {
             ("Project", SCHEDULING_GROUP, "Cluster", "proj"),
             ("Department", SCHEDULING_GROUP, "Cluster", "dept"),
             ("Job", BATCH_GROUP, "Namespaced", "djob"),
+            ("Topology", SCHEDULING_GROUP, "Cluster", "topo"),
         ];
         for (kind, group, scope, short) in expect {
             let crd = crd_json(kind);
@@ -130,7 +133,7 @@ mod tests {
     #[test]
     fn yaml_stream_has_one_document_per_crd() {
         let yaml = all_yaml();
-        assert_eq!(yaml.matches("kind: CustomResourceDefinition").count(), 5);
+        assert_eq!(yaml.matches("kind: CustomResourceDefinition").count(), 6);
         for doc in yaml.split("---\n") {
             let v: Value = serde_yaml::from_str(doc).expect("each document parses");
             assert_eq!(v["apiVersion"], "apiextensions.k8s.io/v1");

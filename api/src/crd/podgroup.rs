@@ -8,6 +8,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
+use super::topology::{TaskTopologies, TopologyConstraint, TopologyPlacement};
+
 /// Desired state of a pod group.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[kube(
@@ -53,6 +55,13 @@ pub struct PodGroupSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub schedule_timeout_seconds: Option<u32>,
+    /// Where the whole group must or should go together (a Topology and its levels).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<TopologyConstraint>,
+    /// Per task (task name -> block, keyed as `minTaskMember`): where the task's pods go
+    /// together inside the group's domain, and its slices.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub task_topology: TaskTopologies,
 }
 
 /// Condition type carrying the reason a group waits (`True`, the reason as message), written
@@ -120,6 +129,10 @@ pub struct PodGroupStatus {
     /// tenants cannot write.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preempted_at: Option<Time>,
+    /// Where the group's bound and nominated pods sit in its topology (the finest domain
+    /// holding them all), written by the scheduler; absent for groups that ask for none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<TopologyPlacement>,
 }
 
 impl PodGroupStatus {

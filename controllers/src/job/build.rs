@@ -76,6 +76,8 @@ pub fn pod_group(job: &Job, queue: &str) -> PodGroup {
             queue: Some(queue.to_string()),
             priority_class_name: job.spec.priority_class_name.clone(),
             schedule_timeout_seconds: None,
+            topology: job.spec.topology.clone(),
+            task_topology: job.spec.tasks.iter().filter_map(|t| Some((t.name.clone(), t.topology.clone()?))).collect(),
         },
     );
     pg.metadata.namespace = job.namespace();
@@ -262,6 +264,7 @@ mod tests {
     use super::*;
     use drover_api::crd::job::JobSpec;
     use drover_api::crd::task_template::TaskTemplate;
+    use drover_api::crd::topology::{SliceConstraint, TaskTopologyConstraint, TopologyConstraint};
     use k8s_openapi::api::core::v1::{ContainerPort, PodTemplateSpec, ResourceRequirements};
 
     fn task(name: &str, replicas: u32, min: Option<u32>, cpu: &str) -> TaskSpec {
@@ -285,6 +288,7 @@ mod tests {
                 }),
             }),
             policies: vec![],
+            topology: None,
         }
     }
 
@@ -320,6 +324,22 @@ mod tests {
         let pg = pod_group(&j, "default");
         assert_eq!(pg.spec.min_member, 3);
         assert_eq!(pg.spec.min_task_member, [("worker".to_string(), 2)].into());
+    }
+
+    #[test]
+    fn the_job_topology_blocks_are_copied_into_its_pod_group() {
+        let mut j = job(vec![task("ps", 1, None, "1"), task("worker", 16, None, "1")], None);
+        let whole = TopologyConstraint { name: Some("fabric".into()), required: Some("block".into()), preferred: None };
+        let sub = TaskTopologyConstraint {
+            required: Some("rack".into()),
+            preferred: None,
+            slices: Some(SliceConstraint { size: 4, required: "nvlink".into() }),
+        };
+        j.spec.topology = Some(whole.clone());
+        j.spec.tasks[1].topology = Some(sub.clone());
+        let pg = pod_group(&j, "default");
+        assert_eq!(pg.spec.topology, Some(whole));
+        assert_eq!(pg.spec.task_topology, [("worker".to_string(), sub)].into());
     }
 
     #[test]

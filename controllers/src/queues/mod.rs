@@ -66,7 +66,7 @@
 //! same ReplicaSet/StatefulSet are not grouped together: every plain pod gets its own group.
 
 mod podgroups;
-mod runner;
+pub(crate) mod runner;
 mod status;
 mod tree;
 

@@ -15,6 +15,7 @@ use drover_api::crd::department::Department;
 use drover_api::crd::job::Job;
 use drover_api::crd::project::Project;
 use drover_api::crd::queue::Queue;
+use drover_api::crd::topology::Topology;
 use drover_e2e::chart::{helm, run_as_chart, HelmAction, NAMESPACE};
 use drover_e2e::{eventually, Cluster};
 use drover_envtest::Options;
@@ -276,8 +277,24 @@ async fn drover_runs_a_gang_a_preemption_and_a_reclaim_as_the_charts_service_acc
     // A gang whose first binding meets a conflict; deleted by its TTL once it completes.
     let jobs_a: Api<Job> = Api::namespaced(client.clone(), "team-a");
     let pods_a: Api<Pod> = Api::namespaced(client.clone(), "team-a");
+    // A Topology of hosts (which the controllers report on); the gang prefers one host, so the
+    // scheduler annotates each of its pods with its domain.
+    let topologies: Api<Topology> = Api::all(client.clone());
+    create(
+        &topologies,
+        json!({"apiVersion": "scheduling.drover.dev/v1alpha1", "kind": "Topology", "metadata": {"name": "default"},
+            "spec": {"levels": [{"name": "host", "nodeLabel": "kubernetes.io/hostname"}]}}),
+    )
+    .await;
+    eventually(30, &format!("the Topology is Ready (logs in {logs})"), || async {
+        let status = topologies.get("default").await.ok()?.status?;
+        status.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True").then_some(())
+    })
+    .await;
     cluster.faults().fail_next_writes("pods/binding", 1, 409);
-    create(&jobs_a, job("team-a", "gang", None, "train", 2, 2, Some("0.5"))).await;
+    let mut gang = job("team-a", "gang", None, "train", 2, 2, Some("0.5"));
+    gang["spec"]["topology"] = json!({"preferred": "host"});
+    create(&jobs_a, gang).await;
     eventually(90, &format!("the gang completes and its TTL deletes it (logs in {logs})"), || async {
         jobs_a.get_opt("gang").await.ok()?.is_none().then_some(())
     })

@@ -210,5 +210,10 @@ pub(super) fn constraints(pod: &Pod, findings: &mut Vec<Finding>) -> Constraints
             affinity.push(req);
         }
     }
-    Constraints { node_selector, tolerations, affinity, min_nvlink_gpus: None }
+    let annotations = pod.metadata.annotations.clone().unwrap_or_default();
+    let min_nvlink_gpus = drover_api::topology::min_nvlink_gpus(&annotations).unwrap_or_else(|why| {
+        findings.push(("InvalidAnnotation", format!("{why}; ignored")));
+        None
+    });
+    Constraints { node_selector, tolerations, affinity, min_nvlink_gpus }
 }

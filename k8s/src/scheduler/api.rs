@@ -69,6 +69,21 @@ pub(super) async fn record_charge(client: &Client, pod: &PodRef, charge: &Charge
     }
 }
 
+/// Annotates a pod with its domain path ([`super::placement::DOMAIN_ANNOTATION`]) before it is
+/// bound: a merge patch of its metadata carrying its uid, so that a pod made again under the
+/// same name is not touched.
+pub(super) async fn annotate_domain(client: &Client, pod: &PodRef, domain: &str) -> Result<(), String> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
+    let mut patch = json!({ "metadata": { "annotations": { super::placement::DOMAIN_ANNOTATION: domain } } });
+    if let Some(uid) = &pod.uid {
+        patch["metadata"]["uid"] = json!(uid);
+    }
+    match api.patch(&pod.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+        Ok(_) => Ok(()),
+        Err(e) => Err(format!("annotating the domain of {}/{}: {e}", pod.namespace, pod.name)),
+    }
+}
+
 /// Sets one condition of a pod's status (a strategic merge patch of `pods/status` replacing
 /// only the condition of its type) on the pod as the cache showed it: the patch carries the
 /// pod's uid and resourceVersion, so it fails with 409 if the pod changed meanwhile (bound,

@@ -11,25 +11,31 @@ use futures::StreamExt;
 use super::api;
 use super::cache::{key_of, Key, Overlay};
 use super::intents::Intents;
+use super::placement::pod_domain;
 use super::{Leader, Writer};
 use crate::charge::Charge;
 use crate::convert::{Converted, ObjectLists, PodRef};
 
-/// A binding to write: the pod, its node, and what it is charged to.
-pub(super) type Bind = (PodRef, String, Charge);
+/// A binding to write: the pod, its node, what it is charged to and, for a job in a topology,
+/// its domain path (see [`super::placement`]).
+pub(super) type Bind = (PodRef, String, Charge, Option<String>);
 
-/// Binds each pod after recording its charge on it (a pod whose record could not be written
-/// is not bound: no pod is ever bound without one).
+/// Binds each pod after recording its charge on it and, in a topology, annotating its domain
+/// (a pod whose record or annotation could not be written is not bound: no pod is ever bound
+/// without its charge, and launchers reading the domain at start find it).
 pub(super) async fn bind_many(writer: &Writer<'_>, binds: Vec<Bind>) -> Vec<(PodRef, String, Result<(), String>)> {
     let client = writer.client.clone();
     futures::stream::iter(binds)
-        .map(move |(pod, node, charge)| {
+        .map(move |(pod, node, charge, domain)| {
             let client = client.clone();
             async move {
-                let result = match api::record_charge(&client, &pod, &charge).await {
-                    Ok(()) => api::bind(&client, &pod, &node).await,
-                    Err(e) => Err(e),
-                };
+                let mut result = api::record_charge(&client, &pod, &charge).await;
+                if let (Ok(()), Some(domain)) = (&result, &domain) {
+                    result = api::annotate_domain(&client, &pod, domain).await;
+                }
+                if result.is_ok() {
+                    result = api::bind(&client, &pod, &node).await;
+                }
                 (pod, node, result)
             }
         })
@@ -145,12 +151,13 @@ pub(super) async fn bind_decisions(
         let pods: Vec<Bind> = list
             .iter()
             .filter_map(|&(p, n)| {
-                Some((converted.pods.get(p)?.clone(), snap.nodes.get(n)?.name.clone(), charge.clone()))
+                let node = snap.nodes.get(n)?.name.clone();
+                Some((converted.pods.get(p)?.clone(), node, charge.clone(), pod_domain(snap, p, n)))
             })
             .collect();
         let id = intents.new_id();
         let intent = BindIntent {
-            pods: pods.iter().map(|(p, n, _)| (p.name.clone(), n.clone())).collect(),
+            pods: pods.iter().map(|(p, n, _, _)| (p.name.clone(), n.clone())).collect(),
             id: Some(id.clone()),
             at: Some(jiff::Timestamp::now().to_string()),
         };

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use drover_api::crd::podgroup::PodGroup;
 use drover_api::crd::queue::Queue;
+use drover_api::crd::topology::Topology;
 use drover_kubeutil::watch_backoff::watch_backoff;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, PodCondition};
@@ -36,6 +37,7 @@ pub(super) struct Cache {
     queues: Store<Queue>,
     classes: Store<PriorityClass>,
     namespaces: Store<Namespace>,
+    topologies: Store<Topology>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -111,6 +113,7 @@ impl Cache {
         let (queues, queues_task) = reflect(Api::<Queue>::all(client.clone()), "Queue", |_| {});
         let (classes, classes_task) = reflect(Api::<PriorityClass>::all(client.clone()), "PriorityClass", |_| {});
         let (namespaces, namespaces_task) = reflect(Api::<Namespace>::all(client.clone()), "Namespace", |_| {});
+        let (topologies, topologies_task) = reflect(Api::<Topology>::all(client.clone()), "Topology", |_| {});
         Cache {
             nodes,
             pods,
@@ -118,7 +121,16 @@ impl Cache {
             queues,
             classes,
             namespaces,
-            tasks: vec![pods_task, groups_task, nodes_task, queues_task, classes_task, namespaces_task],
+            topologies,
+            tasks: vec![
+                pods_task,
+                groups_task,
+                nodes_task,
+                queues_task,
+                classes_task,
+                namespaces_task,
+                topologies_task,
+            ],
         }
     }
 
@@ -131,6 +143,7 @@ impl Cache {
             self.queues.wait_until_ready(),
             self.classes.wait_until_ready(),
             self.namespaces.wait_until_ready(),
+            self.topologies.wait_until_ready(),
         )
         .map_err(|e| anyhow::anyhow!("a reflector stopped before its first list: {e}"))?;
         Ok(())
@@ -145,6 +158,7 @@ impl Cache {
             queues: self.queues.state(),
             classes: self.classes.state(),
             namespaces: self.namespaces.state(),
+            topologies: self.topologies.state(),
         }
     }
 }

@@ -20,6 +20,7 @@ use super::api::{self, Removal};
 use super::bind::{bind_many, note_binds, Bind};
 use super::cache::{key_of, Key, Overlay};
 use super::intents::{report_ignored_annotations, Intents};
+use super::placement::pod_domain;
 use super::{Leader, Writer};
 use crate::charge::Charge;
 use crate::convert::{Converted, ObjectLists, PodRef};
@@ -135,7 +136,8 @@ fn resolve<'g>(
                     (Some(&n), Some(&p)) => match may_bind(&fw, &ssn, p, n) {
                         Ok(()) => {
                             ssn.allocate(&mut st, p, n);
-                            to_bind.push((member.pod.clone(), node.clone(), Charge::for_job(snap, snap.pods[p].job)));
+                            let charge = Charge::for_job(snap, snap.pods[p].job);
+                            to_bind.push((member.pod.clone(), node.clone(), charge, pod_domain(snap, p, n)));
                         }
                         Err(why) => refused.push(format!("pod {pod_name}: {why}")),
                     },
@@ -143,7 +145,7 @@ fn resolve<'g>(
             }
         }
         lost.extend(refused.iter().cloned());
-        let adding: BTreeSet<&str> = to_bind.iter().map(|(p, _, _)| p.name.as_str()).collect();
+        let adding: BTreeSet<&str> = to_bind.iter().map(|(p, _, _, _)| p.name.as_str()).collect();
         let plan = if lost.is_empty() || facts.is_some_and(|f| f.ready_with(&adding)) {
             ssn.commit(st);
             IntentPlan::Complete(to_bind)
@@ -332,9 +334,10 @@ mod tests {
             namespaces: &[object(json!({"metadata": {"name": "ns"}}))],
             queues: &[],
             priority_classes: &[],
+            topologies: &[],
         };
         let converted = convert(&objects, "drover");
-        let mut snap = drover_scheduler::snapshot::build(&converted.nodes, &converted.queues, &converted.jobs).unwrap();
+        let mut snap = converted.snapshot().unwrap();
         let (a, b) = (converted.pods[PodId(0)].clone(), converted.pods[PodId(1)].clone());
         note_in_snapshot(&mut snap, &converted, &[(a, "n1".into())], &[b]);
         let phases: Vec<PodPhase> = snap.pods.iter().map(|p| p.phase).collect();

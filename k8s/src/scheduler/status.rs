@@ -7,12 +7,13 @@ use std::sync::Arc;
 use drover_api::crd::conditions;
 use drover_api::crd::podgroup::{Admission, PodGroup, PodGroupPhase, PodGroupStatus, ReservationStatus};
 use drover_api::crd::queue::{summary as queue_summary, Queue};
+use drover_api::crd::topology::TopologyPlacement;
 use drover_kubeutil::events::{self, EventType};
 use drover_scheduler::cycle::CycleOutcome;
 use drover_scheduler::ids::{ti_vec, TiVec};
 use drover_scheduler::plugin::Reservation;
 use drover_scheduler::res::Res;
-use drover_scheduler::snapshot::{JobId, JobPhase, QueueId, Snapshot};
+use drover_scheduler::snapshot::{JobId, JobPhase, NodeId, PodPhase, QueueId, Snapshot};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Patch, PatchParams};
@@ -20,6 +21,7 @@ use kube::Api;
 use serde_json::{json, Map, Value};
 
 use super::cache::{key_of, Key, Overlay};
+use super::placement::placement;
 use super::Writer;
 use crate::convert::{Converted, ObjectLists, PodCounts, Problem};
 
@@ -37,6 +39,8 @@ struct Decided<'a> {
     charged: &'a Admission,
     /// Whether the cycle preempted or reclaimed pods of the group.
     preempted: bool,
+    /// Where its bound and nominated pods sit in its topology.
+    placement: Option<&'a TopologyPlacement>,
 }
 
 /// The status the scheduler wants a group to have.
@@ -63,6 +67,9 @@ fn desired(group: &PodGroup, core: Option<Decided>, counts: PodCounts, problem: 
         },
     };
     status.reservation = core.and_then(|c| c.reservation).cloned();
+    if let Some(c) = core {
+        status.topology = c.placement.cloned();
+    }
     let now = jiff::Timestamp::now();
     if core.is_some_and(|c| c.preempted) {
         status.preempted_at = Some(Time(now));
@@ -134,12 +141,19 @@ pub fn wanted_group_statuses<'g>(
     for job in outcome.decisions.preempted_jobs(snap) {
         preempted[job] = true;
     }
+    let placements = placements(snap, outcome);
     let mut core: HashMap<Key, Decided> = HashMap::new();
     for (j, job) in snap.jobs.iter_enumerated() {
         let reason = outcome.reasons.get(j).and_then(|r| r.as_deref());
         let phase = outcome.job_phase.get(j).copied().unwrap_or(job.phase);
-        let decided =
-            Decided { phase, reason, reservation: reservations.get(&j), charged: &charged[j], preempted: preempted[j] };
+        let decided = Decided {
+            phase,
+            reason,
+            reservation: reservations.get(&j),
+            charged: &charged[j],
+            preempted: preempted[j],
+            placement: placements[j].as_ref(),
+        };
         core.insert((job.namespace.clone(), job.name.clone()), decided);
     }
     let mut problems: HashMap<Key, &Problem> = HashMap::new();
@@ -156,6 +170,25 @@ pub fn wanted_group_statuses<'g>(
         }
     }
     out
+}
+
+/// Per job, where its pods stay or go after the cycle (bound and not evicted, newly bound,
+/// nominated) sit in its topology.
+fn placements(snap: &Snapshot, outcome: &CycleOutcome) -> TiVec<JobId, Option<TopologyPlacement>> {
+    let d = &outcome.decisions;
+    let mut nodes: TiVec<JobId, Vec<NodeId>> = ti_vec![Vec::new(); snap.jobs.len()];
+    let evicted: std::collections::HashSet<_> = d.evictions.iter().map(|e| e.0).collect();
+    for (p, pod) in snap.pods.iter_enumerated() {
+        if let PodPhase::Bound(n) = pod.phase {
+            if !evicted.contains(&p) {
+                nodes[pod.job].push(n);
+            }
+        }
+    }
+    for &(p, n) in d.binds.iter().chain(&d.pipelined) {
+        nodes[snap.pods[p].job].push(n);
+    }
+    nodes.into_iter_enumerated().map(|(j, list)| placement(snap, j, list)).collect()
 }
 
 /// Writes every PodGroup status that changed. Returns the number written.
@@ -177,6 +210,13 @@ pub(super) async fn write_groups(
         }
         if want.admission.is_none() {
             status["admission"] = Value::Null;
+        }
+        match &want.topology {
+            None => status["topology"] = Value::Null,
+            Some(t) => {
+                status["topology"]["level"] = json!(t.level);
+                status["topology"]["domain"] = json!(t.domain);
+            }
         }
         let patch = json!({"metadata": {"resourceVersion": group.metadata.resource_version}, "status": status});
         let api: Api<PodGroup> = Api::namespaced(writer.client.clone(), &key.0);
@@ -345,6 +385,7 @@ mod tests {
             reservation: None,
             charged: &charged,
             preempted: false,
+            placement: None,
         };
         let again = desired(&group, Some(waiting), restarted, None);
         assert_eq!(again.phase, PodGroupPhase::Pending, "a restarted job's group is live again");

@@ -15,6 +15,7 @@ pub struct World {
     pub queues: Vec<Value>,
     pub classes: Vec<Value>,
     pub namespaces: Vec<Value>,
+    pub topologies: Vec<Value>,
 }
 
 fn arcs<T: serde::de::DeserializeOwned>(values: &[Value]) -> Vec<Arc<T>> {
@@ -26,7 +27,7 @@ impl World {
     pub fn convert(&self) -> Converted {
         let (nodes, pods, groups, queues) =
             (arcs(&self.nodes), arcs(&self.pods), arcs(&self.groups), arcs(&self.queues));
-        let (classes, namespaces) = (arcs(&self.classes), arcs(&self.namespaces));
+        let (classes, namespaces, topologies) = (arcs(&self.classes), arcs(&self.namespaces), arcs(&self.topologies));
         let objects = Objects {
             nodes: &nodes,
             pods: &pods,
@@ -34,6 +35,7 @@ impl World {
             queues: &queues,
             priority_classes: &classes,
             namespaces: &namespaces,
+            topologies: &topologies,
         };
         convert(&objects, "drover")
     }
