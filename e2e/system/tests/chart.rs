@@ -49,6 +49,7 @@ struct Expected {
     admission_policy: bool,
     user_roles: bool,
     queue_viewers: bool,
+    topology: bool,
 }
 
 fn expected(values: Option<&Path>) -> Expected {
@@ -70,6 +71,7 @@ fn expected(values: Option<&Path>) -> Expected {
         user_roles,
         // The default lists `system:authenticated`; an empty list binds no one.
         queue_viewers: user_roles && v["userRoles"]["queueViewers"].as_array().is_none_or(|l| !l.is_empty()),
+        topology: flag(&["topology", "default", "enabled"], false),
     }
 }
 
@@ -96,6 +98,7 @@ impl Expected {
             ("FlowSchema", n(self.flow_schema, 1)),
             ("ValidatingAdmissionPolicy", n(self.admission_policy, 1)),
             ("ValidatingAdmissionPolicyBinding", n(self.admission_policy, 1)),
+            ("Topology", n(self.topology, 1)),
         ]
     }
 }
@@ -171,6 +174,7 @@ async fn release_objects(client: &Client) -> Vec<(&'static str, usize)> {
         ("FlowSchema", count!(Api::<FlowSchema>::all(client.clone()))),
         ("ValidatingAdmissionPolicy", count!(Api::<ValidatingAdmissionPolicy>::all(client.clone()))),
         ("ValidatingAdmissionPolicyBinding", count!(Api::<ValidatingAdmissionPolicyBinding>::all(client.clone()))),
+        ("Topology", count!(Api::<drover_api::crd::topology::Topology>::all(client.clone()))),
     ]
 }
 
