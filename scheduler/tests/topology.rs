@@ -256,11 +256,9 @@ fn slices_keep_consecutive_pods_together() {
     assert!(!at.contains(&"b".to_string()), "{at:?}");
 }
 
-/// Three racks of four 4-GPU nodes full of priority-30 single-GPU jobs but for 3 free GPUs in
-/// r2 and 2 in r3: a priority-65 gang of 11 x 1 GPU that requires one rack evicts only inside
-/// one rack, and the fewest pods (8, in r2), and is pipelined there.
-#[test]
-fn preemption_evicts_inside_one_rack_the_fewest() {
+/// Three racks of four 4-GPU nodes full of priority-30 single-GPU jobs (`low-<rack>-<k>`, in
+/// node order) but for 3 free GPUs in r2 and 2 in r3.
+fn three_racks_of_low_priority_pods() -> (Vec<NodeInput>, Vec<JobInput>) {
     let mut nodes = Vec::new();
     let mut jobs = Vec::new();
     for (r, free) in [("r1", 0), ("r2", 3), ("r3", 2)] {
@@ -273,6 +271,15 @@ fn preemption_evicts_inside_one_rack_the_fewest() {
             jobs.push(j);
         }
     }
+    (nodes, jobs)
+}
+
+/// Three racks of four 4-GPU nodes full of priority-30 single-GPU jobs but for 3 free GPUs in
+/// r2 and 2 in r3: a priority-65 gang of 11 x 1 GPU that requires one rack evicts only inside
+/// one rack, and the fewest pods (8, in r2), and is pipelined there.
+#[test]
+fn preemption_evicts_inside_one_rack_the_fewest() {
+    let (nodes, mut jobs) = three_racks_of_low_priority_pods();
     let mut gang = job("urgent", 11, 1, 11, &[], 65);
     gang.topology = request(Some("rack"), None);
     gang.created_at = 100;
@@ -327,21 +334,12 @@ fn a_reservation_holds_one_rack() {
 /// pods of lower priority than the gang.
 #[test]
 fn a_new_leader_keeps_the_rack_victims_are_leaving() {
-    let mut nodes = Vec::new();
-    let mut jobs = Vec::new();
-    for (r, free) in [("r1", 0), ("r2", 3), ("r3", 2)] {
-        for i in 0..4 {
-            nodes.push(node(&format!("{r}-{i}"), 4, "b1", r));
-        }
-        for k in 0..(16 - free) {
-            let at = format!("{r}-{}", k / 4);
-            let mut j = job(&format!("low-{r}-{k}"), 1, 1, 1, &[&at], 30);
-            if r == "r2" && k < 8 {
-                j.tasks[0].pods = vec![PodPhaseInput::Releasing(at.clone())];
-                j.phase = JobPhase::Pending;
-            }
-            jobs.push(j);
-        }
+    let (nodes, mut jobs) = three_racks_of_low_priority_pods();
+    // The 8 victims the first leader chose in r2 are still terminating.
+    for j in jobs.iter_mut().filter(|j| j.name.starts_with("low-r2-")).take(8) {
+        let PodPhaseInput::Bound(at) = j.tasks[0].pods[0].clone() else { unreachable!("low jobs run") };
+        j.tasks[0].pods = vec![PodPhaseInput::Releasing(at)];
+        j.phase = JobPhase::Pending;
     }
     let mut gang = job("urgent", 11, 1, 11, &[], 65);
     gang.topology = request(Some("rack"), None);
