@@ -145,7 +145,7 @@ impl Placer {
             }
             Avail::Releasing(nodes) => {
                 let feas = self.feasibility(ssn, fw, pod);
-                let key_res = key_resource(ssn, task.gpu);
+                let key_res = key_resource(ssn.snap, task.gpu);
                 best_of(
                     nodes.iter().copied().filter(|&n| feas.ok(n) && ssn.fits_future(n, &task.requests)),
                     |n| ssn.future_of(n, key_res),
@@ -173,7 +173,7 @@ impl Placer {
         let p = &ssn.snap.pods[pod];
         let task = &ssn.snap.jobs[p.job].tasks[p.task];
         let req = &task.requests;
-        let key_res = key_resource(ssn, task.gpu);
+        let key_res = key_resource(ssn.snap, task.gpu);
         let held = |n: NodeId| hold.map(|h| &h[n]);
         if feas.nodes.len() <= LINEAR_SCAN_MAX || hold.is_some() {
             return best_of(
@@ -243,11 +243,11 @@ impl Placer {
 }
 
 /// The resource placement strategies rank nodes by: GPUs for GPU pods, else CPU.
-fn key_resource(ssn: &Session, gpu: bool) -> usize {
+pub(crate) fn key_resource(snap: &Snapshot, gpu: bool) -> usize {
     if gpu {
-        ssn.snap.gpu.unwrap_or(ssn.snap.cpu)
+        snap.gpu.unwrap_or(snap.cpu)
     } else {
-        ssn.snap.cpu
+        snap.cpu
     }
 }
 

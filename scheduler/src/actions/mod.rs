@@ -545,8 +545,8 @@ fn victim_domains(
 
 /// The resource a gang's placement is keyed by: GPUs when it asks for any, else CPU.
 fn key_resource(ssn: &Session, gang: &[PodId]) -> usize {
-    let gpu = ssn.snap.gpu.filter(|&g| gang.iter().any(|&p| ssn.requests(p)[g] > 0));
-    gpu.unwrap_or(ssn.snap.cpu)
+    let gpu = gang.iter().any(|&p| ssn.snap.jobs[ssn.snap.pods[p].job].tasks[ssn.snap.pods[p].task].gpu);
+    crate::placement::key_resource(ssn.snap, gpu)
 }
 
 /// Where a victim search looks, and whether it spares the victims that turn out unnecessary.

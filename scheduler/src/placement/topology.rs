@@ -718,10 +718,7 @@ fn freeing(ssn: &Session, avail: Avail) -> HashMap<(usize, Place), [i64; 2]> {
 
 /// The resource a class is keyed by.
 fn key_resource(snap: &Snapshot, class: Class) -> usize {
-    match class {
-        Class::Gpu => snap.gpu.unwrap_or(snap.cpu),
-        Class::Cpu => snap.cpu,
-    }
+    super::key_resource(snap, class == Class::Gpu)
 }
 
 /// The innermost place of topology `t` in the scope (the root when none).
