@@ -3,6 +3,7 @@
 //! the pool's placement order until a node fits. When nothing fits, an explanation in
 //! kube-scheduler's style counts why each node was rejected.
 
+mod slot_sums;
 pub mod topology;
 
 use std::collections::HashMap;
@@ -72,9 +73,27 @@ pub struct Placer {
     /// Per group shape: the session version at which no domain held it, and its explanation
     /// once made (groups that fail alike fail in a row).
     topology_misses: HashMap<topology::ShapeKey, (u64, Option<String>)>,
+    /// Per topology and task constraints, the idle slots of each domain for each request.
+    slot_sums: HashMap<(usize, usize), Vec<slot_sums::SlotSums>>,
 }
 
 impl Placer {
+    /// The idle slots of topology `t`'s domains for pods asking `req` under `feasibility`,
+    /// up to date with the session.
+    fn slot_sums(&mut self, ssn: &Session, t: usize, feasibility: &Rc<Feasibility>, req: &Res) -> &slot_sums::SlotSums {
+        let topo = &ssn.snap.topologies[t];
+        let list = self.slot_sums.entry((t, Rc::as_ptr(feasibility) as usize)).or_default();
+        let at = match list.iter().position(|s| s.is_for(feasibility, req)) {
+            Some(at) => at,
+            None => {
+                list.push(slot_sums::SlotSums::new(ssn, topo, feasibility.clone(), req));
+                list.len() - 1
+            }
+        };
+        list[at].catch_up(ssn, topo);
+        &list[at]
+    }
+
     /// The groups a job's pods are placed by, when a topology applies to it.
     pub fn groups(&mut self, snap: &Snapshot, fw: &Framework, job: JobId) -> Option<Rc<topology::Group>> {
         self.groups.entry(job).or_insert_with(|| topology::groups(snap, fw, job).map(Rc::new)).clone()

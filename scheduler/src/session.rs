@@ -100,6 +100,15 @@ impl Decisions {
     }
 }
 
+/// How many times `req` fits a room given per resource (none when `closed`).
+fn slots(closed: bool, req: &Res, room: impl Fn(usize) -> i64) -> i64 {
+    if closed {
+        return 0;
+    }
+    let asked = (0..req.len()).filter(|&r| req[r] > 0);
+    asked.map(|r| (room(r) / req[r]).max(0)).min().unwrap_or(i64::MAX).min(i64::from(u32::MAX))
+}
+
 /// The per-cycle state.
 pub struct Session<'s> {
     /// The cluster at the start of the cycle.
@@ -142,6 +151,9 @@ pub struct Session<'s> {
     pub domains: DomainIndex,
     /// Bumped by every change, so that results computed on an unchanged state can be reused.
     pub version: u64,
+    /// With topologies, the node of every change in order (undoing included), so that sums
+    /// kept per domain catch up with only the nodes changed since they were last read.
+    pub changed_nodes: Vec<NodeId>,
     /// Decisions committed so far.
     pub decisions: Decisions,
 }
@@ -169,6 +181,7 @@ impl<'s> Session<'s> {
             index: NodeIndex::new(snap.nodes.iter().map(|n| n.pool).collect(), snap.pools.len().max(1)),
             domains: DomainIndex::new(snap),
             version: 0,
+            changed_nodes: Vec::new(),
             decisions: Decisions::default(),
         };
         for (pod_id, pod) in snap.pods.iter_enumerated() {
@@ -219,6 +232,24 @@ impl<'s> Session<'s> {
         })
     }
 
+    /// How many pods asking `req` fit the node's idle capacity less `held` (none on an
+    /// unschedulable node; at most `u32::MAX`, so that sums over nodes cannot overflow).
+    pub fn idle_slots(&self, node: NodeId, req: &Res, held: Option<&Res>) -> i64 {
+        let alloc = &self.snap.nodes[node].allocatable;
+        let (used, rel, pip) = (&self.node_used[node], &self.node_releasing[node], &self.node_pipelined[node]);
+        slots(self.snap.nodes[node].unschedulable, req, |r| {
+            alloc[r] - used[r] - (pip[r] - rel[r]).max(0) - held.map_or(0, |h| h[r])
+        })
+    }
+
+    /// How many pods asking `req` fit what the node will have once releasing pods terminate,
+    /// less pipelined promises (bounded as [`Session::idle_slots`]).
+    pub fn future_slots(&self, node: NodeId, req: &Res) -> i64 {
+        let alloc = &self.snap.nodes[node].allocatable;
+        let (used, rel, pip) = (&self.node_used[node], &self.node_releasing[node], &self.node_pipelined[node]);
+        slots(self.snap.nodes[node].unschedulable, req, |r| alloc[r] - used[r] + rel[r] - pip[r])
+    }
+
     /// Whether `req` fits what the node will have once releasing pods terminate.
     pub fn fits_future(&self, node: NodeId, req: &Res) -> bool {
         let alloc = &self.snap.nodes[node].allocatable;
@@ -252,6 +283,7 @@ impl<'s> Session<'s> {
         self.index.set(node, keys);
         if !self.snap.topologies.is_empty() {
             self.domains.update(self.snap, node, old, keys);
+            self.changed_nodes.push(node);
         }
     }
 

@@ -133,6 +133,15 @@ pub struct Miss {
     scope: Vec<(usize, Place)>,
 }
 
+/// Nodes being freed inside one place, so that no place's nodes are summed one by one.
+#[derive(Default)]
+struct Freeing {
+    /// What they add to the place's idle room, in GPUs and CPU.
+    room: [i64; 2],
+    /// Which they are, ascending (kept for labelled domains only).
+    nodes: Vec<NodeId>,
+}
+
 /// One gang's placement inside the hierarchy.
 pub struct Placing<'a, 'c, 's> {
     ssn: &'a mut Session<'s>,
@@ -141,9 +150,8 @@ pub struct Placing<'a, 'c, 's> {
     avail: Avail<'c>,
     /// The pods asked for, ascending.
     asked: Vec<PodId>,
-    /// Per topology and place, what the nodes being freed that the placement may use add to
-    /// its idle room (GPUs, CPU), so that no place's nodes are summed one by one.
-    freeing: HashMap<(usize, Place), [i64; 2]>,
+    /// Per topology and place, the nodes being freed there that the placement may use.
+    freeing: HashMap<(usize, Place), Freeing>,
 }
 
 impl<'a, 'c, 's> Placing<'a, 'c, 's> {
@@ -369,20 +377,39 @@ impl<'a, 'c, 's> Placing<'a, 'c, 's> {
     }
 
     /// How many pods of each need the place takes, slices rounded down per slice domain.
-    fn counts(&self, t: usize, place: Place, needs: &[Need], scope: &[(usize, Place)]) -> Vec<i64> {
+    fn counts(&mut self, t: usize, place: Place, needs: &[Need], scope: &[(usize, Place)]) -> Vec<i64> {
+        needs.iter().map(|need| self.count(t, place, need, scope)).collect()
+    }
+
+    /// How many pods of one need the place takes: from the domain's idle-slot sums and the
+    /// nodes being freed in it where it can, else node by node.
+    fn count(&mut self, t: usize, place: Place, need: &Need, scope: &[(usize, Place)]) -> i64 {
         let snap = self.ssn.snap;
         let topo = &snap.topologies[t];
-        let nodes = nodes_of(snap, topo, place);
-        needs
-            .iter()
-            .map(|need| {
-                let req = &snap.jobs[snap.pods[self.asked[0]].job].tasks[need.task].requests;
+        let req = &snap.jobs[snap.pods[self.asked[0]].job].tasks[need.task].requests;
+        let sliced = need.slices.filter(|&(_, level)| level as isize > level_of(topo, place));
+        // Places are sought inside the scope, so a scope of this topology only holds the
+        // place's ancestors and excludes none of its nodes.
+        let summable = sliced.is_none() && scope.iter().all(|&(st, _)| st == t);
+        let freed = self.freeing.get(&(t, place)).map_or(&[][..], |f| &f.nodes[..]);
+        let ok = |n: &&NodeId| need.feasibility.ok(**n);
+        match (place, self.avail) {
+            (Place::Domain(level, d), Avail::Idle(None) | Avail::Future(_)) if summable => {
+                let sums = self.placer.slot_sums(self.ssn, t, &need.feasibility, req);
+                let gained: i64 = freed.iter().filter(ok).map(|&n| self.ssn.future_slots(n, req) - sums.node(n)).sum();
+                sums.domain(level, d) + gained
+            }
+            (Place::Domain(..), Avail::Releasing(_)) if summable => {
+                freed.iter().filter(ok).map(|&n| self.ssn.future_slots(n, req)).sum()
+            }
+            _ => {
+                let nodes = nodes_of(snap, topo, place);
                 let per_node = nodes
                     .iter()
                     .filter(|&&n| need.feasibility.ok(n) && in_scope(snap, scope, n))
                     .map(|&n| (n, self.slots(n, req)));
-                match need.slices {
-                    Some((size, level)) if (level as isize) > level_of(topo, place) => {
+                match sliced {
+                    Some((size, level)) => {
                         let mut by_slice: Vec<(Place, i64)> = Vec::new();
                         for (n, k) in per_node {
                             let Some(slice) = place_at(topo, level, n) else { continue };
@@ -393,46 +420,25 @@ impl<'a, 'c, 's> Placing<'a, 'c, 's> {
                         }
                         by_slice.iter().map(|(_, c)| c / size * size).sum()
                     }
-                    _ => per_node.map(|(_, k)| k).sum(),
+                    None => per_node.map(|(_, k)| k).sum(),
                 }
-            })
-            .collect()
+            }
+        }
     }
 
-    fn holds(&self, t: usize, place: Place, needs: &[Need], scope: &[(usize, Place)]) -> bool {
+    fn holds(&mut self, t: usize, place: Place, needs: &[Need], scope: &[(usize, Place)]) -> bool {
         needs.iter().zip(self.counts(t, place, needs, scope)).all(|(n, c)| c >= n.pods)
     }
 
     /// How many pods asking `req` a node takes within the placement's capacity.
     fn slots(&self, n: NodeId, req: &crate::res::Res) -> i64 {
-        let ssn = &self.ssn;
-        let node = &ssn.snap.nodes[n];
-        if node.unschedulable {
-            return 0;
+        let freed = |ns: &[NodeId]| ns.binary_search(&n).is_ok();
+        match self.avail {
+            Avail::Idle(hold) => self.ssn.idle_slots(n, req, hold.map(|h| &h[n])),
+            Avail::Future(ns) | Avail::Releasing(ns) if freed(ns) => self.ssn.future_slots(n, req),
+            Avail::Future(_) => self.ssn.idle_slots(n, req, None),
+            Avail::Releasing(_) => 0,
         }
-        let (alloc, used, rel, pip) =
-            (&node.allocatable, &ssn.node_used[n], &ssn.node_releasing[n], &ssn.node_pipelined[n]);
-        let (future, idle, hold) = match self.avail {
-            Avail::Idle(h) => (false, true, h.map(|h| &h[n])),
-            Avail::Future(ns) => (ns.binary_search(&n).is_ok(), true, None),
-            Avail::Releasing(ns) => (ns.binary_search(&n).is_ok(), false, None),
-        };
-        if !future && !idle {
-            return 0;
-        }
-        let mut most = i64::MAX;
-        for r in 0..req.len() {
-            if req[r] <= 0 {
-                continue;
-            }
-            let room = if future {
-                alloc[r] - used[r] + rel[r] - pip[r]
-            } else {
-                alloc[r] - used[r] - (pip[r] - rel[r]).max(0) - hold.map_or(0, |h| h[r])
-            };
-            most = most.min((room / req[r]).max(0));
-        }
-        most
     }
 
     fn class(&self, needs: &[Need]) -> Class {
@@ -460,7 +466,7 @@ impl<'a, 'c, 's> Placing<'a, 'c, 's> {
             (_, Place::Domain(level, d)) => self.ssn.domains.idle(t, level, d, class),
             (_, Place::Node(n)) => self.ssn.index.keys(n).map_or(0, |k| k[class as usize]),
         };
-        idle + self.freeing.get(&(t, place)).map_or(0, |f| f[class as usize])
+        idle + self.freeing.get(&(t, place)).map_or(0, |f| f.room[class as usize])
     }
 
     /// Places `pods` inside `place`, descending: children that hold the rest first (tightest),
@@ -687,17 +693,17 @@ fn pin(ssn: &Session, g: &Group) -> Option<Place> {
     seen.iter().max_by_key(|(_, c)| *c).map(|(p, _)| *p)
 }
 
-/// Per topology and place (every level, the nodes included), the room that nodes being freed
-/// add to their idle room under `avail`, in GPUs and CPU: their capacity once freed, less what
-/// is idle on them now where idle capacity also counts.
-fn freeing(ssn: &Session, avail: Avail) -> HashMap<(usize, Place), [i64; 2]> {
+/// Per topology and place (every level, the nodes included), the nodes being freed there
+/// under `avail`, and the room they add to its idle room in GPUs and CPU: their capacity once
+/// freed, less what is idle on them now where idle capacity also counts.
+fn freeing(ssn: &Session, avail: Avail) -> HashMap<(usize, Place), Freeing> {
     let (nodes, idle_too) = match avail {
         Avail::Idle(_) => return HashMap::new(),
         Avail::Future(ns) => (ns, true),
         Avail::Releasing(ns) => (ns, false),
     };
     let snap = ssn.snap;
-    let mut out: HashMap<(usize, Place), [i64; 2]> = HashMap::new();
+    let mut out: HashMap<(usize, Place), Freeing> = HashMap::new();
     for &n in nodes {
         let extra = [Class::Gpu, Class::Cpu].map(|class| {
             let r = key_resource(snap, class);
@@ -708,8 +714,11 @@ fn freeing(ssn: &Session, avail: Avail) -> HashMap<(usize, Place), [i64; 2]> {
             let places = (0..topo.labels.len()).filter_map(|l| place_at(topo, l, n)).chain([Place::Node(n)]);
             for place in places {
                 let e = out.entry((t, place)).or_default();
-                e[0] += extra[0];
-                e[1] += extra[1];
+                e.room[0] += extra[0];
+                e.room[1] += extra[1];
+                if matches!(place, Place::Domain(..)) {
+                    e.nodes.push(n);
+                }
             }
         }
     }
