@@ -495,7 +495,7 @@ fn evict_for(
         // Domains are compared by the victims their search takes; only the chosen one's set
         // is pruned (pruning tries the gang once per victim).
         let domain = Within { usable: &inside, domain: Some(nodes), prune: false };
-        if let Some((st, cost)) = evict_within(ctx, job, gang, &mut order.clone(), mode, fits, &domain) {
+        if let Some((st, cost)) = evict_within(ctx, job, gang, &mut order.within(ctx.ssn, nodes), mode, fits, &domain) {
             ctx.ssn.discard(st);
             if best.as_ref().is_none_or(|(c, _)| cost < *c) {
                 best = Some((cost, i));
@@ -505,7 +505,7 @@ fn evict_for(
     let nodes = &ranked[best?.1];
     let inside = |n: NodeId| usable(n) && nodes.binary_search(&n).is_ok();
     let chosen = Within { usable: &inside, domain: Some(nodes), prune: true };
-    evict_within(ctx, job, gang, &mut order.clone(), mode, fits, &chosen).map(|(st, _)| st)
+    evict_within(ctx, job, gang, &mut order.within(ctx.ssn, nodes), mode, fits, &chosen).map(|(st, _)| st)
 }
 
 /// What evicting a victim set costs, compared lexicographically: the highest priority taken,
