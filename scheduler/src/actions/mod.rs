@@ -6,6 +6,7 @@ pub mod allocate;
 pub mod backfill;
 pub mod claim;
 pub mod consolidate;
+mod domain_room;
 pub mod enqueue;
 pub mod preempt;
 pub mod reclaim;
@@ -14,6 +15,7 @@ pub mod victims;
 pub use victims::{victim_units, VictimOrder, VictimPool};
 
 use crate::framework::Framework;
+use domain_room::DomainRoom;
 use crate::ids::{ti_vec, TiSlice, TiVec};
 use crate::plugin::{EvictMode, Victim};
 use std::rc::Rc;
@@ -485,7 +487,7 @@ fn evict_for(
     let usable = |n: NodeId| feasible.iter().any(|f| f.ok(n));
     let group = ctx.placer.groups(ctx.ssn.snap, ctx.fw, job);
     let Some(domains) = group.and_then(|g| required_domains(ctx.ssn, &g)) else {
-        let all = Within { usable: &usable, domain: None, prune: true };
+        let all = Within { usable: &usable, domain: None, prune: true, give_up_at: None };
         return evict_within(ctx, job, gang, order, mode, fits, &all).map(|(st, _)| st);
     };
     let ranked = victim_domains(ctx, gang, order, domains, &usable);
@@ -493,8 +495,10 @@ fn evict_for(
     for (i, nodes) in ranked.iter().enumerate() {
         let inside = |n: NodeId| usable(n) && nodes.binary_search(&n).is_ok();
         // Domains are compared by the victims their search takes; only the chosen one's set
-        // is pruned (pruning tries the gang once per victim).
-        let domain = Within { usable: &inside, domain: Some(nodes), prune: false };
+        // is pruned (pruning tries the gang once per victim). A search stops once its victims
+        // cost as much as the best domain's.
+        let give_up_at = best.map(|(c, _)| c);
+        let domain = Within { usable: &inside, domain: Some(nodes), prune: false, give_up_at };
         if let Some((st, cost)) = evict_within(ctx, job, gang, &mut order.within(ctx.ssn, nodes), mode, fits, &domain) {
             ctx.ssn.discard(st);
             if best.as_ref().is_none_or(|(c, _)| cost < *c) {
@@ -504,13 +508,22 @@ fn evict_for(
     }
     let nodes = &ranked[best?.1];
     let inside = |n: NodeId| usable(n) && nodes.binary_search(&n).is_ok();
-    let chosen = Within { usable: &inside, domain: Some(nodes), prune: true };
+    let chosen = Within { usable: &inside, domain: Some(nodes), prune: true, give_up_at: None };
     evict_within(ctx, job, gang, &mut order.within(ctx.ssn, nodes), mode, fits, &chosen).map(|(st, _)| st)
 }
 
 /// What evicting a victim set costs, compared lexicographically: the highest priority taken,
-/// the whole jobs (gangs) broken, the key resource freed.
+/// the whole jobs (gangs) broken, the key resource freed. Each part only grows as victims are
+/// added, so a set costing at least a bound already can only end above it.
 type EvictionCost = (i32, usize, i64);
+
+/// The cost of a victim set with one more victim (`key`: the resource freed that counts).
+fn with_victim(cost: EvictionCost, snap: &crate::snapshot::Snapshot, v: &Victim, key: usize) -> EvictionCost {
+    (cost.0.max(snap.jobs[v.job].priority), cost.1 + usize::from(!v.elastic), cost.2 + v.freed[key])
+}
+
+/// The cost of nothing evicted.
+const NO_COST: EvictionCost = (i32::MIN, 0, 0);
 
 /// The domains worth searching for victims for `gang`, most capacity idle and evictable (in
 /// the gang's key resource, on nodes it may use) first, those that could hold it at all, at
@@ -557,14 +570,15 @@ struct Within<'w> {
     domain: Option<&'w [NodeId]>,
     /// Whether to spare victims the gang turns out not to need.
     prune: bool,
+    /// A cost at which the search gives up (another domain's victims cost no more).
+    give_up_at: Option<EvictionCost>,
 }
 
 /// Evicts units in `order` on nodes `within` allows until the gang fits, spares those that
 /// turn out unnecessary (when it prunes), and returns the statement and what it costs. A
 /// unit's queue is ranked again after each eviction from it (in reclaim, a queue that drops
 /// below its fair share stops coming first). Within one domain, the gang is tried only once
-/// the domain's room in its key resource (free, being freed, and freed by the victims so far)
-/// could hold it.
+/// the domain could hold it by count (see [`DomainRoom`]).
 fn evict_within(
     ctx: &mut Ctx,
     job: JobId,
@@ -574,16 +588,15 @@ fn evict_within(
     fits: &dyn Fn(&Ctx) -> bool,
     within: &Within,
 ) -> Option<(Statement, EvictionCost)> {
-    let (usable, domain) = (within.usable, within.domain);
+    let usable = within.usable;
     let reason = match mode {
         EvictMode::Preempt => EvictReason::Preempt,
         EvictMode::Reclaim => EvictReason::Reclaim,
     };
+    let mut room = within.domain.map(|nodes| DomainRoom::new(ctx.ssn, gang, nodes, usable));
     let key = key_resource(ctx.ssn, gang);
-    let need = ctx.ssn.sum_requests(gang)[key];
-    let mut room = domain.map_or(i64::MAX, |nodes| {
-        nodes.iter().filter(|&&n| usable(n)).map(|&n| ctx.ssn.future_of(n, key).max(0)).sum()
-    });
+    let mut cost = NO_COST;
+    T.with(|t| t.borrow_mut()[4] += within.domain.is_some() as usize);
     let mut chosen: Vec<&Victim> = Vec::new();
     let mut nodes: Vec<NodeId> = Vec::new();
     let mut st = Statement::new();
@@ -596,16 +609,21 @@ fn evict_within(
         if ctx.fw.may_evict(ctx.ssn, mode, job, v).is_err() {
             continue;
         }
-        if domain.is_some() {
-            let on_usable = v.pods.iter().filter(|&&p| ctx.ssn.pod_state[p].running_on().is_some_and(usable));
-            room = room.saturating_add(on_usable.map(|&p| ctx.ssn.requests(p)[key]).sum());
-        }
+        let touched: Vec<NodeId> = v.pods.iter().filter_map(|&p| ctx.ssn.pod_state[p].running_on()).collect();
         evict_unit(ctx.ssn, &mut st, v, (reason, job), &mut nodes);
         chosen.push(v);
         order.rerank(ctx.ssn.snap.jobs[v.job].queue);
-        if room < need || !fits(ctx) {
+        cost = with_victim(cost, ctx.ssn.snap, v, key);
+        if within.give_up_at.is_some_and(|bound| cost >= bound) {
+            break;
+        }
+        if let Some(room) = room.as_mut() {
+            touched.into_iter().for_each(|n| room.update(ctx.ssn, n, usable));
+        }
+        if room.as_ref().is_some_and(|r| !r.could_hold()) || !fits(ctx) {
             continue;
         }
+        T.with(|t| { let mut t = t.borrow_mut(); t[if within.domain.is_some() {0} else {1}] += 1; t[if within.domain.is_some() {2} else {3}] += nodes.len(); });
         if let Some(pipe) = try_place_all(ctx, gang, Avail::Future(&nodes)) {
             let (st, kept) = if within.prune {
                 ctx.ssn.discard(pipe);
@@ -615,13 +633,8 @@ fn evict_within(
                 ctx.ssn.absorb(&mut st, pipe);
                 (st, chosen)
             };
-            let key = key_resource(ctx.ssn, gang);
-            let snap = ctx.ssn.snap;
-            let cost = (
-                kept.iter().map(|v| snap.jobs[v.job].priority).max().unwrap_or(i32::MIN),
-                kept.iter().filter(|v| !v.elastic).count(),
-                kept.iter().map(|v| v.freed[key]).sum(),
-            );
+            let cost = kept.iter().fold(NO_COST, |c, v| with_victim(c, ctx.ssn.snap, v, key));
+            T.with(|t| t.borrow_mut()[5] += within.domain.is_some() as usize);
             return Some((st, cost));
         }
     }
@@ -695,3 +708,6 @@ fn spare_unneeded<'v>(
     }
     attempt(ctx, &chosen).map(|st| (st, chosen))
 }
+
+thread_local! { pub static T: std::cell::RefCell<[usize; 6]> = Default::default(); }
+pub fn dump() { T.with(|t| { eprintln!("tries domain/all, ns domain/all, searches dom, succ {:?}", t.borrow()); *t.borrow_mut() = Default::default(); }); }

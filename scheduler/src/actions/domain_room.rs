@@ -1,0 +1,62 @@
+//! Whether a domain could hold a gang by count, kept up to date as a victim search takes
+//! units there: for each request size of the gang, how many pods of that size the domain's
+//! usable nodes take, on their idle capacity, or, once the search took units on a node, on
+//! what the node has once its releasing pods terminate (the capacity a placement after
+//! evictions may use). A search tries to place the gang only once this holds, instead of
+//! after every unit taken.
+
+use crate::ids::{NodeId, PodId};
+use crate::res::Res;
+use crate::session::Session;
+
+/// Slots per request size of the gang on the nodes of one domain.
+pub struct DomainRoom<'d, 's> {
+    /// The domain's nodes, ascending.
+    nodes: &'d [NodeId],
+    /// Each distinct request of the gang, with how many of its pods ask it.
+    wants: Vec<(&'s Res, i64)>,
+    /// Per request, the slots of each node (0 where the gang may not go).
+    slots: Vec<Vec<i64>>,
+    /// Per request, the slots of the domain.
+    total: Vec<i64>,
+}
+
+impl<'d, 's> DomainRoom<'d, 's> {
+    /// The room of the domain's `nodes` for `gang` before any unit is taken, counting only
+    /// nodes it may use.
+    pub fn new(ssn: &Session<'s>, gang: &[PodId], nodes: &'d [NodeId], usable: &dyn Fn(NodeId) -> bool) -> Self {
+        let mut wants: Vec<(&'s Res, i64)> = Vec::new();
+        for &p in gang {
+            let req = ssn.requests(p);
+            match wants.iter_mut().find(|(r, _)| *r == req) {
+                Some((_, n)) => *n += 1,
+                None => wants.push((req, 1)),
+            }
+        }
+        let slots: Vec<Vec<i64>> = wants
+            .iter()
+            .map(|(req, _)| nodes.iter().map(|&n| if usable(n) { ssn.idle_slots(n, req, None) } else { 0 }).collect())
+            .collect();
+        let total = slots.iter().map(|s| s.iter().sum()).collect();
+        DomainRoom { nodes, wants, slots, total }
+    }
+
+    /// Counts units taken on `node`.
+    pub fn update(&mut self, ssn: &Session, node: NodeId, usable: &dyn Fn(NodeId) -> bool) {
+        let Ok(at) = self.nodes.binary_search(&node) else { return };
+        if !usable(node) {
+            return;
+        }
+        for (w, (req, _)) in self.wants.iter().enumerate() {
+            let now = ssn.future_slots(node, req);
+            self.total[w] += now - self.slots[w][at];
+            self.slots[w][at] = now;
+        }
+    }
+
+    /// Whether every request size of the gang has as many slots as pods asking it (needed
+    /// for the gang to fit, not enough: sizes share nodes).
+    pub fn could_hold(&self) -> bool {
+        self.wants.iter().zip(&self.total).all(|((_, pods), &slots)| slots >= *pods)
+    }
+}
