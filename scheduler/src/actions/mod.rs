@@ -624,11 +624,11 @@ fn evict_within(
             continue;
         }
         T.with(|t| { let mut t = t.borrow_mut(); t[if within.domain.is_some() {0} else {1}] += 1; t[if within.domain.is_some() {2} else {3}] += nodes.len(); });
-        if let Some(pipe) = try_place_all(ctx, gang, Avail::Future(&nodes)) {
+        if let Some(pipe) = try_place_all(ctx, gang, Avail::Future(&freed_within(&nodes, within.domain))) {
             let (st, kept) = if within.prune {
                 ctx.ssn.discard(pipe);
                 ctx.ssn.discard(st);
-                spare_unneeded(ctx, gang, chosen, (reason, job), fits)?
+                spare_unneeded(ctx, gang, chosen, (reason, job), fits, within.domain)?
             } else {
                 ctx.ssn.absorb(&mut st, pipe);
                 (st, chosen)
@@ -640,6 +640,16 @@ fn evict_within(
     }
     ctx.ssn.discard(st);
     None
+}
+
+/// The freed nodes a placement after evictions may use: inside the domain the victims were
+/// sought in, when there is one (victims whose gangs span domains free capacity elsewhere
+/// too, which that search did not pay for).
+fn freed_within(nodes: &[NodeId], domain: Option<&[NodeId]>) -> Vec<NodeId> {
+    match domain {
+        Some(domain) => nodes.iter().copied().filter(|n| domain.binary_search(n).is_ok()).collect(),
+        None => nodes.to_vec(),
+    }
 }
 
 /// Evicts a victim unit for a job, adding the nodes it frees to `nodes` (kept sorted, no
@@ -670,6 +680,7 @@ fn spare_unneeded<'v>(
     mut chosen: Vec<&'v Victim>,
     why: (EvictReason, JobId),
     fits: &dyn Fn(&Ctx) -> bool,
+    domain: Option<&[NodeId]>,
 ) -> Option<(Statement, Vec<&'v Victim>)> {
     const MAX_PRUNE: usize = 32;
     let attempt = |ctx: &mut Ctx, set: &[&Victim]| -> Option<Statement> {
@@ -687,7 +698,7 @@ fn spare_unneeded<'v>(
             }
         }
         if fits(ctx) {
-            if let Some(pipe) = try_place_all(ctx, gang, Avail::Future(&nodes)) {
+            if let Some(pipe) = try_place_all(ctx, gang, Avail::Future(&freed_within(&nodes, domain))) {
                 ctx.ssn.absorb(&mut st, pipe);
                 return Some(st);
             }
