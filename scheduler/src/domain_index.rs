@@ -1,6 +1,8 @@
 //! Topology domains indexed by idle capacity (GPUs and CPU, as the node index keys nodes),
 //! kept up to date as the session places and evicts pods, so that finding the domains that
-//! could hold a gang touches only domains with room instead of every node of the cluster.
+//! could hold a gang touches only domains with room instead of every node of the cluster;
+//! and each domain's capacity once releasing pods terminate, so that ranking domains for a
+//! victim search does not sum their nodes.
 
 use std::collections::BTreeSet;
 
@@ -12,6 +14,7 @@ use crate::snapshot::{DomainId, Level, NodeId, Snapshot};
 struct LevelIndex {
     idle: Vec<[i64; 2]>,
     sorted: [BTreeSet<(i64, DomainId)>; 2],
+    future: Vec<[i64; 2]>,
 }
 
 /// Per topology and labelled level, each domain's idle GPUs and CPU over its schedulable
@@ -19,6 +22,8 @@ struct LevelIndex {
 #[derive(Debug, Clone, Default)]
 pub struct DomainIndex {
     levels: Vec<Vec<LevelIndex>>,
+    /// Each node's future capacity as last counted in its domains.
+    node_future: Vec<[i64; 2]>,
 }
 
 impl DomainIndex {
@@ -33,12 +38,29 @@ impl DomainIndex {
                     .map(|list| {
                         let idle = vec![[0, 0]; list.len()];
                         let set: BTreeSet<(i64, DomainId)> = (0..list.len()).map(|d| (0, d)).collect();
-                        LevelIndex { idle, sorted: [set.clone(), set] }
+                        LevelIndex { idle: idle.clone(), sorted: [set.clone(), set], future: idle }
                     })
                     .collect()
             })
             .collect();
-        DomainIndex { levels }
+        DomainIndex { levels, node_future: vec![[0, 0]; snap.nodes.len()] }
+    }
+
+    /// Moves a node's future capacity (GPUs and CPU once its releasing pods terminate, less
+    /// pipelined promises) to `now` in every domain it belongs to.
+    pub fn update_future(&mut self, snap: &Snapshot, node: NodeId, now: [i64; 2]) {
+        let before = std::mem::replace(&mut self.node_future[usize::from(node)], now);
+        if before == now {
+            return;
+        }
+        for (t, topology) in snap.topologies.iter().enumerate() {
+            for (level, ix) in self.levels[t].iter_mut().enumerate() {
+                let Some(d) = topology.domain_of(level, node) else { break };
+                for class in 0..2 {
+                    ix.future[d][class] += now[class] - before[class];
+                }
+            }
+        }
     }
 
     /// Moves a node's idle keys from `old` to `new` in every domain it belongs to.
@@ -64,6 +86,11 @@ impl DomainIndex {
     /// A domain's idle amount of the class.
     pub fn idle(&self, topology: usize, level: Level, domain: DomainId, class: Class) -> i64 {
         self.levels[topology][level].idle[domain][class as usize]
+    }
+
+    /// A domain's future amount of the class (see [`DomainIndex::update_future`]).
+    pub fn future(&self, topology: usize, level: Level, domain: DomainId, class: Class) -> i64 {
+        self.levels[topology][level].future[domain][class as usize]
     }
 
     /// Domains of a level with at least `min` idle of the class, least idle first.

@@ -118,12 +118,14 @@ fn plan(
     }
     let feasible: Vec<Rc<Feasibility>> = pods.iter().map(|&p| placer.feasibility(ssn, fw, p)).collect();
     let group = placer.groups(ssn.snap, fw, job);
-    let Some(domains) = group.and_then(|g| required_domains(ssn, &g)) else {
+    let Some(required) = group.and_then(|g| required_domains(ssn, &g)) else {
         return plan_within(ssn, job, &pods, &feasible, &|n| !taken[n]);
     };
     let need = ssn.sum_requests(&pods);
-    domains
+    required
+        .domains
         .iter()
+        .map(|(_, nodes)| nodes)
         .filter(|nodes| {
             let mut capacity = Res::zero(need.len());
             nodes.iter().for_each(|&n| capacity.add(&ssn.snap.nodes[n].allocatable));

@@ -283,6 +283,9 @@ impl<'s> Session<'s> {
         self.index.set(node, keys);
         if !self.snap.topologies.is_empty() {
             self.domains.update(self.snap, node, old, keys);
+            let future = |r: usize| self.future_of(node, r).max(0);
+            let future = [self.snap.gpu.map_or(0, future), future(self.snap.cpu)];
+            self.domains.update_future(self.snap, node, future);
             self.changed_nodes.push(node);
         }
     }

@@ -62,7 +62,10 @@ fn fragmented(ctx: &mut Ctx, job: JobId, gang: &[PodId]) -> Option<Vec<NodeId>> 
     let need = ctx.ssn.sum_requests(gang);
     let usable = usable_nodes(ctx, gang);
     let group = ctx.placer.groups(ctx.ssn.snap, ctx.fw, job);
-    let domains = group.and_then(|g| required_domains(ctx.ssn, &g)).unwrap_or_else(|| vec![usable.clone()]);
+    let domains = match group.and_then(|g| required_domains(ctx.ssn, &g)) {
+        Some(required) => required.domains.into_iter().map(|(_, nodes)| nodes).collect(),
+        None => vec![usable.clone()],
+    };
     let ssn = &ctx.ssn;
     domains.into_iter().find_map(|domain| {
         let nodes: Vec<NodeId> = domain.into_iter().filter(|n| usable.binary_search(n).is_ok()).collect();

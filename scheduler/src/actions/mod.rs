@@ -20,7 +20,8 @@ use crate::ids::{ti_vec, TiSlice, TiVec};
 use crate::plugin::{EvictMode, Victim};
 use std::rc::Rc;
 
-use crate::placement::topology::{required_domains, Placing};
+use crate::node_index::Class;
+use crate::placement::topology::{required_domains, Placing, RequiredDomains};
 use crate::placement::{Avail, Feasibility, Placer};
 use crate::reservation::Reservations;
 use crate::session::{EvictReason, PodState, Session, Statement};
@@ -486,11 +487,11 @@ fn evict_for(
     let feasible = gang_feasibility(ctx, gang);
     let usable = |n: NodeId| feasible.iter().any(|f| f.ok(n));
     let group = ctx.placer.groups(ctx.ssn.snap, ctx.fw, job);
-    let Some(domains) = group.and_then(|g| required_domains(ctx.ssn, &g)) else {
+    let Some(required) = group.and_then(|g| required_domains(ctx.ssn, &g)) else {
         let all = Within { usable: &usable, domain: None, prune: true, give_up_at: None };
         return evict_within(ctx, job, gang, order, mode, fits, &all).map(|(st, _)| st);
     };
-    let ranked = victim_domains(ctx, gang, order, domains, &usable);
+    let ranked = victim_domains(ctx, gang, order, required);
     let mut best: Option<(EvictionCost, usize)> = None;
     for (i, nodes) in ranked.iter().enumerate() {
         let inside = |n: NodeId| usable(n) && nodes.binary_search(&n).is_ok();
@@ -525,33 +526,28 @@ fn with_victim(cost: EvictionCost, snap: &crate::snapshot::Snapshot, v: &Victim,
 /// The cost of nothing evicted.
 const NO_COST: EvictionCost = (i32::MIN, 0, 0);
 
-/// The domains worth searching for victims for `gang`, most capacity idle and evictable (in
-/// the gang's key resource, on nodes it may use) first, those that could hold it at all, at
-/// most [`MAX_VICTIM_DOMAINS`].
-fn victim_domains(
-    ctx: &Ctx,
-    gang: &[PodId],
-    order: &VictimOrder,
-    domains: Vec<Vec<NodeId>>,
-    usable: &dyn Fn(NodeId) -> bool,
-) -> Vec<Vec<NodeId>> {
+/// The domains worth searching for victims for `gang`, most capacity being freed and held by
+/// the order's units (in the gang's key resource) first, those that could hold it at all, at
+/// most [`MAX_VICTIM_DOMAINS`]. Per-domain sums rank them, whatever the gang's node
+/// constraints (the search itself keeps to the nodes it may use).
+fn victim_domains(ctx: &Ctx, gang: &[PodId], order: &VictimOrder, required: RequiredDomains) -> Vec<Vec<NodeId>> {
     let ssn = &ctx.ssn;
     let key = key_resource(ssn, gang);
+    let class = if Some(key) == ssn.snap.gpu { Class::Gpu } else { Class::Cpu };
     let need = ssn.sum_requests(gang)[key];
-    let mut evictable: TiVec<NodeId, i64> = ti_vec![0; ssn.snap.nodes.len()];
-    for v in order.units() {
-        for &p in &v.pods {
-            if let Some(n) = ssn.pod_state[p].running_on() {
-                evictable[n] += ssn.requests(p)[key];
-            }
-        }
-    }
-    let freeable = |nodes: &[NodeId]| -> i64 {
-        let usable_nodes = nodes.iter().copied().filter(|&n| usable(n));
-        usable_nodes.map(|n| ssn.future_of(n, key).max(0) + evictable[n]).sum()
+    let (t, level) = (required.topology, required.level);
+    let held = order.held_per_domain(ssn, t, level);
+    let at_nodes = level == ssn.snap.topologies[t].node_level();
+    let future = |d: usize| match at_nodes {
+        true => ssn.future_of(NodeId::from(d), key).max(0),
+        false => ssn.domains.future(t, level, d, class),
     };
-    let mut ranked: Vec<(i64, Vec<NodeId>)> =
-        domains.into_iter().map(|d| (freeable(&d), d)).filter(|(f, _)| *f >= need).collect();
+    let mut ranked: Vec<(i64, Vec<NodeId>)> = required
+        .domains
+        .into_iter()
+        .map(|(d, nodes)| (future(d) + held[d][class as usize], nodes))
+        .filter(|(f, _)| *f >= need)
+        .collect();
     ranked.sort_by_key(|r| std::cmp::Reverse(r.0));
     ranked.into_iter().take(MAX_VICTIM_DOMAINS).map(|(_, d)| d).collect()
 }

@@ -9,10 +9,14 @@
 //! of the queue that just lost a unit is ranked again. This is the same order as sorting
 //! every candidate and sorting the rest again after each eviction, without doing either.
 
-use std::cell::OnceCell;
+use std::cell::{OnceCell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
 
 use crate::framework::{Framework, VictimKey};
 use crate::ids::{ti_vec, JobId, NodeId, PodId, QueueId, TiVec};
+use crate::placement::key_resource;
+use crate::snapshot::Level;
 use crate::plugin::{EvictMode, Victim};
 use crate::session::{PodState, Session};
 
@@ -62,6 +66,9 @@ pub struct VictimPool {
     /// Per leaf queue, (node, position in `sorted`) for each node a unit has running pods on,
     /// ascending, made on the first search inside one domain: which units it looks at.
     on_nodes: TiVec<QueueId, OnceCell<Vec<(NodeId, usize)>>>,
+    /// Per leaf queue, and per topology and level, what its units' pods hold per domain (see
+    /// [`VictimOrder::held_per_domain`]), made on first use.
+    held: TiVec<QueueId, RefCell<HashMap<(usize, Level), Rc<Vec<[i64; 2]>>>>>,
 }
 
 impl VictimPool {
@@ -74,6 +81,7 @@ impl VictimPool {
             units: ti_vec![None; jobs],
             sorted: ti_vec![None; queues],
             on_nodes: ti_vec![OnceCell::new(); queues],
+            held: (0..queues).map(|_| RefCell::default()).collect(),
         }
     }
 
@@ -120,6 +128,20 @@ impl VictimPool {
         out
     }
 
+    /// What the units of queue `q` (those of `skip` excepted) hold per domain of `level` in
+    /// topology `t`, made on first use.
+    fn held(&self, ssn: &Session, q: QueueId, t: usize, level: Level) -> Rc<Vec<[i64; 2]>> {
+        let mut cache = self.held[q].borrow_mut();
+        let held = cache.entry((t, level)).or_insert_with(|| {
+            let mut sums = vec![[0, 0]; domain_count(ssn, t, level)];
+            for &j in &self.running[q] {
+                add_held(ssn, self.units[j].as_deref().unwrap_or(&[]), t, level, &mut sums, 1);
+            }
+            Rc::new(sums)
+        });
+        held.clone()
+    }
+
     fn unit(&self, job: JobId, i: usize) -> &Victim {
         &self.units[job].as_ref().expect("units are formed before use")[i]
     }
@@ -138,6 +160,7 @@ impl VictimPool {
             self.units[job] = None;
             self.sorted[ssn.snap.jobs[job].queue] = None;
             self.on_nodes[ssn.snap.jobs[job].queue] = OnceCell::new();
+            self.held[ssn.snap.jobs[job].queue].borrow_mut().clear();
         }
     }
 }
@@ -241,10 +264,60 @@ impl<'p> VictimOrder<'p> {
         VictimOrder { pool, skip: self.skip, heads }
     }
 
+    /// Per domain of `level` in topology `t` (per node at its node level), the GPUs and CPU
+    /// that the pods of the order's units run with there: each pod once, whether it can go
+    /// alone or only with its whole job.
+    pub fn held_per_domain(&self, ssn: &Session, t: usize, level: Level) -> Vec<[i64; 2]> {
+        let pool = self.pool;
+        let mut sums = vec![[0, 0]; domain_count(ssn, t, level)];
+        for h in &self.heads {
+            for (total, held) in sums.iter_mut().zip(pool.held(ssn, h.queue, t, level).iter()) {
+                total[0] += held[0];
+                total[1] += held[1];
+            }
+            if ssn.snap.jobs[self.skip].queue == h.queue {
+                add_held(ssn, pool.units[self.skip].as_deref().unwrap_or(&[]), t, level, &mut sums, -1);
+            }
+        }
+        sums
+    }
+
     /// The state of `queue` changed (a unit of it was taken): its head is ranked again.
     pub fn rerank(&mut self, queue: QueueId) {
         for head in self.heads.iter_mut().filter(|h| h.queue == queue) {
             head.key = None;
+        }
+    }
+}
+
+/// How many domains a level of topology `t` has (nodes, at its node level).
+fn domain_count(ssn: &Session, t: usize, level: Level) -> usize {
+    let topo = &ssn.snap.topologies[t];
+    if level == topo.node_level() {
+        ssn.snap.nodes.len()
+    } else {
+        topo.domains[level].len()
+    }
+}
+
+/// Adds (`sign` 1) or takes away (-1) the GPUs and CPU that the running pods of one job's
+/// `units` hold, per domain of `level`: the pods of its whole-job unit, else of its single
+/// units.
+fn add_held(ssn: &Session, units: &[Victim], t: usize, level: Level, sums: &mut [[i64; 2]], sign: i64) {
+    let snap = ssn.snap;
+    let topo = &snap.topologies[t];
+    let keys = [key_resource(snap, true), key_resource(snap, false)];
+    let pods: Vec<PodId> = match units.iter().find(|u| !u.elastic) {
+        Some(whole) => whole.pods.clone(),
+        None => units.iter().map(|u| u.pods[0]).collect(),
+    };
+    for p in pods {
+        let Some(n) = ssn.pod_state[p].running_on() else { continue };
+        let at = if level == topo.node_level() { Some(usize::from(n)) } else { topo.domain_of(level, n) };
+        if let Some(d) = at {
+            let req = ssn.requests(p);
+            sums[d][0] += sign * if snap.gpu.is_some() { req[keys[0]] } else { 0 };
+            sums[d][1] += sign * req[keys[1]];
         }
     }
 }

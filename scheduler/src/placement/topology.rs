@@ -98,20 +98,30 @@ pub fn groups(snap: &Snapshot, fw: &Framework, job: JobId) -> Option<Group> {
     Some(Group { topology, required, preferred, members, inner })
 }
 
-/// The domains of the group's required level that could hold it, as node lists (only the
-/// one its running pods pin it to, if they do); `None` when it requires no level. Preempt and
-/// reclaim look for victims inside one of these at a time.
-pub fn required_domains(ssn: &Session, g: &Group) -> Option<Vec<Vec<NodeId>>> {
+/// The domains of a group's required level, where preempt and reclaim look for victims one
+/// domain at a time.
+pub struct RequiredDomains {
+    /// The topology of the level.
+    pub topology: usize,
+    /// The level (the topology's node level when it requires one node).
+    pub level: Level,
+    /// Each domain: its index at the level (the node's, at the node level) and its nodes.
+    pub domains: Vec<(usize, Vec<NodeId>)>,
+}
+
+/// The domains of the group's required level that could hold it (only the one its running
+/// pods pin it to, if they do); `None` when it requires no level.
+pub fn required_domains(ssn: &Session, g: &Group) -> Option<RequiredDomains> {
     let level = g.required?;
     let snap = ssn.snap;
     let topo = &snap.topologies[g.topology];
-    if let Some(pinned) = pin(ssn, g) {
-        return Some(vec![nodes_of(snap, topo, pinned)]);
-    }
-    if level == topo.node_level() {
-        return Some(snap.nodes.keys().map(|n| vec![n]).collect());
-    }
-    Some(topo.domains[level].iter().map(|d| d.nodes.clone()).collect())
+    let domains = match pin(ssn, g) {
+        Some(Place::Domain(_, d)) => vec![(d, topo.domains[level][d].nodes.clone())],
+        Some(Place::Node(n)) => vec![(usize::from(n), vec![n])],
+        _ if level == topo.node_level() => snap.nodes.keys().map(|n| (usize::from(n), vec![n])).collect(),
+        _ => topo.domains[level].iter().enumerate().map(|(d, domain)| (d, domain.nodes.clone())).collect(),
+    };
+    Some(RequiredDomains { topology: g.topology, level, domains })
 }
 
 /// See [`Placing::shape`].
