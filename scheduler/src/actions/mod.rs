@@ -15,9 +15,9 @@ pub mod victims;
 pub use victims::{victim_units, VictimOrder, VictimPool};
 
 use crate::framework::Framework;
-use domain_room::DomainRoom;
 use crate::ids::{ti_vec, TiSlice, TiVec};
 use crate::plugin::{EvictMode, Victim};
+use domain_room::DomainRoom;
 use std::rc::Rc;
 
 use crate::node_index::Class;
@@ -500,7 +500,7 @@ fn evict_for(
         // cost as much as the best domain's.
         let give_up_at = best.map(|(c, _)| c);
         let domain = Within { usable: &inside, domain: Some(nodes), prune: false, give_up_at };
-        if let Some((st, cost)) = evict_within(ctx, job, gang, &mut order.within(ctx.ssn, nodes), mode, fits, &domain) {
+        if let Some((st, cost)) = evict_within(ctx, job, gang, &mut order.clone(), mode, fits, &domain) {
             ctx.ssn.discard(st);
             if best.as_ref().is_none_or(|(c, _)| cost < *c) {
                 best = Some((cost, i));
@@ -510,7 +510,7 @@ fn evict_for(
     let nodes = &ranked[best?.1];
     let inside = |n: NodeId| usable(n) && nodes.binary_search(&n).is_ok();
     let chosen = Within { usable: &inside, domain: Some(nodes), prune: true, give_up_at: None };
-    evict_within(ctx, job, gang, &mut order.within(ctx.ssn, nodes), mode, fits, &chosen).map(|(st, _)| st)
+    evict_within(ctx, job, gang, &mut order.clone(), mode, fits, &chosen).map(|(st, _)| st)
 }
 
 /// What evicting a victim set costs, compared lexicographically: the highest priority taken,
@@ -592,7 +592,6 @@ fn evict_within(
     let mut room = within.domain.map(|nodes| DomainRoom::new(ctx.ssn, gang, nodes, usable));
     let key = key_resource(ctx.ssn, gang);
     let mut cost = NO_COST;
-    T.with(|t| t.borrow_mut()[4] += within.domain.is_some() as usize);
     let mut chosen: Vec<&Victim> = Vec::new();
     let mut nodes: Vec<NodeId> = Vec::new();
     let mut st = Statement::new();
@@ -619,7 +618,6 @@ fn evict_within(
         if room.as_ref().is_some_and(|r| !r.could_hold()) || !fits(ctx) {
             continue;
         }
-        T.with(|t| { let mut t = t.borrow_mut(); t[if within.domain.is_some() {0} else {1}] += 1; t[if within.domain.is_some() {2} else {3}] += nodes.len(); });
         if let Some(pipe) = try_place_all(ctx, gang, Avail::Future(&freed_within(&nodes, within.domain))) {
             let (st, kept) = if within.prune {
                 ctx.ssn.discard(pipe);
@@ -630,7 +628,6 @@ fn evict_within(
                 (st, chosen)
             };
             let cost = kept.iter().fold(NO_COST, |c, v| with_victim(c, ctx.ssn.snap, v, key));
-            T.with(|t| t.borrow_mut()[5] += within.domain.is_some() as usize);
             return Some((st, cost));
         }
     }
@@ -715,6 +712,3 @@ fn spare_unneeded<'v>(
     }
     attempt(ctx, &chosen).map(|st| (st, chosen))
 }
-
-thread_local! { pub static T: std::cell::RefCell<[usize; 6]> = Default::default(); }
-pub fn dump() { T.with(|t| { eprintln!("tries domain/all, ns domain/all, searches dom, succ {:?}", t.borrow()); *t.borrow_mut() = Default::default(); }); }

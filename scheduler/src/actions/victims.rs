@@ -9,16 +9,16 @@
 //! of the queue that just lost a unit is ranked again. This is the same order as sorting
 //! every candidate and sorting the rest again after each eviction, without doing either.
 
-use std::cell::{OnceCell, RefCell};
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
 use crate::framework::{Framework, VictimKey};
-use crate::ids::{ti_vec, JobId, NodeId, PodId, QueueId, TiVec};
+use crate::ids::{ti_vec, JobId, PodId, QueueId, TiVec};
 use crate::placement::key_resource;
-use crate::snapshot::Level;
 use crate::plugin::{EvictMode, Victim};
 use crate::session::{PodState, Session};
+use crate::snapshot::Level;
 
 /// Eviction units of a running job: its pods above the gang minimum one by one (newest
 /// index first), then all of it. Pods bound by this very cycle are never victims: a binding
@@ -63,13 +63,16 @@ pub struct VictimPool {
     /// Per leaf queue, its units as (job, index in the job's units) in eviction order;
     /// `None` until sorted, and again once a job of the queue loses pods.
     sorted: TiVec<QueueId, Option<Vec<(JobId, usize)>>>,
-    /// Per leaf queue, (node, position in `sorted`) for each node a unit has running pods on,
-    /// ascending, made on the first search inside one domain: which units it looks at.
-    on_nodes: TiVec<QueueId, OnceCell<Vec<(NodeId, usize)>>>,
     /// Per leaf queue, and per topology and level, what its units' pods hold per domain (see
     /// [`VictimOrder::held_per_domain`]), made on first use.
-    held: TiVec<QueueId, RefCell<HashMap<(usize, Level), Rc<Vec<[i64; 2]>>>>>,
+    held: TiVec<QueueId, RefCell<HeldCache>>,
 }
+
+/// Per domain of one level, GPUs and CPU.
+type HeldPerDomain = Vec<[i64; 2]>;
+
+/// Per topology and level, what one queue's units hold per domain.
+type HeldCache = HashMap<(usize, Level), Rc<HeldPerDomain>>;
 
 impl VictimPool {
     /// A pool for `mode` over the jobs that run in each leaf queue.
@@ -80,7 +83,6 @@ impl VictimPool {
             running,
             units: ti_vec![None; jobs],
             sorted: ti_vec![None; queues],
-            on_nodes: ti_vec![OnceCell::new(); queues],
             held: (0..queues).map(|_| RefCell::default()).collect(),
         }
     }
@@ -111,26 +113,9 @@ impl VictimPool {
         }
     }
 
-    /// (node, position) for each node each unit of queue `q` has running pods on, ascending.
-    fn on_nodes(&self, ssn: &Session, q: QueueId) -> &[(NodeId, usize)] {
-        self.on_nodes[q].get_or_init(|| self.nodes_of_units(ssn, self.sorted[q].as_deref().unwrap_or(&[])))
-    }
-
-    fn nodes_of_units(&self, ssn: &Session, order: &[(JobId, usize)]) -> Vec<(NodeId, usize)> {
-        let mut out = Vec::new();
-        for (at, &(j, i)) in order.iter().enumerate() {
-            let mut nodes: Vec<NodeId> = self.unit(j, i).pods.iter().filter_map(|&p| ssn.pod_state[p].running_on()).collect();
-            nodes.sort_unstable();
-            nodes.dedup();
-            out.extend(nodes.into_iter().map(|n| (n, at)));
-        }
-        out.sort_unstable();
-        out
-    }
-
-    /// What the units of queue `q` (those of `skip` excepted) hold per domain of `level` in
-    /// topology `t`, made on first use.
-    fn held(&self, ssn: &Session, q: QueueId, t: usize, level: Level) -> Rc<Vec<[i64; 2]>> {
+    /// What the units of queue `q` hold per domain of `level` in topology `t`, made on first
+    /// use.
+    fn held(&self, ssn: &Session, q: QueueId, t: usize, level: Level) -> Rc<HeldPerDomain> {
         let mut cache = self.held[q].borrow_mut();
         let held = cache.entry((t, level)).or_insert_with(|| {
             let mut sums = vec![[0, 0]; domain_count(ssn, t, level)];
@@ -148,7 +133,7 @@ impl VictimPool {
 
     /// The units of these (prepared) queues, except those of `skip`, in eviction order.
     pub fn order<'p>(&'p self, queues: &[QueueId], skip: JobId) -> VictimOrder<'p> {
-        let heads = queues.iter().map(|&queue| Head { queue, within: None, at: 0, key: None }).collect();
+        let heads = queues.iter().map(|&queue| Head { queue, at: 0, key: None }).collect();
         VictimOrder { pool: self, skip, heads }
     }
 
@@ -159,7 +144,6 @@ impl VictimPool {
             let job = ssn.snap.pods[pod].job;
             self.units[job] = None;
             self.sorted[ssn.snap.jobs[job].queue] = None;
-            self.on_nodes[ssn.snap.jobs[job].queue] = OnceCell::new();
             self.held[ssn.snap.jobs[job].queue].borrow_mut().clear();
         }
     }
@@ -169,24 +153,9 @@ impl VictimPool {
 #[derive(Clone)]
 struct Head {
     queue: QueueId,
-    /// The positions in the queue's list the merge visits, ascending, when it looks inside
-    /// one domain only; every position otherwise.
-    within: Option<Vec<usize>>,
-    /// How far the merge is, in `within` if set, else in the queue's list.
     at: usize,
     /// The key of the unit at `at`, once computed for the current state of the queue.
     key: Option<VictimKey>,
-}
-
-impl Head {
-    /// The position in the queue's list of the unit the head stands on (past the end once
-    /// the visited positions run out).
-    fn position(&self) -> usize {
-        match &self.within {
-            None => self.at,
-            Some(list) => list.get(self.at).copied().unwrap_or(usize::MAX),
-        }
-    }
 }
 
 /// The units of some queues of a [`VictimPool`] in eviction order, taken one at a time
@@ -205,10 +174,10 @@ impl<'p> VictimOrder<'p> {
         let mut best: Option<(usize, VictimKey)> = None;
         for (h, head) in self.heads.iter_mut().enumerate() {
             let list = pool.sorted[head.queue].as_deref().unwrap_or(&[]);
-            while list.get(head.position()).is_some_and(|&(j, _)| j == self.skip) {
+            while list.get(head.at).is_some_and(|&(j, _)| j == self.skip) {
                 head.at += 1;
             }
-            let Some(&(j, i)) = list.get(head.position()) else { continue };
+            let Some(&(j, i)) = list.get(head.at) else { continue };
             let key = *head.key.get_or_insert_with(|| fw.victim_key(ssn, pool.mode, pool.unit(j, i)));
             if best.as_ref().is_none_or(|(_, b)| key < *b) {
                 best = Some((h, key));
@@ -216,7 +185,7 @@ impl<'p> VictimOrder<'p> {
         }
         let (h, _) = best?;
         let head = &mut self.heads[h];
-        let (j, i) = pool.sorted[head.queue].as_deref().expect("listed queues are prepared")[head.position()];
+        let (j, i) = pool.sorted[head.queue].as_deref().expect("listed queues are prepared")[head.at];
         head.at += 1;
         head.key = None;
         Some(pool.unit(j, i))
@@ -228,46 +197,15 @@ impl<'p> VictimOrder<'p> {
         let pool = self.pool;
         self.heads
             .iter()
-            .flat_map(move |h| {
-                let list = pool.sorted[h.queue].as_deref().unwrap_or(&[]);
-                let all = h.within.is_none().then(|| list.iter());
-                let some = h.within.iter().flat_map(move |w| w.iter().map(move |&at| &list[at]));
-                all.into_iter().flatten().chain(some)
-            })
+            .flat_map(move |h| pool.sorted[h.queue].as_deref().unwrap_or(&[]))
             .filter(|&&(j, _)| j != self.skip)
             .map(move |&(j, i)| pool.unit(j, i))
-    }
-
-    /// The same order from where it stands, restricted to units with running pods on `nodes`
-    /// (ascending): the units of a search inside one domain, found without walking the rest.
-    /// It yields those units in the same order as this one would (skipping the others
-    /// changes no queue's state), and is meant for an order not already restricted.
-    pub fn within(&self, ssn: &Session, nodes: &[NodeId]) -> VictimOrder<'p> {
-        let pool = self.pool;
-        let heads = self
-            .heads
-            .iter()
-            .map(|h| {
-                let from = h.position();
-                let on = pool.on_nodes(ssn, h.queue);
-                let mut list: Vec<usize> = Vec::new();
-                for &n in nodes {
-                    let start = on.partition_point(|&(m, _)| m < n);
-                    let here = on[start..].iter().take_while(|&&(m, _)| m == n).map(|&(_, at)| at);
-                    list.extend(here.filter(|&at| at >= from));
-                }
-                list.sort_unstable();
-                list.dedup();
-                Head { queue: h.queue, within: Some(list), at: 0, key: None }
-            })
-            .collect();
-        VictimOrder { pool, skip: self.skip, heads }
     }
 
     /// Per domain of `level` in topology `t` (per node at its node level), the GPUs and CPU
     /// that the pods of the order's units run with there: each pod once, whether it can go
     /// alone or only with its whole job.
-    pub fn held_per_domain(&self, ssn: &Session, t: usize, level: Level) -> Vec<[i64; 2]> {
+    pub fn held_per_domain(&self, ssn: &Session, t: usize, level: Level) -> HeldPerDomain {
         let pool = self.pool;
         let mut sums = vec![[0, 0]; domain_count(ssn, t, level)];
         for h in &self.heads {
@@ -307,11 +245,9 @@ fn add_held(ssn: &Session, units: &[Victim], t: usize, level: Level, sums: &mut 
     let snap = ssn.snap;
     let topo = &snap.topologies[t];
     let keys = [key_resource(snap, true), key_resource(snap, false)];
-    let pods: Vec<PodId> = match units.iter().find(|u| !u.elastic) {
-        Some(whole) => whole.pods.clone(),
-        None => units.iter().map(|u| u.pods[0]).collect(),
-    };
-    for p in pods {
+    let whole = units.iter().find(|u| !u.elastic);
+    let singles = units.iter().filter(|_| whole.is_none()).map(|u| &u.pods[0]);
+    for &p in whole.into_iter().flat_map(|w| &w.pods).chain(singles) {
         let Some(n) = ssn.pod_state[p].running_on() else { continue };
         let at = if level == topo.node_level() { Some(usize::from(n)) } else { topo.domain_of(level, n) };
         if let Some(d) = at {

@@ -77,7 +77,7 @@ fn broken(snap: &Snapshot, out: &CycleOutcome, level: &str, domain: &dyn Fn(usiz
 /// Each action's time in one cycle.
 fn action_times(snap: &Snapshot, config: &SchedulerConfig) -> Vec<(String, Duration)> {
     let mut times = Vec::new();
-    run_cycle_observed(snap, config, &mut |action, took, _| { eprintln!("== {action:?}"); drover_scheduler::actions::dump(); times.push((format!("{action:?}").to_lowercase(), took))});
+    run_cycle_observed(snap, config, &mut |action, took, _| times.push((format!("{action:?}").to_lowercase(), took)));
     times
 }
 
