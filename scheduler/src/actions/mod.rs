@@ -500,7 +500,7 @@ fn evict_for(
         // cost as much as the best domain's.
         let give_up_at = best.map(|(c, _)| c);
         let domain = Within { usable: &inside, domain: Some(nodes), prune: false, give_up_at };
-        if let Some((st, cost)) = evict_within(ctx, job, gang, &mut order.clone(), mode, fits, &domain) {
+        if let Some((st, cost)) = evict_within(ctx, job, gang, &mut order.within(ctx.ssn, nodes), mode, fits, &domain) {
             ctx.ssn.discard(st);
             if best.as_ref().is_none_or(|(c, _)| cost < *c) {
                 best = Some((cost, i));
@@ -510,7 +510,7 @@ fn evict_for(
     let nodes = &ranked[best?.1];
     let inside = |n: NodeId| usable(n) && nodes.binary_search(&n).is_ok();
     let chosen = Within { usable: &inside, domain: Some(nodes), prune: true, give_up_at: None };
-    evict_within(ctx, job, gang, &mut order.clone(), mode, fits, &chosen).map(|(st, _)| st)
+    evict_within(ctx, job, gang, &mut order.within(ctx.ssn, nodes), mode, fits, &chosen).map(|(st, _)| st)
 }
 
 /// What evicting a victim set costs, compared lexicographically: the highest priority taken,

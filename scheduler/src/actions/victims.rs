@@ -9,12 +9,12 @@
 //! of the queue that just lost a unit is ranked again. This is the same order as sorting
 //! every candidate and sorting the rest again after each eviction, without doing either.
 
-use std::cell::RefCell;
+use std::cell::{OnceCell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 
 use crate::framework::{Framework, VictimKey};
-use crate::ids::{ti_vec, JobId, PodId, QueueId, TiVec};
+use crate::ids::{ti_vec, JobId, NodeId, PodId, QueueId, TiVec};
 use crate::placement::key_resource;
 use crate::plugin::{EvictMode, Victim};
 use crate::session::{PodState, Session};
@@ -66,6 +66,10 @@ pub struct VictimPool {
     /// Per leaf queue, and per topology and level, what its units' pods hold per domain (see
     /// [`VictimOrder::held_per_domain`]), made on first use.
     held: TiVec<QueueId, RefCell<HeldCache>>,
+    /// Per node, the jobs with pods bound there when first asked (sorted): a superset of the
+    /// jobs whose units can free it for the rest of the action, as no pod binds there again
+    /// within the cycle.
+    jobs_on: OnceCell<TiVec<NodeId, Vec<JobId>>>,
 }
 
 /// Per domain of one level, GPUs and CPU.
@@ -84,6 +88,7 @@ impl VictimPool {
             units: ti_vec![None; jobs],
             sorted: ti_vec![None; queues],
             held: (0..queues).map(|_| RefCell::default()).collect(),
+            jobs_on: OnceCell::new(),
         }
     }
 
@@ -134,7 +139,7 @@ impl VictimPool {
     /// The units of these (prepared) queues, except those of `skip`, in eviction order.
     pub fn order<'p>(&'p self, queues: &[QueueId], skip: JobId) -> VictimOrder<'p> {
         let heads = queues.iter().map(|&queue| Head { queue, at: 0, key: None }).collect();
-        VictimOrder { pool: self, skip, heads }
+        VictimOrder { pool: self, skip, only: None, heads }
     }
 
     /// Forgets the units of jobs that lost pods in decisions from index `since` on, and the
@@ -164,6 +169,8 @@ struct Head {
 pub struct VictimOrder<'p> {
     pool: &'p VictimPool,
     skip: JobId,
+    /// When set, the only jobs whose units the order yields (sorted).
+    only: Option<Rc<Vec<JobId>>>,
     heads: Vec<Head>,
 }
 
@@ -174,7 +181,7 @@ impl<'p> VictimOrder<'p> {
         let mut best: Option<(usize, VictimKey)> = None;
         for (h, head) in self.heads.iter_mut().enumerate() {
             let list = pool.sorted[head.queue].as_deref().unwrap_or(&[]);
-            while list.get(head.at).is_some_and(|&(j, _)| j == self.skip) {
+            while list.get(head.at).is_some_and(|&(j, _)| !yields(self.skip, &self.only, j)) {
                 head.at += 1;
             }
             let Some(&(j, i)) = list.get(head.at) else { continue };
@@ -198,7 +205,7 @@ impl<'p> VictimOrder<'p> {
         self.heads
             .iter()
             .flat_map(move |h| pool.sorted[h.queue].as_deref().unwrap_or(&[]))
-            .filter(|&&(j, _)| j != self.skip)
+            .filter(|&&(j, _)| yields(self.skip, &self.only, j))
             .map(move |&(j, i)| pool.unit(j, i))
     }
 
@@ -220,12 +227,38 @@ impl<'p> VictimOrder<'p> {
         sums
     }
 
+    /// The same order from where it stands, restricted to the units of jobs with pods on
+    /// `nodes`: the units a search inside one domain looks at, found without ranking the
+    /// rest. Skipping units changes no queue's state, so these come in the same order as in
+    /// this one.
+    pub fn within(&self, ssn: &Session, nodes: &[NodeId]) -> VictimOrder<'p> {
+        let jobs_on = self.pool.jobs_on.get_or_init(|| {
+            let mut on: TiVec<NodeId, Vec<JobId>> = ti_vec![Vec::new(); ssn.snap.nodes.len()];
+            for (p, state) in ssn.pod_state.iter_enumerated() {
+                if let PodState::Bound(n) = *state {
+                    on[n].push(ssn.snap.pods[p].job);
+                }
+            }
+            on.iter_mut().for_each(|jobs| jobs.dedup());
+            on
+        });
+        let mut jobs: Vec<JobId> = nodes.iter().flat_map(|&n| jobs_on[n].iter().copied()).collect();
+        jobs.sort_unstable();
+        jobs.dedup();
+        VictimOrder { only: Some(Rc::new(jobs)), ..self.clone() }
+    }
+
     /// The state of `queue` changed (a unit of it was taken): its head is ranked again.
     pub fn rerank(&mut self, queue: QueueId) {
         for head in self.heads.iter_mut().filter(|h| h.queue == queue) {
             head.key = None;
         }
     }
+}
+
+/// Whether an order skipping `skip` and keeping to `only` yields the units of `job`.
+fn yields(skip: JobId, only: &Option<Rc<Vec<JobId>>>, job: JobId) -> bool {
+    job != skip && only.as_ref().is_none_or(|only| only.binary_search(&job).is_ok())
 }
 
 /// How many domains a level of topology `t` has (nodes, at its node level).
