@@ -125,7 +125,7 @@ fn plan(
     required
         .domains
         .iter()
-        .map(|(_, nodes)| nodes)
+        .map(|&d| required.nodes(ssn.snap, d))
         .filter(|nodes| {
             let mut capacity = Res::zero(need.len());
             nodes.iter().for_each(|&n| capacity.add(&ssn.snap.nodes[n].allocatable));

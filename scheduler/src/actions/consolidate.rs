@@ -63,7 +63,7 @@ fn fragmented(ctx: &mut Ctx, job: JobId, gang: &[PodId]) -> Option<Vec<NodeId>> 
     let usable = usable_nodes(ctx, gang);
     let group = ctx.placer.groups(ctx.ssn.snap, ctx.fw, job);
     let domains = match group.and_then(|g| required_domains(ctx.ssn, &g)) {
-        Some(required) => required.domains.into_iter().map(|(_, nodes)| nodes).collect(),
+        Some(required) => required.domains.iter().map(|&d| required.nodes(ctx.ssn.snap, d)).collect(),
         None => vec![usable.clone()],
     };
     let ssn = &ctx.ssn;

@@ -542,14 +542,14 @@ fn victim_domains(ctx: &Ctx, gang: &[PodId], order: &VictimOrder, required: Requ
         true => ssn.future_of(NodeId::from(d), key).max(0),
         false => ssn.domains.future(t, level, d, class),
     };
-    let mut ranked: Vec<(i64, Vec<NodeId>)> = required
+    let mut ranked: Vec<(i64, usize)> = required
         .domains
-        .into_iter()
-        .map(|(d, nodes)| (future(d) + held[d][class as usize], nodes))
-        .filter(|(f, _)| *f >= need)
+        .iter()
+        .map(|&d| (future(d) + held[d][class as usize], d))
+        .filter(|&(f, _)| f >= need)
         .collect();
-    ranked.sort_by_key(|r| std::cmp::Reverse(r.0));
-    ranked.into_iter().take(MAX_VICTIM_DOMAINS).map(|(_, d)| d).collect()
+    ranked.sort_by_key(|&(f, d)| (std::cmp::Reverse(f), d));
+    ranked.into_iter().take(MAX_VICTIM_DOMAINS).map(|(_, d)| required.nodes(ssn.snap, d)).collect()
 }
 
 /// The resource a gang's placement is keyed by: GPUs when it asks for any, else CPU.

@@ -105,8 +105,19 @@ pub struct RequiredDomains {
     pub topology: usize,
     /// The level (the topology's node level when it requires one node).
     pub level: Level,
-    /// Each domain: its index at the level (the node's, at the node level) and its nodes.
-    pub domains: Vec<(usize, Vec<NodeId>)>,
+    /// Each domain's index at the level (the node's, at the node level).
+    pub domains: Vec<usize>,
+}
+
+impl RequiredDomains {
+    /// The nodes of one of the domains, ascending.
+    pub fn nodes(&self, snap: &Snapshot, domain: usize) -> Vec<NodeId> {
+        let topo = &snap.topologies[self.topology];
+        match self.level == topo.node_level() {
+            true => vec![NodeId::from(domain)],
+            false => topo.domains[self.level][domain].nodes.clone(),
+        }
+    }
 }
 
 /// The domains of the group's required level that could hold it (only the one its running
@@ -116,10 +127,10 @@ pub fn required_domains(ssn: &Session, g: &Group) -> Option<RequiredDomains> {
     let snap = ssn.snap;
     let topo = &snap.topologies[g.topology];
     let domains = match pin(ssn, g) {
-        Some(Place::Domain(_, d)) => vec![(d, topo.domains[level][d].nodes.clone())],
-        Some(Place::Node(n)) => vec![(usize::from(n), vec![n])],
-        _ if level == topo.node_level() => snap.nodes.keys().map(|n| (usize::from(n), vec![n])).collect(),
-        _ => topo.domains[level].iter().enumerate().map(|(d, domain)| (d, domain.nodes.clone())).collect(),
+        Some(Place::Domain(_, d)) => vec![d],
+        Some(Place::Node(n)) => vec![usize::from(n)],
+        _ if level == topo.node_level() => snap.nodes.keys().map(usize::from).collect(),
+        _ => (0..topo.domains[level].len()).collect(),
     };
     Some(RequiredDomains { topology: g.topology, level, domains })
 }
