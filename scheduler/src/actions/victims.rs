@@ -63,8 +63,9 @@ pub struct VictimPool {
     /// Per leaf queue, its units as (job, index in the job's units) in eviction order;
     /// `None` until sorted, and again once a job of the queue loses pods.
     sorted: TiVec<QueueId, Option<Vec<(JobId, usize)>>>,
-    /// Per leaf queue, and per topology and level, what its units' pods hold per domain (see
-    /// [`VictimOrder::held_per_domain`]), made on first use.
+    /// Per leaf queue, and per topology and level, what its pods bound before the cycle hold
+    /// per domain (see [`VictimOrder::held_per_domain`]), made on first use and kept as pods
+    /// are evicted.
     held: TiVec<QueueId, RefCell<HeldCache>>,
     /// Per node, the jobs with pods bound there when first asked (sorted): a superset of the
     /// jobs whose units can free it for the rest of the action, as no pod binds there again
@@ -118,14 +119,14 @@ impl VictimPool {
         }
     }
 
-    /// What the units of queue `q` hold per domain of `level` in topology `t`, made on first
-    /// use.
+    /// What the pods of queue `q` bound before the cycle hold per domain of `level` in
+    /// topology `t`, made on first use.
     fn held(&self, ssn: &Session, q: QueueId, t: usize, level: Level) -> Rc<HeldPerDomain> {
         let mut cache = self.held[q].borrow_mut();
         let held = cache.entry((t, level)).or_insert_with(|| {
             let mut sums = vec![[0, 0]; domain_count(ssn, t, level)];
             for &j in &self.running[q] {
-                add_held(ssn, self.units[j].as_deref().unwrap_or(&[]), t, level, &mut sums, 1);
+                add_bound(ssn, bound_pods(ssn, j), (t, level), &mut sums, 1);
             }
             Rc::new(sums)
         });
@@ -149,7 +150,11 @@ impl VictimPool {
             let job = ssn.snap.pods[pod].job;
             self.units[job] = None;
             self.sorted[ssn.snap.jobs[job].queue] = None;
-            self.held[ssn.snap.jobs[job].queue].borrow_mut().clear();
+            // Victims are pods bound before the cycle, now releasing their nodes.
+            let PodState::Releasing(n) = ssn.pod_state[pod] else { continue };
+            for (&(t, level), sums) in self.held[ssn.snap.jobs[job].queue].borrow_mut().iter_mut() {
+                add_bound(ssn, [(pod, n)], (t, level), Rc::<HeldPerDomain>::make_mut(sums), -1);
+            }
         }
     }
 }
@@ -210,8 +215,8 @@ impl<'p> VictimOrder<'p> {
     }
 
     /// Per domain of `level` in topology `t` (per node at its node level), the GPUs and CPU
-    /// that the pods of the order's units run with there: each pod once, whether it can go
-    /// alone or only with its whole job.
+    /// that the pods of the order's queues bound before the cycle (those of the skipped job
+    /// excepted) run with there: what its units could free, at most.
     pub fn held_per_domain(&self, ssn: &Session, t: usize, level: Level) -> HeldPerDomain {
         let pool = self.pool;
         let mut sums = vec![[0, 0]; domain_count(ssn, t, level)];
@@ -221,7 +226,7 @@ impl<'p> VictimOrder<'p> {
                 total[1] += held[1];
             }
             if ssn.snap.jobs[self.skip].queue == h.queue {
-                add_held(ssn, pool.units[self.skip].as_deref().unwrap_or(&[]), t, level, &mut sums, -1);
+                add_bound(ssn, bound_pods(ssn, self.skip), (t, level), &mut sums, -1);
             }
         }
         sums
@@ -271,17 +276,28 @@ fn domain_count(ssn: &Session, t: usize, level: Level) -> usize {
     }
 }
 
-/// Adds (`sign` 1) or takes away (-1) the GPUs and CPU that the running pods of one job's
-/// `units` hold, per domain of `level`: the pods of its whole-job unit, else of its single
-/// units.
-fn add_held(ssn: &Session, units: &[Victim], t: usize, level: Level, sums: &mut [[i64; 2]], sign: i64) {
+/// The pods of a job bound before the cycle and still running, with their nodes.
+fn bound_pods<'a>(ssn: &'a Session, job: JobId) -> impl Iterator<Item = (PodId, NodeId)> + 'a {
+    let tasks = ssn.snap.jobs[job].tasks.iter();
+    tasks.flat_map(|t| t.pods.iter()).filter_map(|&p| match ssn.pod_state[p] {
+        PodState::Bound(n) => Some((p, n)),
+        _ => None,
+    })
+}
+
+/// Adds (`sign` 1) or takes away (-1) the GPUs and CPU of `pods` (on their nodes) per domain
+/// of `level` in topology `t`.
+fn add_bound(
+    ssn: &Session,
+    pods: impl IntoIterator<Item = (PodId, NodeId)>,
+    (t, level): (usize, Level),
+    sums: &mut [[i64; 2]],
+    sign: i64,
+) {
     let snap = ssn.snap;
     let topo = &snap.topologies[t];
     let keys = [key_resource(snap, true), key_resource(snap, false)];
-    let whole = units.iter().find(|u| !u.elastic);
-    let singles = units.iter().filter(|_| whole.is_none()).map(|u| &u.pods[0]);
-    for &p in whole.into_iter().flat_map(|w| &w.pods).chain(singles) {
-        let Some(n) = ssn.pod_state[p].running_on() else { continue };
+    for (p, n) in pods {
         let at = if level == topo.node_level() { Some(usize::from(n)) } else { topo.domain_of(level, n) };
         if let Some(d) = at {
             let req = ssn.requests(p);
