@@ -73,25 +73,59 @@ pub struct Placer {
     /// Per group shape: the session version at which no domain held it, and its explanation
     /// once made (groups that fail alike fail in a row).
     topology_misses: HashMap<topology::ShapeKey, (u64, Option<String>)>,
-    /// Per topology and task constraints, the idle slots of each domain for each request.
-    slot_sums: HashMap<(usize, usize), Vec<slot_sums::SlotSums>>,
+    /// Per topology and task constraints, per request: the idle slots of each domain.
+    slot_sums: HashMap<(usize, usize), Vec<ShapeSums>>,
+    /// How many shapes have their sums made this cycle.
+    slot_sums_made: usize,
+}
+
+/// At most this many request shapes a cycle get idle-slot sums.
+const MAX_SLOT_SUMS: usize = 64;
+
+/// One request shape's idle-slot sums, and until they are made, how many nodes counting its
+/// places one by one has walked.
+struct ShapeSums {
+    req: Res,
+    walked: usize,
+    sums: Option<slot_sums::SlotSums>,
 }
 
 impl Placer {
     /// The idle slots of topology `t`'s domains for pods asking `req` under `feasibility`,
-    /// up to date with the session.
-    fn slot_sums(&mut self, ssn: &Session, t: usize, feasibility: &Rc<Feasibility>, req: &Res) -> &slot_sums::SlotSums {
+    /// up to date with the session, once they are worth keeping; `None` before, and then the
+    /// caller counts the `walk` nodes of its place one by one. They are made once a shape's
+    /// counting has walked as many nodes as the cluster has (so a shape asked about a few
+    /// times costs what counting costs), for at most [`MAX_SLOT_SUMS`] shapes a cycle (so
+    /// requests of every size cost memory in proportion).
+    fn slot_sums(
+        &mut self,
+        ssn: &Session,
+        t: usize,
+        feasibility: &Rc<Feasibility>,
+        req: &Res,
+        walk: usize,
+    ) -> Option<&slot_sums::SlotSums> {
         let topo = &ssn.snap.topologies[t];
         let list = self.slot_sums.entry((t, Rc::as_ptr(feasibility) as usize)).or_default();
-        let at = match list.iter().position(|s| s.is_for(feasibility, req)) {
+        let at = match list.iter().position(|s| s.req == *req) {
             Some(at) => at,
             None => {
-                list.push(slot_sums::SlotSums::new(ssn, topo, feasibility.clone(), req));
+                list.push(ShapeSums { req: req.clone(), walked: 0, sums: None });
                 list.len() - 1
             }
         };
-        list[at].catch_up(ssn, topo);
-        &list[at]
+        let shape = &mut list[at];
+        if shape.sums.is_none() {
+            shape.walked += walk;
+            if shape.walked < ssn.snap.nodes.len() || self.slot_sums_made == MAX_SLOT_SUMS {
+                return None;
+            }
+            self.slot_sums_made += 1;
+            shape.sums = Some(slot_sums::SlotSums::new(ssn, topo, feasibility.clone(), req));
+        }
+        let sums = shape.sums.as_mut().expect("made above");
+        sums.catch_up(ssn, topo);
+        Some(sums)
     }
 
     /// The groups a job's pods are placed by, when a topology applies to it.

@@ -36,11 +36,6 @@ impl SlotSums {
         sums
     }
 
-    /// Whether these are the sums for pods asking `req` under `feasibility`.
-    pub fn is_for(&self, feasibility: &Rc<Feasibility>, req: &Res) -> bool {
-        Rc::ptr_eq(&self.feasibility, feasibility) && self.req == *req
-    }
-
     /// Brings the sums up to date with the session: node by node for the nodes changed since
     /// the last call, or all over again when more changes than nodes were made.
     pub fn catch_up(&mut self, ssn: &Session, topo: &Topology) {
@@ -86,5 +81,149 @@ impl SlotSums {
             let Some(d) = topo.domain_of(level, n) else { break };
             sums[d] += delta;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use drover_api::{ResourceList, CPU, GPU, PODS};
+
+    use super::*;
+    use crate::ids::JobId;
+    use crate::session::{EvictReason, Statement};
+    use crate::snapshot::{
+        self, Constraints, JobInput, JobPhase, LevelInput, NodeInput, PodPhaseInput, QueueInput, QueueingStrategy,
+        Snapshot, TaskInput, TopologyInput,
+    };
+
+    fn resources(gpu: i64, cpu: i64) -> ResourceList {
+        ResourceList(BTreeMap::from([(GPU.to_string(), gpu), (CPU.to_string(), cpu), (PODS.to_string(), 110)]))
+    }
+
+    /// Six 8-GPU nodes in two blocks of racks (one node without labels); a job of 12 two-GPU
+    /// pods, the first 8 bound two per node.
+    fn cluster() -> Snapshot {
+        let place = [("b1", "r1"), ("b1", "r1"), ("b1", "r2"), ("b2", "r3"), ("b2", "r3"), ("", "")];
+        let nodes: Vec<NodeInput> = place
+            .iter()
+            .enumerate()
+            .map(|(i, (block, rack))| {
+                let labels = match block.is_empty() {
+                    true => BTreeMap::new(),
+                    false => BTreeMap::from([("block".into(), block.to_string()), ("rack".into(), rack.to_string())]),
+                };
+                NodeInput {
+                    name: format!("n{i}"),
+                    allocatable: resources(8, 64_000),
+                    labels,
+                    taints: Vec::new(),
+                    unschedulable: false,
+                }
+            })
+            .collect();
+        let mut pods: Vec<PodPhaseInput> = (0..8).map(|i| PodPhaseInput::Bound(format!("n{}", i / 2))).collect();
+        pods.resize(12, PodPhaseInput::Pending);
+        let job = JobInput {
+            name: "j".into(),
+            namespace: "ns".into(),
+            queue: "team".into(),
+            priority_class: "train".into(),
+            priority: 0,
+            preemptible: true,
+            min_member: 1,
+            min_resources: None,
+            created_at: 0,
+            phase: JobPhase::Running,
+            tasks: vec![TaskInput {
+                name: "w".into(),
+                min_available: 0,
+                requests: resources(2, 4_000),
+                constraints: Constraints::default(),
+                pods,
+                topology: None,
+                slices: None,
+            }],
+            run_time: None,
+            ends_at: None,
+            preempted_at: None,
+            topology: None,
+        };
+        let queue = QueueInput {
+            name: "team".into(),
+            parent: None,
+            deserved: ResourceList::default(),
+            limit: None,
+            over_quota_weight: 1,
+            reclaimable: true,
+            strategy: QueueingStrategy::BestEffortFifo,
+        };
+        let topology = TopologyInput {
+            name: "default".into(),
+            levels: vec![
+                LevelInput { name: "block".into(), node_label: "block".into() },
+                LevelInput { name: "rack".into(), node_label: "rack".into() },
+            ],
+        };
+        snapshot::build_with_topologies(&nodes, &[queue], &[topology], &[job]).expect("a valid cluster")
+    }
+
+    /// Every node allowed but n4.
+    fn all_but_n4(snap: &Snapshot) -> Rc<Feasibility> {
+        let excluded: TiVec<NodeId, Option<usize>> =
+            snap.nodes.keys().map(|n| (snap.nodes[n].name == "n4").then_some(0)).collect();
+        let nodes = snap.nodes.keys().filter(|&n| excluded[n].is_none()).collect();
+        Rc::new(Feasibility { excluded, reasons: vec!["excluded".into()], nodes, pools: vec![0] })
+    }
+
+    /// The sums must equal each domain's allowed nodes' idle slots counted one by one.
+    fn assert_exact(sums: &SlotSums, ssn: &Session, feasibility: &Feasibility, req: &Res, when: &str) {
+        let topo = &ssn.snap.topologies[0];
+        for (level, domains) in topo.domains.iter().enumerate() {
+            for (d, domain) in domains.iter().enumerate() {
+                let allowed = domain.nodes.iter().filter(|&&n| feasibility.ok(n));
+                let direct: i64 = allowed.map(|&n| ssn.idle_slots(n, req, None)).sum();
+                assert_eq!(sums.domain(level, d), direct, "{when}: level {level}, domain {}", domain.name);
+            }
+        }
+    }
+
+    #[test]
+    fn sums_follow_every_change_and_undo() {
+        let snap = cluster();
+        let topo = &snap.topologies[0];
+        let mut ssn = Session::open(&snap);
+        let feasibility = all_but_n4(&snap);
+        let req = snap.jobs[JobId(0)].tasks[0].requests.clone();
+        let mut sums = SlotSums::new(&ssn, topo, feasibility.clone(), &req);
+        assert_exact(&sums, &ssn, &feasibility, &req, "at the start");
+        let node = |name: &str| snap.nodes.keys().find(|&n| snap.nodes[n].name == name).expect("a node");
+        let pods = &snap.jobs[JobId(0)].tasks[0].pods;
+
+        let mut st = Statement::new();
+        ssn.allocate(&mut st, pods[8], node("n4"));
+        ssn.allocate(&mut st, pods[9], node("n3"));
+        ssn.evict(&mut st, pods[0], EvictReason::Preempt, JobId(0));
+        ssn.pipeline(&mut st, pods[10], node("n0"));
+        sums.catch_up(&ssn, topo);
+        assert_exact(&sums, &ssn, &feasibility, &req, "after placing, evicting and pipelining");
+
+        ssn.discard(st);
+        sums.catch_up(&ssn, topo);
+        assert_exact(&sums, &ssn, &feasibility, &req, "after undoing them");
+
+        // More changes than nodes: the sums are made again.
+        let mut st = Statement::new();
+        for (i, &pod) in pods[8..12].iter().enumerate() {
+            ssn.allocate(&mut st, pod, node(&format!("n{}", i + 2)));
+        }
+        for &pod in &pods[2..6] {
+            ssn.evict(&mut st, pod, EvictReason::Reclaim, JobId(0));
+        }
+        assert!(ssn.changed_nodes.len() - sums.seen > snap.nodes.len());
+        sums.catch_up(&ssn, topo);
+        assert_exact(&sums, &ssn, &feasibility, &req, "after many changes");
+        assert_eq!(sums.node(node("n4")), 0, "an excluded node has no slots");
     }
 }

@@ -415,35 +415,37 @@ impl<'a, 'c, 's> Placing<'a, 'c, 's> {
         let freed = self.freeing.get(&(t, place)).map_or(&[][..], |f| &f.nodes[..]);
         let ok = |n: &&NodeId| need.feasibility.ok(**n);
         match (place, self.avail) {
-            (Place::Domain(level, d), Avail::Idle(None) | Avail::Future(_)) if summable => {
-                let sums = self.placer.slot_sums(self.ssn, t, &need.feasibility, req);
-                let gained: i64 = freed.iter().filter(ok).map(|&n| self.ssn.future_slots(n, req) - sums.node(n)).sum();
-                sums.domain(level, d) + gained
-            }
             (Place::Domain(..), Avail::Releasing(_)) if summable => {
-                freed.iter().filter(ok).map(|&n| self.ssn.future_slots(n, req)).sum()
+                return freed.iter().filter(ok).map(|&n| self.ssn.future_slots(n, req)).sum();
             }
-            _ => {
-                let nodes = nodes_of(snap, topo, place);
-                let per_node = nodes
-                    .iter()
-                    .filter(|&&n| need.feasibility.ok(n) && in_scope(snap, scope, n))
-                    .map(|&n| (n, self.slots(n, req)));
-                match sliced {
-                    Some((size, level)) => {
-                        let mut by_slice: Vec<(Place, i64)> = Vec::new();
-                        for (n, k) in per_node {
-                            let Some(slice) = place_at(topo, level, n) else { continue };
-                            match by_slice.iter_mut().find(|(p, _)| *p == slice) {
-                                Some((_, c)) => *c += k,
-                                None => by_slice.push((slice, k)),
-                            }
-                        }
-                        by_slice.iter().map(|(_, c)| c / size * size).sum()
-                    }
-                    None => per_node.map(|(_, k)| k).sum(),
+            (Place::Domain(level, d), Avail::Idle(None) | Avail::Future(_)) if summable => {
+                let walk = topo.domains[level][d].nodes.len();
+                if let Some(sums) = self.placer.slot_sums(self.ssn, t, &need.feasibility, req, walk) {
+                    let gained: i64 =
+                        freed.iter().filter(ok).map(|&n| self.ssn.future_slots(n, req) - sums.node(n)).sum();
+                    return sums.domain(level, d) + gained;
                 }
             }
+            _ => {}
+        }
+        let nodes = nodes_of(snap, topo, place);
+        let per_node = nodes
+            .iter()
+            .filter(|&&n| need.feasibility.ok(n) && in_scope(snap, scope, n))
+            .map(|&n| (n, self.slots(n, req)));
+        match sliced {
+            Some((size, level)) => {
+                let mut by_slice: Vec<(Place, i64)> = Vec::new();
+                for (n, k) in per_node {
+                    let Some(slice) = place_at(topo, level, n) else { continue };
+                    match by_slice.iter_mut().find(|(p, _)| *p == slice) {
+                        Some((_, c)) => *c += k,
+                        None => by_slice.push((slice, k)),
+                    }
+                }
+                by_slice.iter().map(|(_, c)| c / size * size).sum()
+            }
+            None => per_node.map(|(_, k)| k).sum(),
         }
     }
 
