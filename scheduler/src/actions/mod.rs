@@ -489,28 +489,35 @@ fn evict_for(
     let group = ctx.placer.groups(ctx.ssn.snap, ctx.fw, job);
     let Some(required) = group.and_then(|g| required_domains(ctx.ssn, &g)) else {
         let all = Within { usable: &usable, domain: None, prune: true, give_up_at: None };
-        return evict_within(ctx, job, gang, order, mode, fits, &all).map(|(st, _)| st);
+        return evict_within(ctx, job, gang, order, mode, fits, &all).map(|(st, ..)| st);
     };
     let ranked = victim_domains(ctx, gang, order, required);
-    let mut best: Option<(EvictionCost, usize)> = None;
+    let mut best: Option<(EvictionCost, usize, Vec<&Victim>)> = None;
     for (i, nodes) in ranked.iter().enumerate() {
         let inside = |n: NodeId| usable(n) && nodes.binary_search(&n).is_ok();
         // Domains are compared by the victims their search takes; only the chosen one's set
         // is pruned (pruning tries the gang once per victim). A search stops once its victims
         // cost as much as the best domain's.
-        let give_up_at = best.map(|(c, _)| c);
+        let give_up_at = best.as_ref().map(|(c, ..)| *c);
         let domain = Within { usable: &inside, domain: Some(nodes), prune: false, give_up_at };
-        if let Some((st, cost)) = evict_within(ctx, job, gang, &mut order.within(ctx.ssn, nodes), mode, fits, &domain) {
+        let found = evict_within(ctx, job, gang, &mut order.within(ctx.ssn, nodes), mode, fits, &domain);
+        if let Some((st, cost, victims)) = found {
             ctx.ssn.discard(st);
-            if best.as_ref().is_none_or(|(c, _)| cost < *c) {
-                best = Some((cost, i));
+            if best.as_ref().is_none_or(|(c, ..)| cost < *c) {
+                best = Some((cost, i, victims));
             }
         }
     }
-    let nodes = &ranked[best?.1];
-    let inside = |n: NodeId| usable(n) && nodes.binary_search(&n).is_ok();
-    let chosen = Within { usable: &inside, domain: Some(nodes), prune: true, give_up_at: None };
-    evict_within(ctx, job, gang, &mut order.within(ctx.ssn, nodes), mode, fits, &chosen).map(|(st, _)| st)
+    let (_, i, victims) = best?;
+    spare_unneeded(ctx, gang, victims, (evict_reason(mode), job), fits, Some(&ranked[i])).map(|(st, _)| st)
+}
+
+/// Why pods evicted by `mode` go.
+fn evict_reason(mode: EvictMode) -> EvictReason {
+    match mode {
+        EvictMode::Preempt => EvictReason::Preempt,
+        EvictMode::Reclaim => EvictReason::Reclaim,
+    }
 }
 
 /// What evicting a victim set costs, compared lexicographically: the highest priority taken,
@@ -571,24 +578,22 @@ struct Within<'w> {
 }
 
 /// Evicts units in `order` on nodes `within` allows until the gang fits, spares those that
-/// turn out unnecessary (when it prunes), and returns the statement and what it costs. A
+/// turn out unnecessary (when it prunes), and returns the statement, what it costs and the
+/// units it takes. A
 /// unit's queue is ranked again after each eviction from it (in reclaim, a queue that drops
 /// below its fair share stops coming first). Within one domain, the gang is tried only once
 /// the domain could hold it by count (see [`DomainRoom`]).
-fn evict_within(
+fn evict_within<'p>(
     ctx: &mut Ctx,
     job: JobId,
     gang: &[PodId],
-    order: &mut VictimOrder,
+    order: &mut VictimOrder<'p>,
     mode: EvictMode,
     fits: &dyn Fn(&Ctx) -> bool,
     within: &Within,
-) -> Option<(Statement, EvictionCost)> {
+) -> Option<(Statement, EvictionCost, Vec<&'p Victim>)> {
     let usable = within.usable;
-    let reason = match mode {
-        EvictMode::Preempt => EvictReason::Preempt,
-        EvictMode::Reclaim => EvictReason::Reclaim,
-    };
+    let reason = evict_reason(mode);
     let mut room = within.domain.map(|nodes| DomainRoom::new(ctx.ssn, gang, nodes, usable));
     let key = key_resource(ctx.ssn, gang);
     let mut cost = NO_COST;
@@ -628,7 +633,7 @@ fn evict_within(
                 (st, chosen)
             };
             let cost = kept.iter().fold(NO_COST, |c, v| with_victim(c, ctx.ssn.snap, v, key));
-            return Some((st, cost));
+            return Some((st, cost, kept));
         }
     }
     ctx.ssn.discard(st);
