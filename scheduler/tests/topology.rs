@@ -301,6 +301,35 @@ fn preemption_evicts_inside_one_rack_the_fewest() {
     assert!(at.iter().all(|n| n.starts_with("r2-")), "{at:?}");
 }
 
+/// Two racks of two 4-GPU nodes, each rack with one node of priority-70 work and one of
+/// priority-30 work: a priority-65 gang of 2 x 4 GPUs that requires one rack finds no rack to
+/// free, but the same gang without topology, after it in the queue, still preempts the two
+/// priority-30 pods (a failure under a rack requirement says nothing of a gang without one).
+#[test]
+fn a_gang_that_finds_no_rack_does_not_stop_a_gang_without_topology() {
+    let mut nodes = Vec::new();
+    let mut jobs = Vec::new();
+    for r in ["r1", "r2"] {
+        nodes.push(node(&format!("{r}-0"), 4, "b1", r));
+        nodes.push(node(&format!("{r}-1"), 4, "b1", r));
+        jobs.push(job(&format!("high-{r}"), 1, 4, 1, &[&format!("{r}-0")], 70));
+        jobs.push(job(&format!("low-{r}"), 1, 4, 1, &[&format!("{r}-1")], 30));
+    }
+    let mut racked = job("racked", 2, 4, 2, &[], 65);
+    racked.topology = request(Some("rack"), None);
+    racked.created_at = 10;
+    jobs.push(racked);
+    let mut anywhere = job("anywhere", 2, 4, 2, &[], 65);
+    anywhere.created_at = 20;
+    jobs.push(anywhere);
+    let (snap, out) = run(&nodes, &jobs);
+    assert!(placed(&snap, &out, "racked").is_empty());
+    let mut at = placed(&snap, &out, "anywhere");
+    at.sort();
+    assert_eq!(at, ["r1-1", "r2-1"], "{}", reason(&snap, &out, "anywhere"));
+    assert_eq!(out.decisions.evictions.len(), 2);
+}
+
 /// A gang that requires one rack reserves the nodes of the rack where it starts soonest, not
 /// the two nodes anywhere that free first: r1-a frees at 10 and r2-a at 20 (together the
 /// soonest pair), but r2 frees both nodes at 30 and r1 only at 100.

@@ -23,9 +23,10 @@ use std::rc::Rc;
 use crate::node_index::Class;
 use crate::placement::topology::{required_domains, Placing, RequiredDomains};
 use crate::placement::{Avail, Feasibility, Placer};
+use crate::res::Res;
 use crate::reservation::Reservations;
 use crate::session::{EvictReason, PodState, Session, Statement};
-use crate::snapshot::{JobId, JobPhase, NodeId, PodId, QueueId, QueueingStrategy, ROOT};
+use crate::snapshot::{JobId, JobPhase, Level, NodeId, PodId, QueueId, QueueingStrategy, ROOT};
 
 /// Everything an action works with.
 pub struct Ctx<'a, 's> {
@@ -352,6 +353,32 @@ pub fn fits_without_eviction(ctx: &mut Ctx, pods: &[PodId], fits: &dyn Fn(&Ctx) 
         }
         None => false,
     }
+}
+
+/// A request of a queue that found no room in an action: later requests of the queue at
+/// least as large are not tried again, unless they may spread where it could not (it had to
+/// fit inside one domain of a level they do not require).
+#[derive(Clone)]
+pub struct NoRoom {
+    need: Res,
+    required: Option<(usize, Level)>,
+}
+
+impl NoRoom {
+    /// `job`'s request of `need` found no room.
+    pub fn new(ctx: &mut Ctx, job: JobId, need: Res) -> NoRoom {
+        NoRoom { need, required: required_level(ctx, job) }
+    }
+
+    /// Whether `job`'s request of `need` would find none either.
+    pub fn covers(&self, ctx: &mut Ctx, job: JobId, need: &Res) -> bool {
+        self.need.fits_in(need) && (self.required.is_none() || self.required == required_level(ctx, job))
+    }
+}
+
+/// The topology level a job's gang must fit inside one domain of, if any.
+fn required_level(ctx: &mut Ctx, job: JobId) -> Option<(usize, Level)> {
+    ctx.placer.groups(ctx.ssn.snap, ctx.fw, job).and_then(|g| g.required_level())
 }
 
 /// Evicts units in `order` that make room for `pods` of `job` (its gang, or one elastic

@@ -5,9 +5,10 @@
 //! idle capacity, and in a StrictFIFO queue only for the first waiting job; the group is then
 //! pipelined onto the capacity being freed and bound in a later cycle.
 
-use super::{evicting_jobs, fits_without_eviction, jobs_by_queue, make_room, shortfall, starving, Ctx, VictimPool};
+use super::{
+    evicting_jobs, fits_without_eviction, jobs_by_queue, make_room, shortfall, starving, Ctx, NoRoom, VictimPool,
+};
 use crate::plugin::{EvictMode, ShareBound, Victim};
-use crate::res::Res;
 
 /// Runs the action.
 pub fn run(ctx: &mut Ctx) {
@@ -16,7 +17,7 @@ pub fn run(ctx: &mut Ctx) {
     let running = jobs_by_queue(ctx, |j| ctx.ssn.job_running[j] > 0);
     let mut pool = VictimPool::new(EvictMode::Preempt, running, snap.jobs.len());
     for (q, jobs) in starving_jobs.iter_enumerated() {
-        let mut failed: Option<(Res, i32)> = None;
+        let mut failed: Option<(NoRoom, i32)> = None;
         for &job in jobs {
             if !starving(ctx, job) {
                 continue;
@@ -24,7 +25,7 @@ pub fn run(ctx: &mut Ctx) {
             let gang = ctx.ssn.gang_pods(job);
             let need = ctx.ssn.sum_requests(&gang);
             let priority = snap.jobs[job].priority;
-            if failed.as_ref().is_some_and(|(r, p)| r.fits_in(&need) && priority <= *p) {
+            if failed.as_ref().is_some_and(|(f, p)| priority <= *p && f.covers(ctx, job, &need)) {
                 continue;
             }
             let fits = |c: &Ctx| c.fw.allocatable(c.ssn, job, &need, ShareBound::Idle).is_ok();
@@ -35,13 +36,13 @@ pub fn run(ctx: &mut Ctx) {
             pool.prepare(ctx.ssn, ctx.fw, &queues);
             let order = pool.order(&queues, job);
             if !order.units().any(|v| ctx.fw.may_evict(ctx.ssn, EvictMode::Preempt, job, v).is_ok()) {
-                failed = Some((need, priority));
+                failed = Some((NoRoom::new(ctx, job, need), priority));
                 continue;
             }
             let failure = |c: &mut Ctx, victims: &[&Victim]| shortfall(c, &gang, victims, "preempt");
             match make_room(ctx, job, &gang, order, EvictMode::Preempt, &fits, &failure) {
                 Some(since) => pool.forget_evicted(ctx.ssn, since),
-                None => failed = Some((need, priority)),
+                None => failed = Some((NoRoom::new(ctx, job, need), priority)),
             }
         }
     }

@@ -16,7 +16,7 @@ use crate::snapshot::{JobId, PodId, QueueId, ROOT};
 
 use super::{
     append_reason, elastic_evicting_jobs, elastic_waiting, evicting_jobs, fits_without_eviction, jobs_by_queue,
-    make_room, serve_in_queue_order, shortfall, starving, Ctx, VictimPool,
+    make_room, serve_in_queue_order, shortfall, starving, Ctx, NoRoom, VictimPool,
 };
 
 /// Runs the action: first for gang minimums, then for elastic pods.
@@ -40,8 +40,8 @@ pub fn run(ctx: &mut Ctx) {
 struct Reclaim {
     /// The units other queues may lose.
     pool: VictimPool,
-    /// Per queue, a request that found no room: larger ones are not tried again.
-    failed: TiVec<QueueId, Option<Res>>,
+    /// Per queue, a request that found no room (see [`NoRoom`]).
+    failed: TiVec<QueueId, Option<NoRoom>>,
 }
 
 /// Serves the jobs listed per queue that still `want` room, most deprived queue first, each
@@ -66,7 +66,7 @@ fn attempt<'s>(ctx: &mut Ctx<'_, 's>, state: &mut Reclaim, job: JobId, pods: &[P
     let snap = ctx.ssn.snap;
     let q = snap.jobs[job].queue;
     let need = ctx.ssn.sum_requests(pods);
-    if state.failed[q].as_ref().is_some_and(|r| r.fits_in(&need)) {
+    if state.failed[q].as_ref().is_some_and(|f| f.covers(ctx, job, &need)) {
         return;
     }
     let fits = |c: &Ctx| c.fw.allocatable(c.ssn, job, &need, ShareBound::FairShare).is_ok();
@@ -99,14 +99,14 @@ fn attempt<'s>(ctx: &mut Ctx<'_, 's>, state: &mut Reclaim, job: JobId, pods: &[P
     if !order.units().any(|v| ctx.fw.may_evict(ctx.ssn, EvictMode::Reclaim, job, v).map_err(&mut refused).is_ok()) {
         let why = no_victims(ctx, job, &need, furthest);
         append_reason(ctx, job, &why);
-        state.failed[q] = Some(need);
+        state.failed[q] = Some(NoRoom::new(ctx, job, need));
         return;
     }
     let failure = |c: &mut Ctx, victims: &[&Victim]| shortfall(c, pods, victims, "reclaim");
     let outcome = make_room(ctx, job, pods, order, EvictMode::Reclaim, &fits, &failure);
     match outcome {
         Some(since) => state.pool.forget_evicted(ctx.ssn, since),
-        None => state.failed[q] = Some(need),
+        None => state.failed[q] = Some(NoRoom::new(ctx, job, need)),
     }
 }
 

@@ -56,6 +56,11 @@ impl Group {
     pub fn asks_for_placement(&self) -> bool {
         self.required.is_some() || self.preferred.is_some() || !self.inner.is_empty()
     }
+
+    /// The topology and level the whole group must fit inside one domain of, if any.
+    pub fn required_level(&self) -> Option<(usize, Level)> {
+        self.required.map(|level| (self.topology, level))
+    }
 }
 
 /// The groups a job's pods are placed by, when a topology applies to it: its own request and
