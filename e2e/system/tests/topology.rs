@@ -326,12 +326,19 @@ async fn a_preempting_gangs_domain_survives_a_leader_kill() {
             lease_holder(&client, "drover-scheduler").await.filter(|h| *h != leader)
         })
         .await;
+    eprintln!("killed the leader {leader} while the victims were stopping; {successor} leads");
     // Many cycles of the new leader (0.2 s each) with the victims still stopping: it keeps the
-    // gang waiting for r1, binds nothing elsewhere and evicts nothing more.
+    // gang waiting for r1 (binds none of it: r1's GPUs are not free yet) and evicts nothing more.
     let until = Instant::now() + Duration::from_secs(4);
     while Instant::now() < until {
         let list = all_pods(&pods).await;
         check(&list, "after the failover, victims stopping");
+        let bound: Vec<String> = list
+            .iter()
+            .filter(|p| p.name_any().starts_with("gang-") && !node_of(p).is_empty())
+            .map(|p| p.name_any())
+            .collect();
+        assert!(bound.is_empty(), "gang pods bound before the victims stopped: {bound:?} (logs in {logs})");
         let gone: Vec<&String> =
             victim_uids.iter().filter(|u| !deleting(&list).iter().any(|p| uid_of(p) == **u)).collect();
         assert!(gone.is_empty(), "victims stopped early: {gone:?} (the test needs them stopping)");
