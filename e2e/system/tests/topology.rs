@@ -297,6 +297,12 @@ async fn a_preempting_gangs_domain_survives_a_leader_kill() {
         victims.iter().filter(|p| !r1(&node_of(p))).map(|p| (p.name_any(), node_of(p))).collect();
     assert!(outside.is_empty(), "victims outside rack r1: {outside:?} (logs in {logs})");
     assert_eq!(victims.len(), 12, "the fewest victims (logs in {logs})");
+    let mut victim_names: Vec<String> = victims.iter().map(|p| p.name_any()).collect();
+    victim_names.sort();
+    eventually(20, &format!("one eviction Event per victim (logs in {logs})"), || async {
+        (evicted(&client).await == victim_names).then_some(())
+    })
+    .await;
     eventually(20, &format!("PodGroup gang nominates rack b1/r1 (logs in {logs})"), || async {
         (group_domain(&groups, "gang").await? == ("rack".to_string(), "b1/r1".to_string())).then_some(())
     })
@@ -342,6 +348,7 @@ async fn a_preempting_gangs_domain_survives_a_leader_kill() {
         let gone: Vec<&String> =
             victim_uids.iter().filter(|u| !deleting(&list).iter().any(|p| uid_of(p) == **u)).collect();
         assert!(gone.is_empty(), "victims stopped early: {gone:?} (the test needs them stopping)");
+        assert_eq!(evicted(&client).await, victim_names, "pods evicted after the failover (logs in {logs})");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert_eq!(
@@ -367,9 +374,7 @@ async fn a_preempting_gangs_domain_survives_a_leader_kill() {
     assert_eq!(group_domain(&groups, "gang").await, Some(("rack".to_string(), "b1/r1".to_string())));
 
     // Exactly the first victims were evicted, once each; every other filler still runs.
-    let mut expected: Vec<String> = victims.iter().map(|p| p.name_any()).collect();
-    expected.sort();
-    assert_eq!(evicted(&client).await, expected, "pods evicted (logs in {logs})");
+    assert_eq!(evicted(&client).await, victim_names, "pods evicted (logs in {logs})");
     let now = all_pods(&pods).await;
     check(&now, "at the end");
     let lost: Vec<String> = before
