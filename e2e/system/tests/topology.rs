@@ -187,7 +187,8 @@ async fn group_domain(groups: &Api<PodGroup>, name: &str) -> Option<(String, Str
 // fits only in r1, after 12 evictions (r2 and r3 could give it 8 GPUs at most; a placement
 // blind to racks would take their 8 free GPUs and evict 4 pods). The victims take long to
 // stop; meanwhile the leading scheduler is killed and the other replica takes over: it must
-// place the gang where the first one evicted, without evicting anything more.
+// place the gang where the first one evicted, without evicting anything more, and keep the
+// GPUs freed by the first victims to stop for the gang while the others still stop.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_preempting_gangs_domain_survives_a_leader_kill() {
     let Some(mut cluster) = Cluster::start_without_drover(6, Options::default()).await else { return };
@@ -357,9 +358,38 @@ async fn a_preempting_gangs_domain_survives_a_leader_kill() {
         "the gang's nominated rack after the failover to {successor} (logs in {logs})"
     );
 
-    // The victims stop; the new leader binds the gang in r1.
+    // Half the victims stop, and their Job replaces them (pods that can only run in r1, at
+    // priority 30): the new leader keeps r1's freed GPUs for the gang, the replacements wait.
     let stop_now = json!({"metadata": {"annotations": {STOP_ANNOTATION: "0"}}});
-    for victim in &victims {
+    let (first_half, second_half) = victims.split_at(6);
+    for victim in first_half {
+        let _ = pods.patch(&victim.name_any(), &PatchParams::default(), &Patch::Merge(&stop_now)).await;
+    }
+    let replaced = |list: &[Pod]| -> Vec<Pod> {
+        let replacement =
+            |p: &Pod| first_half.iter().any(|v| v.name_any() == p.name_any()) && !victim_uids.contains(&uid_of(p));
+        list.iter().filter(|p| replacement(p)).cloned().collect()
+    };
+    eventually(30, &format!("the first 6 victims stop and are replaced (logs in {logs})"), || async {
+        (replaced(&all_pods(&pods).await).len() == 6).then_some(())
+    })
+    .await;
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        let list = all_pods(&pods).await;
+        check(&list, "half the victims stopped");
+        let taken: Vec<String> = replaced(&list)
+            .iter()
+            .filter(|p| !node_of(p).is_empty())
+            .map(|p| format!("{} on {}", p.name_any(), node_of(p)))
+            .collect();
+        assert!(taken.is_empty(), "replacements took the gang's GPUs: {taken:?} (logs in {logs})");
+        assert_eq!(evicted(&client).await, victim_names, "pods evicted, half the victims stopped (logs in {logs})");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // The other victims stop; the new leader binds the gang in r1.
+    for victim in second_half {
         let _ = pods.patch(&victim.name_any(), &PatchParams::default(), &Patch::Merge(&stop_now)).await;
     }
     let gang = eventually(60, &format!("the gang runs (logs in {logs})"), || async {
