@@ -66,7 +66,9 @@
 //!   pod runs forever.
 //! - **Deletion.** A pod of its nodes being deleted gracefully (`deletionTimestamp` set: the
 //!   API server does that for every bound pod that is not terminal) is finished by deleting it
-//!   with `gracePeriodSeconds: 0`. If it has finalizers, its status is first made terminal
+//!   with `gracePeriodSeconds: 0`, at once or, with [`STOP_ANNOTATION`]
+//!   (`sim.drover.dev/stop-duration`, seconds), once it has taken that long to stop (within
+//!   its grace period; it stays `Running` meanwhile). If it has finalizers, its status is first made terminal
 //!   (`Failed`, containers terminated with exit code 143, reason `Error`) and the API server
 //!   keeps it until the finalizers are removed. A pod's completion timer is cancelled when it
 //!   is deleted or its phase changes (e.g. someone else marks it `Failed`).
@@ -132,6 +134,13 @@ pub const DURATION_ANNOTATION: &str = "sim.drover.dev/duration";
 /// annotation, means `Succeeded` (exit code 0, reason `Completed`). It has no effect without a
 /// duration.
 pub const OUTCOME_ANNOTATION: &str = "sim.drover.dev/outcome";
+
+/// Pod annotation: how long the pod takes to stop once its deletion is requested, in seconds
+/// (as [`DURATION_ANNOTATION`]), like a trainer that checkpoints on SIGTERM: it stays
+/// `Running` with its `deletionTimestamp` set until then, or until its grace period ends if
+/// that comes first. Counted from the deletion request, so changing the annotation of a pod
+/// being deleted (to `"0"`: stop now) takes effect at once. Without it the pod stops at once.
+pub const STOP_ANNOTATION: &str = "sim.drover.dev/stop-duration";
 
 /// The namespace holding the node heartbeat Leases, as in Kubernetes.
 pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";

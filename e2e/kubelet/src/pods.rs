@@ -23,7 +23,7 @@ use crate::admission::{self, Ledger, Rejection};
 use crate::events;
 use crate::nodes::Fleet;
 use crate::retry::{classify, Backoff, Failure};
-use crate::{DURATION_ANNOTATION, OUTCOME_ANNOTATION};
+use crate::{DURATION_ANNOTATION, OUTCOME_ANNOTATION, STOP_ANNOTATION};
 
 /// Pod writes in flight at once, over all pods.
 const WRITE_CONCURRENCY: usize = 32;
@@ -299,6 +299,18 @@ fn run_time(pod: &Pod) -> Option<Option<Duration>> {
     pod.annotations().get(DURATION_ANNOTATION).map(|value| parse_duration(value))
 }
 
+/// When a pod being deleted has stopped, by its [`STOP_ANNOTATION`]: that long after the
+/// deletion was requested (its `deletionTimestamp` less its grace period), at the latest when
+/// the grace period ends. `None` without a (parsable) annotation or deletion: at once.
+fn stopped_at(pod: &Pod) -> Option<Timestamp> {
+    let stop = parse_duration(pod.annotations().get(STOP_ANNOTATION)?)?;
+    let deadline = pod.metadata.deletion_timestamp.as_ref()?.0;
+    let grace = SignedDuration::from_secs(pod.metadata.deletion_grace_period_seconds.unwrap_or(0));
+    let requested = deadline.checked_sub(grace).ok()?;
+    let stopped = SignedDuration::try_from(stop).ok().and_then(|d| requested.checked_add(d).ok());
+    Some(stopped.map_or(deadline, |s| s.min(deadline)))
+}
+
 fn ending(pod: &Pod) -> Ending {
     match pod.annotations().get(OUTCOME_ANNOTATION).map(|v| v.trim()) {
         Some(outcome) if outcome.eq_ignore_ascii_case("failed") => Ending::Failed,
@@ -337,6 +349,9 @@ fn started_at(pod: &Pod) -> Option<Timestamp> {
 fn decide(pod: &Pod, now: Timestamp) -> Action {
     let terminal = is_terminal(pod);
     if pod.metadata.deletion_timestamp.is_some() {
+        if let Some(stopped) = stopped_at(pod).filter(|&at| !terminal && now < at) {
+            return Action::Wait(Some(stopped));
+        }
         let has_finalizers = !pod.finalizers().is_empty();
         if has_finalizers && !terminal {
             return Action::Finish(Ending::Killed);
@@ -824,6 +839,28 @@ mod tests {
         assert_eq!(decide(&p, at(1000)), Action::Delete);
         p.metadata.deletion_grace_period_seconds = Some(0);
         assert_eq!(decide(&p, at(1000)), Action::Wait(None));
+    }
+
+    #[test]
+    fn a_pod_with_a_stop_duration_runs_on_until_it_has_stopped() {
+        let mut p = pod(&[(STOP_ANNOTATION, "20")]);
+        p.status = Some(running_status(&p, Ipv4Addr::LOCALHOST, Ipv4Addr::LOCALHOST, at(0)));
+        // Deleted at 1,000 s with a 30 s grace period: it stops at 1,020 s.
+        p.metadata.deletion_timestamp = Some(Time(at(1_030_000)));
+        p.metadata.deletion_grace_period_seconds = Some(30);
+        assert_eq!(decide(&p, at(1_000_000)), Action::Wait(Some(at(1_020_000))));
+        assert_eq!(decide(&p, at(1_020_000)), Action::Delete);
+        // Never beyond its grace period.
+        p.metadata.annotations = Some([(STOP_ANNOTATION.to_string(), "600".to_string())].into());
+        assert_eq!(decide(&p, at(1_000_000)), Action::Wait(Some(at(1_030_000))));
+        // Told to stop now, it does.
+        p.metadata.annotations = Some([(STOP_ANNOTATION.to_string(), "0".to_string())].into());
+        assert_eq!(decide(&p, at(1_000_000)), Action::Delete);
+        // With finalizers it is made terminal once stopped, not before.
+        p.metadata.annotations = Some([(STOP_ANNOTATION.to_string(), "20".to_string())].into());
+        p.metadata.finalizers = Some(vec!["example.com/keep".into()]);
+        assert_eq!(decide(&p, at(1_000_000)), Action::Wait(Some(at(1_020_000))));
+        assert_eq!(decide(&p, at(1_025_000)), Action::Finish(Ending::Killed));
     }
 
     #[test]

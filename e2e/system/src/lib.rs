@@ -7,6 +7,7 @@
 //! is skipped (a failure in CI, see drover-envtest).
 
 pub mod chart;
+mod replica;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -171,6 +172,7 @@ impl Drop for Cluster {
 }
 
 pub use drover_envtest::{eventually, eventually_result};
+pub use replica::{lease_holder, Replica};
 
 /// Creates an object from its JSON manifest, failing the test if the API server refuses it:
 /// the tests that drive the real binaries build their objects this way.

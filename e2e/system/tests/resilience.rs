@@ -3,11 +3,10 @@
 //! input reported as conditions and Events, and schema rejections at apply time.
 
 use std::collections::HashMap;
-use std::process::{Child, Command};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use drover_e2e::{eventually, Cluster};
-use k8s_openapi::api::coordination::v1::Lease;
+use drover_e2e::{eventually, lease_holder, Cluster};
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use serde_json::{json, Value};
@@ -18,51 +17,12 @@ const JOB_LABEL: &str = "batch.drover.dev/job-name";
 // Helpers
 // ---------------------------------------------------------------------------------------------
 
-/// A Drover process this test started itself; killed (SIGKILL) on drop.
-struct Own {
-    child: Child,
-    identity: String,
-}
-
-impl Own {
-    fn kill9(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Own {
-    fn drop(&mut self) {
-        self.kill9();
-    }
-}
-
-/// Starts `drover <command>` with the harness's flags and an explicit `--identity`.
-fn spawn_own(cluster: &Cluster, command: &str, identity: &str, extra: &[&str]) -> Own {
-    let log = cluster.logs().join(format!("{command}-{identity}.log"));
-    let child = cluster
-        .drover_command(command, &log)
-        .expect("drover is built")
-        .args(["--identity", identity])
-        .args(extra)
-        .spawn()
-        .expect("drover starts");
-    Own { child, identity: identity.to_string() }
-}
-
 /// Sends a signal to the process whose pid ends a default identity (`<host>_<pid>`).
 fn signal_identity(identity: &str, signal: &str) {
     let pid = identity.rsplit('_').next().expect("identity has a pid");
     assert!(pid.parse::<u32>().is_ok(), "identity {identity:?} does not end in a pid");
     let status = Command::new("kill").args([signal, pid]).status().expect("kill runs");
     assert!(status.success(), "kill {signal} {pid} failed");
-}
-
-/// The holder of the Lease `name` in `default`, if any.
-async fn holder(client: &kube::Client, name: &str) -> Option<String> {
-    let leases: Api<Lease> = Api::namespaced(client.clone(), "default");
-    let lease = leases.get_opt(name).await.ok()??;
-    lease.spec?.holder_identity.filter(|h| !h.is_empty())
 }
 
 fn resource(group: &str, kind: &str, plural: &str) -> ApiResource {
@@ -191,18 +151,18 @@ async fn leader_failover_mid_gang_leaves_no_half_bound_gang() {
     let logs = cluster.logs().display().to_string();
     let mut replicas = [
         // Eight bindings in flight: the gang's 64 take several round trips, so the kill lands mid-gang.
-        spawn_own(&cluster, "scheduler", "own-a", &["--period", "0.2", "--bind-concurrency", "8"]),
-        spawn_own(&cluster, "scheduler", "own-b", &["--period", "0.2", "--bind-concurrency", "8"]),
+        cluster.spawn_replica("scheduler", "own-a", &["--period", "0.2", "--bind-concurrency", "8"]),
+        cluster.spawn_replica("scheduler", "own-b", &["--period", "0.2", "--bind-concurrency", "8"]),
     ];
 
     // Make one of ours the leader: the harness's replica is stopped with SIGTERM (it
     // releases the lease) if it holds it.
-    let first = eventually(20, "a scheduler leads", || async { holder(&client, "drover-scheduler").await }).await;
+    let first = eventually(20, "a scheduler leads", || async { lease_holder(&client, "drover-scheduler").await }).await;
     if !first.starts_with("own-") {
         signal_identity(&first, "-TERM");
     }
     let leader = eventually(20, &format!("one of our schedulers leads (logs in {logs})"), || async {
-        holder(&client, "drover-scheduler").await.filter(|h| h.starts_with("own-"))
+        lease_holder(&client, "drover-scheduler").await.filter(|h| h.starts_with("own-"))
     })
     .await;
 
@@ -257,7 +217,7 @@ async fn leader_failover_mid_gang_leaves_no_half_bound_gang() {
     // Any other replica takes over once the killed leader's lease expires (the gang may have
     // settled before that): ours, or the harness's if it was not the first leader.
     eventually(40, &format!("another scheduler takes the lease from {leader} (logs in {logs})"), || async {
-        holder(&client, "drover-scheduler").await.filter(|h| *h != leader)
+        lease_holder(&client, "drover-scheduler").await.filter(|h| *h != leader)
     })
     .await;
     eprintln!("recreated pods: {:?}", tracker.recreated());
@@ -282,9 +242,10 @@ async fn controller_restart_keeps_jobs_consistent() {
         (!list.is_empty()).then_some(())
     })
     .await;
-    let old = eventually(10, "the controllers lead", || async { holder(&client, "drover-controllers").await }).await;
+    let old =
+        eventually(10, "the controllers lead", || async { lease_holder(&client, "drover-controllers").await }).await;
     signal_identity(&old, "-9");
-    let _new = spawn_own(&cluster, "controllers", "own-ctl", &[]);
+    let _new = cluster.spawn_replica("controllers", "own-ctl", &[]);
 
     let deadline = Instant::now() + Duration::from_secs(50);
     let mut saw_new_leader = false;
@@ -292,7 +253,7 @@ async fn controller_restart_keeps_jobs_consistent() {
         if let Some(list) = job_pods(&pods, "train").await {
             tracker.observe(&list);
         }
-        saw_new_leader |= holder(&client, "drover-controllers").await.as_deref() == Some("own-ctl");
+        saw_new_leader |= lease_holder(&client, "drover-controllers").await.as_deref() == Some("own-ctl");
         if job_state(&jobs, "train").await.as_deref() == Some("Completed") {
             break;
         }
