@@ -515,7 +515,7 @@ fn evict_for(
     let usable = |n: NodeId| feasible.iter().any(|f| f.ok(n));
     let group = ctx.placer.groups(ctx.ssn.snap, ctx.fw, job);
     let Some(required) = group.and_then(|g| required_domains(ctx.ssn, &g)) else {
-        let all = Within { usable: &usable, domain: None, prune: true, give_up_at: None };
+        let all = Within { usable: &usable, domain: None, give_up_at: None };
         return evict_within(ctx, job, gang, order, mode, fits, &all).map(|(st, ..)| st);
     };
     let ranked = victim_domains(ctx, gang, order, required);
@@ -526,7 +526,7 @@ fn evict_for(
         // is pruned (pruning tries the gang once per victim). A search stops once its victims
         // cost as much as the best domain's.
         let give_up_at = best.as_ref().map(|(c, ..)| *c);
-        let domain = Within { usable: &inside, domain: Some(nodes), prune: false, give_up_at };
+        let domain = Within { usable: &inside, domain: Some(nodes), give_up_at };
         let found = evict_within(ctx, job, gang, &mut order.within(ctx.ssn, nodes), mode, fits, &domain);
         if let Some((st, cost, victims)) = found {
             ctx.ssn.discard(st);
@@ -592,24 +592,22 @@ fn key_resource(ssn: &Session, gang: &[PodId]) -> usize {
     crate::placement::key_resource(ssn.snap, gpu)
 }
 
-/// Where a victim search looks, and whether it spares the victims that turn out unnecessary.
+/// Where a victim search looks, and when it gives up.
 struct Within<'w> {
     /// The nodes whose pods count as victims.
     usable: &'w dyn Fn(NodeId) -> bool,
     /// The domain those nodes form, when the gang must fit inside one.
     domain: Option<&'w [NodeId]>,
-    /// Whether to spare victims the gang turns out not to need.
-    prune: bool,
     /// A cost at which the search gives up (another domain's victims cost no more).
     give_up_at: Option<EvictionCost>,
 }
 
-/// Evicts units in `order` on nodes `within` allows until the gang fits, spares those that
-/// turn out unnecessary (when it prunes), and returns the statement, what it costs and the
-/// units it takes. A
-/// unit's queue is ranked again after each eviction from it (in reclaim, a queue that drops
-/// below its fair share stops coming first). Within one domain, the gang is tried only once
-/// the domain could hold it by count (see [`DomainRoom`]).
+/// Evicts units in `order` on nodes `within` allows until the gang fits, and returns the
+/// statement, what it costs and the units taken. A unit's queue is ranked again after each
+/// eviction from it (in reclaim, a queue that drops below its fair share stops coming first).
+/// Outside a domain, the units that turn out unnecessary are spared; inside one, the set is
+/// returned whole, to be compared with other domains' (the chosen one is pruned after), and
+/// the gang is tried only once the domain could hold it by count (see [`DomainRoom`]).
 fn evict_within<'p>(
     ctx: &mut Ctx,
     job: JobId,
@@ -651,7 +649,7 @@ fn evict_within<'p>(
             continue;
         }
         if let Some(pipe) = try_place_all(ctx, gang, Avail::Future(&freed_within(&nodes, within.domain))) {
-            let (st, kept) = if within.prune {
+            let (st, kept) = if within.domain.is_none() {
                 ctx.ssn.discard(pipe);
                 ctx.ssn.discard(st);
                 spare_unneeded(ctx, gang, chosen, (reason, job), fits, within.domain)?
