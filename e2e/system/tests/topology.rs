@@ -57,18 +57,7 @@ async fn gangs_are_placed_within_a_rack_and_bad_levels_are_named() {
     let Some(cluster) = Cluster::start(5).await else { return };
     let logs = cluster.logs().display().to_string();
     let client = cluster.client.clone();
-    let nodes: Api<Node> = Api::all(client.clone());
-    for (node, rack) in [("node-0", "r1"), ("node-1", "r1"), ("node-2", "r2"), ("node-3", "r2")] {
-        let patch = json!({"metadata": {"labels": {BLOCK: "b1", RACK: rack}}});
-        nodes.patch(node, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("node labelled");
-    }
-    let topologies: Api<Topology> = Api::all(client.clone());
-    create(
-        &topologies,
-        json!({"apiVersion": "scheduling.drover.dev/v1alpha1", "kind": "Topology", "metadata": {"name": "default"},
-            "spec": {"levels": [{"name": "block", "nodeLabel": BLOCK}, {"name": "rack", "nodeLabel": RACK}]}}),
-    )
-    .await;
+    let topologies = racks(&client, &[("r1", &["node-0", "node-1"]), ("r2", &["node-2", "node-3"])]).await;
 
     // The controllers count the domains: 5 nodes, 1 block, 2 racks, node-4 without labels.
     eventually(30, &format!("the Topology's status (logs in {logs})"), || async {
@@ -177,6 +166,26 @@ async fn evicted(client: &kube::Client) -> Vec<String> {
 }
 
 /// The rack and domain a PodGroup's status says its pods are (or will be) in.
+/// Labels each rack's nodes into block `b1` and that rack, and creates the `default` Topology
+/// (block, rack) over those labels.
+async fn racks(client: &kube::Client, racks: &[(&str, &[&str])]) -> Api<Topology> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    for (rack, members) in racks {
+        for node in *members {
+            let patch = json!({"metadata": {"labels": {BLOCK: "b1", RACK: rack}}});
+            nodes.patch(node, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("node labelled");
+        }
+    }
+    let topologies: Api<Topology> = Api::all(client.clone());
+    create(
+        &topologies,
+        json!({"apiVersion": "scheduling.drover.dev/v1alpha1", "kind": "Topology", "metadata": {"name": "default"},
+            "spec": {"levels": [{"name": "block", "nodeLabel": BLOCK}, {"name": "rack", "nodeLabel": RACK}]}}),
+    )
+    .await;
+    topologies
+}
+
 async fn group_domain(groups: &Api<PodGroup>, name: &str) -> Option<(String, String)> {
     let t = groups.get(name).await.ok()?.status?.topology?;
     Some((t.level?, t.domain?))
@@ -199,22 +208,9 @@ async fn a_preempting_gangs_domain_survives_a_leader_kill() {
     ];
     let logs = cluster.logs().display().to_string();
     let client = cluster.client.clone();
-    let nodes: Api<Node> = Api::all(client.clone());
-    let racks = [("r1", ["node-0", "node-1"]), ("r2", ["node-2", "node-3"]), ("r3", ["node-4", "node-5"])];
-    for (rack, members) in racks {
-        for node in members {
-            let patch = json!({"metadata": {"labels": {BLOCK: "b1", RACK: rack}}});
-            nodes.patch(node, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("node labelled");
-        }
-    }
-    let r1 = |node: &str| racks[0].1.contains(&node);
-    let topologies: Api<Topology> = Api::all(client.clone());
-    create(
-        &topologies,
-        json!({"apiVersion": "scheduling.drover.dev/v1alpha1", "kind": "Topology", "metadata": {"name": "default"},
-            "spec": {"levels": [{"name": "block", "nodeLabel": BLOCK}, {"name": "rack", "nodeLabel": RACK}]}}),
-    )
-    .await;
+    const R1: [&str; 2] = ["node-0", "node-1"];
+    let topologies = racks(&client, &[("r1", &R1), ("r2", &["node-2", "node-3"]), ("r3", &["node-4", "node-5"])]).await;
+    let r1 = |node: &str| R1.contains(&node);
     eventually(30, &format!("the Topology counts 3 racks (logs in {logs})"), || async {
         let status = topologies.get("default").await.ok()?.status?;
         status.levels.iter().any(|l| l.name == "rack" && l.domains == 3 && l.excluded_nodes == 0).then_some(())
