@@ -68,8 +68,9 @@
 //!   API server does that for every bound pod that is not terminal) is finished by deleting it
 //!   with `gracePeriodSeconds: 0`, at once or, with [`STOP_ANNOTATION`]
 //!   (`sim.drover.dev/stop-duration`, seconds), once it has taken that long to stop (within
-//!   its grace period; it stays `Running` meanwhile). If it has finalizers, its status is first made terminal
-//!   (`Failed`, containers terminated with exit code 143, reason `Error`) and the API server
+//!   its grace period; it stays `Running` meanwhile). If it has finalizers, its status is
+//!   first made terminal (`Failed`, containers terminated with exit code 143, reason
+//!   `Error`) and the API server
 //!   keeps it until the finalizers are removed. A pod's completion timer is cancelled when it
 //!   is deleted or its phase changes (e.g. someone else marks it `Failed`).
 //! - **Not emulated**: container restarts (`restartPolicy` is ignored: a finished pod stays
