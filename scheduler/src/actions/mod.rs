@@ -430,14 +430,9 @@ pub fn shortfall(ctx: &mut Ctx, gang: &[PodId], candidates: &[&Victim], action: 
     let need = ctx.ssn.sum_requests(gang);
     let mut have = crate::res::Res::zero(need.len());
     for &n in &usable {
-        let ssn = &ctx.ssn;
-        have.add(
-            &snap.nodes[n]
-                .allocatable
-                .minus(&ssn.node_used[n])
-                .plus(&ssn.node_releasing[n])
-                .minus(&ssn.node_pipelined[n]),
-        );
+        for r in 0..need.len() {
+            have[r] += ctx.ssn.future_of(n, r);
+        }
     }
     for v in candidates {
         for &p in &v.pods {
