@@ -46,33 +46,29 @@ impl DomainIndex {
         DomainIndex { levels, node_future: vec![[0, 0]; snap.nodes.len()] }
     }
 
-    /// Moves a node's future capacity (GPUs and CPU once its releasing pods terminate, less
-    /// pipelined promises) to `now` in every domain it belongs to.
-    pub fn update_future(&mut self, snap: &Snapshot, node: NodeId, now: [i64; 2]) {
-        let before = std::mem::replace(&mut self.node_future[usize::from(node)], now);
-        if before == now {
-            return;
-        }
-        for (t, topology) in snap.topologies.iter().enumerate() {
-            for (level, ix) in self.levels[t].iter_mut().enumerate() {
-                let Some(d) = topology.domain_of(level, node) else { break };
-                for class in 0..2 {
-                    ix.future[d][class] += now[class] - before[class];
-                }
-            }
-        }
-    }
-
-    /// Moves a node's idle keys from `old` to `new` in every domain it belongs to.
-    pub fn update(&mut self, snap: &Snapshot, node: NodeId, old: Option<[i64; 2]>, new: Option<[i64; 2]>) {
+    /// Moves a node's idle keys from `old` to `new`, and its future capacity (GPUs and CPU
+    /// once its releasing pods terminate, less pipelined promises) to `future`, in every
+    /// domain it belongs to.
+    pub fn update(
+        &mut self,
+        snap: &Snapshot,
+        node: NodeId,
+        (old, new): (Option<[i64; 2]>, Option<[i64; 2]>),
+        future: [i64; 2],
+    ) {
         let (old, new) = (old.unwrap_or([0, 0]), new.unwrap_or([0, 0]));
-        if old == new {
+        let future_before = std::mem::replace(&mut self.node_future[usize::from(node)], future);
+        if old == new && future_before == future {
             return;
         }
         for (t, topology) in snap.topologies.iter().enumerate() {
-            for (level, ix) in self.levels[t].iter_mut().enumerate() {
-                let Some(d) = topology.domain_of(level, node) else { break };
+            for (level, d) in topology.domains_of(node) {
+                let ix = &mut self.levels[t][level];
                 for class in 0..2 {
+                    ix.future[d][class] += future[class] - future_before[class];
+                    if old == new {
+                        continue;
+                    }
                     let before = ix.idle[d][class];
                     let after = before - old[class] + new[class];
                     ix.sorted[class].remove(&(before, d));
@@ -88,7 +84,7 @@ impl DomainIndex {
         self.levels[topology][level].idle[domain][class as usize]
     }
 
-    /// A domain's future amount of the class (see [`DomainIndex::update_future`]).
+    /// A domain's future amount of the class (see [`DomainIndex::update`]).
     pub fn future(&self, topology: usize, level: Level, domain: DomainId, class: Class) -> i64 {
         self.levels[topology][level].future[domain][class as usize]
     }

@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 
 use crate::config::PlacementStrategy;
 use crate::ids::{ti_vec, NodeId, TiVec};
+use crate::snapshot::Snapshot;
 
 /// Which key a search uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -14,6 +15,14 @@ pub enum Class {
     Gpu = 0,
     /// Idle CPU millicores.
     Cpu = 1,
+}
+
+impl Class {
+    /// An amount given per resource, as the indexes key it per class: GPUs (none in a cluster
+    /// without a GPU resource), then CPU.
+    pub fn keys(snap: &Snapshot, amount: impl Fn(usize) -> i64) -> [i64; 2] {
+        [snap.gpu.map_or(0, &amount), amount(snap.cpu)]
+    }
 }
 
 /// Ordered sets of (idle amount, node) per pool and class.

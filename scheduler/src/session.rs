@@ -6,7 +6,7 @@
 
 use crate::domain_index::DomainIndex;
 use crate::ids::{ti_vec, TiVec};
-use crate::node_index::NodeIndex;
+use crate::node_index::{Class, NodeIndex};
 use crate::plugin::Blocker;
 use crate::res::Res;
 use crate::snapshot::{JobId, JobPhase, NodeId, PodId, PodPhase, QueueId, Snapshot};
@@ -235,19 +235,14 @@ impl<'s> Session<'s> {
     /// How many pods asking `req` fit the node's idle capacity less `held` (none on an
     /// unschedulable node; at most `u32::MAX`, so that sums over nodes cannot overflow).
     pub fn idle_slots(&self, node: NodeId, req: &Res, held: Option<&Res>) -> i64 {
-        let alloc = &self.snap.nodes[node].allocatable;
-        let (used, rel, pip) = (&self.node_used[node], &self.node_releasing[node], &self.node_pipelined[node]);
-        slots(self.snap.nodes[node].unschedulable, req, |r| {
-            alloc[r] - used[r] - (pip[r] - rel[r]).max(0) - held.map_or(0, |h| h[r])
-        })
+        let closed = self.snap.nodes[node].unschedulable;
+        slots(closed, req, |r| self.idle_of(node, r) - held.map_or(0, |h| h[r]))
     }
 
     /// How many pods asking `req` fit what the node will have once releasing pods terminate,
     /// less pipelined promises (bounded as [`Session::idle_slots`]).
     pub fn future_slots(&self, node: NodeId, req: &Res) -> i64 {
-        let alloc = &self.snap.nodes[node].allocatable;
-        let (used, rel, pip) = (&self.node_used[node], &self.node_releasing[node], &self.node_pipelined[node]);
-        slots(self.snap.nodes[node].unschedulable, req, |r| alloc[r] - used[r] + rel[r] - pip[r])
+        slots(self.snap.nodes[node].unschedulable, req, |r| self.future_of(node, r))
     }
 
     /// Whether `req` fits what the node will have once releasing pods terminate.
@@ -277,15 +272,12 @@ impl<'s> Session<'s> {
             return;
         }
         let idle = self.idle(node);
-        let gpu = self.snap.gpu.map(|g| idle[g]).unwrap_or(0);
-        let keys = Some([gpu, idle[self.snap.cpu]]);
+        let keys = Some(Class::keys(self.snap, |r| idle[r]));
         let old = self.index.keys(node);
         self.index.set(node, keys);
         if !self.snap.topologies.is_empty() {
-            self.domains.update(self.snap, node, old, keys);
-            let future = |r: usize| self.future_of(node, r).max(0);
-            let future = [self.snap.gpu.map_or(0, future), future(self.snap.cpu)];
-            self.domains.update_future(self.snap, node, future);
+            let future = Class::keys(self.snap, |r| self.future_of(node, r).max(0));
+            self.domains.update(self.snap, node, (old, keys), future);
             self.changed_nodes.push(node);
         }
     }

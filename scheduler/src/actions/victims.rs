@@ -15,7 +15,7 @@ use std::rc::Rc;
 
 use crate::framework::{Framework, VictimKey};
 use crate::ids::{ti_vec, JobId, NodeId, PodId, QueueId, TiVec};
-use crate::placement::key_resource;
+use crate::node_index::Class;
 use crate::plugin::{EvictMode, Victim};
 use crate::session::{PodState, Session};
 use crate::snapshot::Level;
@@ -294,15 +294,14 @@ fn add_bound(
     sums: &mut [[i64; 2]],
     sign: i64,
 ) {
-    let snap = ssn.snap;
-    let topo = &snap.topologies[t];
-    let keys = [key_resource(snap, true), key_resource(snap, false)];
+    let topo = &ssn.snap.topologies[t];
     for (p, n) in pods {
         let at = if level == topo.node_level() { Some(usize::from(n)) } else { topo.domain_of(level, n) };
         if let Some(d) = at {
             let req = ssn.requests(p);
-            sums[d][0] += sign * if snap.gpu.is_some() { req[keys[0]] } else { 0 };
-            sums[d][1] += sign * req[keys[1]];
+            let keys = Class::keys(ssn.snap, |r| req[r]);
+            sums[d][0] += sign * keys[0];
+            sums[d][1] += sign * keys[1];
         }
     }
 }

@@ -77,9 +77,8 @@ impl SlotSums {
             return;
         }
         self.per_node[n] = now;
-        for (level, sums) in self.per_domain.iter_mut().enumerate() {
-            let Some(d) = topo.domain_of(level, n) else { break };
-            sums[d] += delta;
+        for (level, d) in topo.domains_of(n) {
+            self.per_domain[level][d] += delta;
         }
     }
 }

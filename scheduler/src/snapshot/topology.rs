@@ -111,6 +111,12 @@ impl Topology {
         self.node_domain[level][node]
     }
 
+    /// The node's domains, coarse to fine, down to the first labelled level it lacks a label
+    /// of: the domains whose sums a change on the node moves.
+    pub fn domains_of(&self, node: NodeId) -> impl Iterator<Item = (Level, DomainId)> + '_ {
+        (0..self.labels.len()).map_while(move |level| Some((level, self.domain_of(level, node)?)))
+    }
+
     /// Builds the domains of `input` over `nodes`, with `n` resources.
     pub fn build(input: &TopologyInput, nodes: &TiVec<NodeId, Node>, n: usize) -> Result<Topology, SnapshotError> {
         let object = || format!("topology {}", input.name);
