@@ -18,6 +18,7 @@ use crate::framework::Framework;
 use crate::ids::{ti_vec, TiSlice, TiVec};
 use crate::plugin::{EvictMode, Victim};
 use domain_room::DomainRoom;
+use std::borrow::Cow;
 use std::rc::Rc;
 
 use crate::node_index::Class;
@@ -629,7 +630,10 @@ fn evict_within<'p>(
         if ctx.fw.may_evict(ctx.ssn, mode, job, v).is_err() {
             continue;
         }
-        let touched: Vec<NodeId> = v.pods.iter().filter_map(|&p| ctx.ssn.pod_state[p].running_on()).collect();
+        let touched: Vec<NodeId> = match room {
+            Some(_) => v.pods.iter().filter_map(|&p| ctx.ssn.pod_state[p].running_on()).collect(),
+            None => Vec::new(),
+        };
         evict_unit(ctx.ssn, &mut st, v, (reason, job), &mut nodes);
         chosen.push(v);
         order.rerank(ctx.ssn.snap.jobs[v.job].queue);
@@ -647,7 +651,7 @@ fn evict_within<'p>(
             let (st, kept) = if within.domain.is_none() {
                 ctx.ssn.discard(pipe);
                 ctx.ssn.discard(st);
-                spare_unneeded(ctx, gang, chosen, (reason, job), fits, within.domain)?
+                spare_unneeded(ctx, gang, chosen, (reason, job), fits, None)?
             } else {
                 ctx.ssn.absorb(&mut st, pipe);
                 (st, chosen)
@@ -663,10 +667,10 @@ fn evict_within<'p>(
 /// The freed nodes a placement after evictions may use: inside the domain the victims were
 /// sought in, when there is one (victims whose gangs span domains free capacity elsewhere
 /// too, which that search did not pay for).
-fn freed_within(nodes: &[NodeId], domain: Option<&[NodeId]>) -> Vec<NodeId> {
+fn freed_within<'n>(nodes: &'n [NodeId], domain: Option<&[NodeId]>) -> Cow<'n, [NodeId]> {
     match domain {
         Some(domain) => nodes.iter().copied().filter(|n| domain.binary_search(n).is_ok()).collect(),
-        None => nodes.to_vec(),
+        None => Cow::Borrowed(nodes),
     }
 }
 
