@@ -680,6 +680,7 @@ fn detached_job<'a>(
         min_task_member: &BTreeMap::new(),
         created_at: created,
         preempted_at: None,
+        nominations: BTreeMap::new(),
         phase: JobPhase::Running,
         topology: Requests::default(),
     };
@@ -779,6 +780,13 @@ impl GroupAt<'_, '_> {
             min_task_member: &self.group.spec.min_task_member,
             created_at: created(&self.group.metadata),
             preempted_at: self.group.status.as_ref().and_then(|s| s.preempted_at.as_ref()).map(|t| t.0.as_second()),
+            nominations: self
+                .group
+                .status
+                .iter()
+                .flat_map(|s| &s.nominations)
+                .map(|n| (n.pod.as_str(), n.node.as_str()))
+                .collect(),
             phase,
             topology,
         }
@@ -831,6 +839,8 @@ struct Shape<'m> {
     min_task_member: &'m BTreeMap<String, u32>,
     created_at: i64,
     preempted_at: Option<i64>,
+    /// The group's kept claim: pod name to the node the scheduler nominated it to.
+    nominations: BTreeMap<&'m str, &'m str>,
     phase: JobPhase,
     topology: Requests,
 }
@@ -863,7 +873,10 @@ fn build_job<'a>(
             Some(node) => PodPhaseInput::Bound(node.clone()),
             None if info.deleting => continue,
             None if spec.and_then(|s| s.scheduling_gates.as_ref()).is_some_and(|g| !g.is_empty()) => continue,
-            None => PodPhaseInput::Pending,
+            None => match shape.nominations.get(info.name.as_str()) {
+                Some(&node) if nodes.contains_key(node) => PodPhaseInput::Nominated(node.to_string()),
+                _ => PodPhaseInput::Pending,
+            },
         };
         let index_label = info.pod.metadata.labels.as_ref().and_then(|l| l.get(TASK_INDEX_LABEL));
         let index = index_label.and_then(|i| i.trim().parse::<u32>().ok());
@@ -991,7 +1004,8 @@ fn run_times(members: &[Member]) -> (Option<i64>, Option<i64>) {
     let deadline = |m: &Member| m.info.pod.spec.as_ref().and_then(|s| s.active_deadline_seconds).filter(|d| *d > 0);
     let latest = |v: Option<Vec<i64>>| v.and_then(|v| v.into_iter().max());
     let run_time = latest(members.iter().map(deadline).collect());
-    let running: Vec<&Member> = members.iter().filter(|m| !matches!(m.phase, PodPhaseInput::Pending)).collect();
+    let running: Vec<&Member> =
+        members.iter().filter(|m| !matches!(m.phase, PodPhaseInput::Pending | PodPhaseInput::Nominated(_))).collect();
     let ends_at = if running.is_empty() {
         None
     } else {

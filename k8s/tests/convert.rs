@@ -233,6 +233,38 @@ fn the_last_preemption_comes_from_the_groups_status() {
 }
 
 #[test]
+fn a_groups_kept_claim_comes_from_its_status() {
+    // The scheduler writes the pods it pipelined into `status.nominations`; the next cycle
+    // reads them back from there. A nomination to a node that is gone is dropped, and one in
+    // the spec (which tenants write) is not a claim.
+    let mut claimed = group("claimed", 3);
+    claimed["status"] = json!({"phase": "Inqueue", "nominations": [
+        {"pod": "c0", "node": "n1"}, {"pod": "c1", "node": "gone"}, {"pod": "elsewhere", "node": "n1"}]});
+    let mut forged = group("forged", 1);
+    forged["spec"]["nominations"] = json!([{"pod": "f0", "node": "n1"}]);
+    let pods = vec![
+        dpod("c0", "claimed", "1"),
+        dpod("c1", "claimed", "1"),
+        dpod("c2", "claimed", "1"),
+        dpod("f0", "forged", "1"),
+    ];
+    let w = World { nodes: vec![node("n1", "8", "8")], groups: vec![claimed, forged], pods, ..world() };
+    let c = w.convert();
+    let phases: Vec<&PodPhaseInput> = job(&c, "claimed").tasks.iter().flat_map(|t| &t.pods).collect();
+    assert_eq!(
+        phases,
+        [&PodPhaseInput::Nominated("n1".into()), &PodPhaseInput::Pending, &PodPhaseInput::Pending],
+        "{:?}",
+        c.problems
+    );
+    assert_eq!(job(&c, "forged").tasks[0].pods, [PodPhaseInput::Pending]);
+    let snap = build(&c);
+    let nominated: Vec<Option<&str>> =
+        snap.pods.iter().map(|p| p.nominated.map(|n| snap.nodes[n].name.as_str())).collect();
+    assert_eq!(nominated.iter().filter(|n| n.is_some()).count(), 1, "{nominated:?}");
+}
+
+#[test]
 fn a_finished_group_with_a_new_unbound_pod_is_pending_again() {
     // A restarted job: its group was marked Failed when every pod failed; the job controller
     // deleted them and made new ones.

@@ -16,8 +16,8 @@ pub enum Termination {
 }
 
 /// Writes `outcome` (of the cycle that ran on `snap`, built from `jobs`) into `jobs`: bound
-/// and newly allocated pods are bound, pipelined pods pending again (the next cycle places
-/// them), evicted pods pending or releasing as `termination` says; each job takes the phase
+/// and newly allocated pods are bound, pipelined pods pending and nominated to their node (the
+/// next cycle places them there: their gang's kept claim), evicted pods pending or releasing as `termination` says; each job takes the phase
 /// the cycle decided, and a job with a declared run time that starts running now is expected
 /// to end that long after the cycle's time (one that stops running has no end). A job that
 /// lost pods to preemption or reclaim was preempted at the cycle's time.
@@ -30,7 +30,8 @@ pub fn carry(jobs: &mut [JobInput], snap: &Snapshot, outcome: &CycleOutcome, ter
             PodState::Releasing(n) if termination == Termination::Slow && matches!(pod.phase, PodPhase::Bound(_)) => {
                 PodPhaseInput::Releasing(name(n))
             }
-            PodState::Releasing(_) | PodState::Pending | PodState::Pipelined(_) => PodPhaseInput::Pending,
+            PodState::Pipelined(n) => PodPhaseInput::Nominated(name(n)),
+            PodState::Releasing(_) | PodState::Pending => PodPhaseInput::Pending,
         };
     }
     for job in outcome.decisions.preempted_jobs(snap) {

@@ -359,7 +359,8 @@ impl<'s> Session<'s> {
         st.ops.push(op);
     }
 
-    /// Undoes every change of the statement, newest first.
+    /// Undoes every change of the statement, newest first. Statements over distinct pods may
+    /// be discarded in any order: every change they make to the books is a sum.
     pub fn discard(&mut self, st: Statement) {
         for op in st.ops.into_iter().rev() {
             self.apply(op, false);

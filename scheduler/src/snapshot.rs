@@ -196,6 +196,9 @@ pub struct Pod {
     pub index: u32,
     /// Phase at the start of the cycle.
     pub phase: PodPhase,
+    /// For a pending pod, the node an earlier cycle pipelined it onto (its gang's kept
+    /// claim; see [`crate::actions::claim`]).
+    pub nominated: Option<NodeId>,
 }
 
 /// The whole cluster at one moment.
@@ -363,6 +366,9 @@ pub enum PodPhaseInput {
     Bound(String),
     /// Being evicted from the named node.
     Releasing(String),
+    /// Not bound; an earlier cycle pipelined it onto the named node, which evictions were
+    /// freeing for it (a kept claim). A node the snapshot does not know drops the nomination.
+    Nominated(String),
 }
 
 /// A queue as handed to the builder.

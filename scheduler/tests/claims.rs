@@ -155,3 +155,84 @@ fn a_gang_claims_idle_capacity_beside_the_capacity_being_freed() {
     assert_eq!(pod_of(&snap, &out, "s"), PodState::Pending, "s may not take n2, which the gang needs");
     assert!(out.decisions.evictions.is_empty(), "nothing more is evicted: {:?}", out.decisions.evictions);
 }
+
+/// The cluster above with `a`'s 12-CPU pod nominated to n1 (the claim a cycle's reclaim made
+/// for it) and another 12-CPU job `b` of `train`, earlier in the queue, that the claim step
+/// would serve first.
+fn claimed_cluster() -> (Vec<NodeInput>, Vec<QueueInput>, Vec<JobInput>) {
+    let (nodes, queues, mut jobs) = cluster_inputs(12);
+    jobs[2].tasks[0].pods = vec![PodPhaseInput::Nominated("n1".into())];
+    let mut b = job("b", "train", 12, PodPhaseInput::Pending);
+    b.created_at = -1;
+    jobs.push(b);
+    (nodes, queues, jobs)
+}
+
+fn run_inputs(inputs: &(Vec<NodeInput>, Vec<QueueInput>, Vec<JobInput>)) -> (Snapshot, CycleOutcome) {
+    let snap = snapshot::build(&inputs.0, &inputs.1, &inputs.2).expect("the cluster is consistent");
+    let out = run_cycle(&snap, &SchedulerConfig::default());
+    (snap, out)
+}
+
+#[test]
+fn a_kept_claim_holds_its_node_against_jobs_ahead_of_it() {
+    let mut inputs = claimed_cluster();
+    let (snap, out) = run_inputs(&inputs);
+    assert_eq!(pod_of(&snap, &out, "a"), PodState::Pipelined(NodeId(0)), "a keeps n1: {:?}", out.reasons);
+    assert_eq!(pod_of(&snap, &out, "b"), PodState::Pending);
+    assert!(out.decisions.evictions.is_empty(), "nothing more is evicted: {:?}", out.decisions.evictions);
+
+    // Without the nomination, the claim goes to b, ahead of a in the queue.
+    inputs.2[2].tasks[0].pods = vec![PodPhaseInput::Pending];
+    let (snap, out) = run_inputs(&inputs);
+    assert_eq!(pod_of(&snap, &out, "b"), PodState::Pipelined(NodeId(0)));
+    assert_eq!(pod_of(&snap, &out, "a"), PodState::Pending);
+}
+
+#[test]
+fn a_kept_claim_binds_once_its_victims_are_gone() {
+    let mut inputs = claimed_cluster();
+    inputs.2.retain(|j| j.name != "v");
+    let (snap, out) = run_inputs(&inputs);
+    assert_eq!(pod_of(&snap, &out, "a"), PodState::Allocated(NodeId(0)), "{:?}", out.reasons);
+    assert_eq!(pod_of(&snap, &out, "b"), PodState::Pending);
+}
+
+#[test]
+fn a_claim_that_starts_elsewhere_now_stops_waiting_for_its_victims() {
+    // n2 has 12 idle CPUs: a starts there at once, and b may keep the claim step's capacity.
+    let mut inputs = claimed_cluster();
+    inputs.0.push(NodeInput { name: "n2".into(), ..inputs.0[0].clone() });
+    inputs.0[1].allocatable.0.insert(CPU.to_string(), 12_000);
+    let (snap, out) = run_inputs(&inputs);
+    assert_eq!(pod_of(&snap, &out, "a"), PodState::Allocated(NodeId(1)), "{:?}", out.reasons);
+    assert!(out.decisions.evictions.is_empty(), "{:?}", out.decisions.evictions);
+}
+
+#[test]
+fn a_claim_its_node_can_no_longer_hold_is_dropped() {
+    // n1 was cordoned after the claim was made: a waits like any job, and b, ahead of it,
+    // takes nothing either (no node is schedulable).
+    let mut inputs = claimed_cluster();
+    inputs.0[0].unschedulable = true;
+    let (snap, out) = run_inputs(&inputs);
+    assert_eq!(pod_of(&snap, &out, "a"), PodState::Pending);
+    assert_eq!(pod_of(&snap, &out, "b"), PodState::Pending);
+}
+
+#[test]
+fn a_claim_that_no_longer_completes_its_gang_is_dropped() {
+    // The group's minimum grew to 2 after the claim was made for 1 pod, and n1's 12 idle CPUs
+    // hold one 8-CPU pod, not two: binding the one nominated pod would start half a gang.
+    let mut inputs = claimed_cluster();
+    inputs.2.retain(|j| j.name != "v" && j.name != "b");
+    let a = inputs.2.iter_mut().find(|j| j.name == "a").expect("a exists");
+    a.min_member = 2;
+    a.tasks[0].min_available = 2;
+    a.tasks[0].requests = cpus(8);
+    a.tasks[0].pods.push(PodPhaseInput::Pending);
+    let (snap, out) = run_inputs(&inputs);
+    let a = snap.jobs.position(|j| j.name == "a").expect("a exists");
+    let states: Vec<PodState> = snap.jobs[a].tasks[0].pods.iter().map(|&p| out.pod_state[p]).collect();
+    assert_eq!(states, [PodState::Pending, PodState::Pending], "never half a gang");
+}

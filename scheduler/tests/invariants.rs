@@ -124,7 +124,7 @@ impl fmt::Debug for Case {
                     .iter()
                     .map(|p| match p {
                         PodPhaseInput::Bound(n) | PodPhaseInput::Releasing(n) => n.as_str(),
-                        PodPhaseInput::Pending => "-",
+                        PodPhaseInput::Nominated(_) | PodPhaseInput::Pending => "-",
                     })
                     .collect();
                 let c = &t.constraints;

@@ -448,3 +448,47 @@ fn consolidation_frees_room_inside_the_required_rack() {
     assert_eq!(at.len(), 2, "{}", reason(&snap, &out, "gang"));
     assert!(at.iter().all(|n| n.starts_with("r1-")), "{at:?}");
 }
+
+/// A gang's kept claim holds its rack while another rack is freeing capacity too (a drain):
+/// r2 holds the gang's 8 victims, still terminating, and its claim (pods nominated to r2's
+/// nodes); r1's 11 pods of an unrelated job are terminating as well. Both racks will have room
+/// for exactly 11 GPUs. With the claim, the gang is pipelined into r2 again; without it, the
+/// capacity freed in r1 would do as well, and the gang goes there.
+#[test]
+fn a_kept_claim_keeps_its_rack_while_another_rack_frees_capacity() {
+    let mut nodes = Vec::new();
+    let mut jobs = Vec::new();
+    for r in ["r1", "r2"] {
+        for i in 0..4 {
+            nodes.push(node(&format!("{r}-{i}"), 4, "b1", r));
+        }
+    }
+    // r1: a drained job's 11 pods terminating, 5 GPUs of priority-70 work.
+    let mut drained = job("drained", 11, 1, 11, &[], 50);
+    drained.tasks[0].pods = (0..11).map(|k| PodPhaseInput::Releasing(format!("r1-{}", k / 4))).collect();
+    jobs.push(drained);
+    jobs.push(job("high", 5, 1, 5, &["r1-2", "r1-3", "r1-3", "r1-3", "r1-3"], 70));
+    // r2: the gang's 8 victims terminating, 5 priority-70 pods, 3 GPUs free.
+    let mut victims = job("victims", 8, 1, 8, &[], 30);
+    victims.tasks[0].pods = (0..8).map(|k| PodPhaseInput::Releasing(format!("r2-{}", k / 4))).collect();
+    jobs.push(victims);
+    jobs.push(job("high-2", 5, 1, 5, &["r2-2", "r2-3", "r2-3", "r2-3", "r2-3"], 70));
+    let mut gang = job("urgent", 11, 1, 11, &[], 65);
+    gang.topology = request(Some("rack"), None);
+    gang.phase = JobPhase::Inqueue;
+    let claim = ["r2-0", "r2-0", "r2-0", "r2-0", "r2-1", "r2-1", "r2-1", "r2-1", "r2-2", "r2-2", "r2-2"];
+    gang.tasks[0].pods = claim.iter().map(|n| PodPhaseInput::Nominated(n.to_string())).collect();
+    jobs.push(gang);
+
+    let (snap, out) = run(&nodes, &jobs);
+    assert!(out.decisions.evictions.is_empty(), "{:?}", reason(&snap, &out, "urgent"));
+    let at = placed(&snap, &out, "urgent");
+    assert_eq!(at.len(), 11, "{}", reason(&snap, &out, "urgent"));
+    assert!(at.iter().all(|n| n.starts_with("r2-")), "the claim keeps r2: {at:?}");
+
+    let gang = jobs.last_mut().expect("the gang");
+    gang.tasks[0].pods = vec![PodPhaseInput::Pending; 11];
+    let (snap, out) = run(&nodes, &jobs);
+    let at = placed(&snap, &out, "urgent");
+    assert!(at.len() == 11 && at.iter().all(|n| n.starts_with("r1-")), "without the claim, r1 does: {at:?}");
+}

@@ -133,6 +133,23 @@ pub struct PodGroupStatus {
     /// holding them all), written by the scheduler; absent for groups that ask for none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topology: Option<TopologyPlacement>,
+    /// The gang's kept claim: its pods the scheduler pipelined onto nodes that evictions are
+    /// freeing for it, each with its node, in pod name order. The next cycle, or a new
+    /// leader, places them there before anything else may take that capacity, so the gang
+    /// keeps its nodes and domain while its victims terminate. Lives in status, which tenants
+    /// cannot write.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 4096))]
+    pub nominations: Vec<Nomination>,
+}
+
+/// A pending pod of a group and the node the scheduler nominated it to.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, schemars::JsonSchema)]
+pub struct Nomination {
+    /// The pod's name (in the group's namespace).
+    pub pod: String,
+    /// The node's name.
+    pub node: String,
 }
 
 impl PodGroupStatus {

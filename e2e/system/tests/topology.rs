@@ -20,7 +20,7 @@ use drover_envtest::Options;
 use drover_kubelet::STOP_ANNOTATION;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::ResourceExt;
 use serde_json::{json, Value};
 
@@ -165,7 +165,6 @@ async fn evicted(client: &kube::Client) -> Vec<String> {
     names
 }
 
-/// The rack and domain a PodGroup's status says its pods are (or will be) in.
 /// Labels each rack's nodes into block `b1` and that rack, and creates the `default` Topology
 /// (block, rack) over those labels.
 async fn racks(client: &kube::Client, racks: &[(&str, &[&str])]) -> Api<Topology> {
@@ -186,6 +185,7 @@ async fn racks(client: &kube::Client, racks: &[(&str, &[&str])]) -> Api<Topology
     topologies
 }
 
+/// The rack and domain a PodGroup's status says its pods are (or will be) in.
 async fn group_domain(groups: &Api<PodGroup>, name: &str) -> Option<(String, String)> {
     let t = groups.get(name).await.ok()?.status?.topology?;
     Some((t.level?, t.domain?))
@@ -195,9 +195,11 @@ async fn group_domain(groups: &Api<PodGroup>, name: &str) -> Option<(String, Str
 // four priority-30 pods, 4 GPUs free. A gang of 12 x 1 GPU at priority 65 that requires a rack
 // fits only in r1, after 12 evictions (r2 and r3 could give it 8 GPUs at most; a placement
 // blind to racks would take their 8 free GPUs and evict 4 pods). The victims take long to
-// stop; meanwhile the leading scheduler is killed and the other replica takes over: it must
-// place the gang where the first one evicted, without evicting anything more, and keep the
-// GPUs freed by the first victims to stop for the gang while the others still stop.
+// stop, and the gang's claim (its pods nominated to r1's nodes) is in its PodGroup's status.
+// Then r2 starts freeing room for the gang too (its 8-GPU pod's Job is deleted, and the pod
+// stops slowly), and the leading scheduler is killed; the other replica takes over: it must
+// keep the gang's claim in r1 without evicting anything more, and keep the GPUs freed by the
+// first victims to stop for the gang while the others still stop.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_preempting_gangs_domain_survives_a_leader_kill() {
     let Some(mut cluster) = Cluster::start_without_drover(6, Options::default()).await else { return };
@@ -254,7 +256,7 @@ async fn a_preempting_gangs_domain_survives_a_leader_kill() {
     };
     for filler in [
         low("low-r1", 16, on(RACK, "r1")),
-        steady("steady-r2", "node-2"),
+        slow_to_stop(steady("steady-r2", "node-2")),
         low("low-r2", 4, on("kubernetes.io/hostname", "node-3")),
         steady("steady-r3", "node-4"),
         low("low-r3", 4, on("kubernetes.io/hostname", "node-5")),
@@ -304,13 +306,30 @@ async fn a_preempting_gangs_domain_survives_a_leader_kill() {
         (group_domain(&groups, "gang").await? == ("rack".to_string(), "b1/r1".to_string())).then_some(())
     })
     .await;
+    let nominations = |groups: Api<PodGroup>| async move {
+        let status = groups.get("gang").await.ok()?.status?;
+        Some(status.nominations.into_iter().map(|n| (n.pod, n.node)).collect::<Vec<_>>())
+    };
+    let claim = eventually(20, &format!("PodGroup gang keeps its claim in status (logs in {logs})"), || async {
+        nominations(groups.clone()).await.filter(|n| n.len() == 12)
+    })
+    .await;
+    assert!(claim.iter().all(|(_, n)| r1(n)), "the claim is in r1: {claim:?} (logs in {logs})");
+
+    // Another rack starts freeing room for the gang: steady-r2's Job is deleted, and its pod
+    // stops slowly. Once it has, r2 (node-2's 8 GPUs and node-3's 4 free) holds the gang too.
+    jobs.delete("steady-r2", &DeleteParams::default()).await.expect("steady-r2 deleted");
+    eventually(30, &format!("steady-r2's pod is stopping (logs in {logs})"), || async {
+        deleting(&all_pods(&pods).await).iter().any(|p| p.name_any().starts_with("steady-r2")).then_some(())
+    })
+    .await;
 
     // Checked at every look from now on: nothing but the first victims is ever being deleted,
     // and no gang pod is bound outside r1.
     let check = |list: &[Pod], stage: &str| {
         let extra: Vec<String> = deleting(list)
             .iter()
-            .filter(|p| !victim_uids.contains(&uid_of(p)))
+            .filter(|p| !victim_uids.contains(&uid_of(p)) && !p.name_any().starts_with("steady-r2"))
             .map(|p| format!("{} on {}", p.name_any(), node_of(p)))
             .collect();
         assert!(extra.is_empty(), "{stage}: pods evicted beyond the first victims: {extra:?} (logs in {logs})");
@@ -352,6 +371,11 @@ async fn a_preempting_gangs_domain_survives_a_leader_kill() {
         group_domain(&groups, "gang").await,
         Some(("rack".to_string(), "b1/r1".to_string())),
         "the gang's nominated rack after the failover to {successor} (logs in {logs})"
+    );
+    assert_eq!(
+        nominations(groups.clone()).await,
+        Some(claim.clone()),
+        "the claim the new leader {successor} keeps (logs in {logs})"
     );
 
     // Half the victims stop, and their Job replaces them (pods that can only run in r1, at

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use drover_api::crd::conditions;
-use drover_api::crd::podgroup::{Admission, PodGroup, PodGroupPhase, PodGroupStatus, ReservationStatus};
+use drover_api::crd::podgroup::{Admission, Nomination, PodGroup, PodGroupPhase, PodGroupStatus, ReservationStatus};
 use drover_api::crd::queue::{summary as queue_summary, Queue};
 use drover_api::crd::topology::TopologyPlacement;
 use drover_kubeutil::events::{self, EventType};
@@ -41,6 +41,8 @@ struct Decided<'a> {
     preempted: bool,
     /// Where its bound and nominated pods sit in its topology.
     placement: Option<&'a TopologyPlacement>,
+    /// Its pods pipelined this cycle, with their nodes (its kept claim).
+    nominations: &'a [Nomination],
 }
 
 /// The status the scheduler wants a group to have.
@@ -70,6 +72,8 @@ fn desired(group: &PodGroup, core: Option<Decided>, counts: PodCounts, problem: 
     if let Some(c) = core {
         status.topology = c.placement.cloned();
     }
+    // A group left out of the cycle has no claim the next cycle could keep.
+    status.nominations = core.map(|c| c.nominations.to_vec()).unwrap_or_default();
     let now = jiff::Timestamp::now();
     if core.is_some_and(|c| c.preempted) {
         status.preempted_at = Some(Time(now));
@@ -142,6 +146,14 @@ pub fn wanted_group_statuses<'g>(
         preempted[job] = true;
     }
     let placements = placements(snap, outcome);
+    let mut nominations: TiVec<JobId, Vec<Nomination>> = ti_vec![Vec::new(); snap.jobs.len()];
+    for &(p, n) in &outcome.decisions.pipelined {
+        let pod = converted.pods[p].name.clone();
+        nominations[snap.pods[p].job].push(Nomination { pod, node: snap.nodes[n].name.clone() });
+    }
+    for list in nominations.iter_mut() {
+        list.sort_by(|a, b| a.pod.cmp(&b.pod));
+    }
     let mut core: HashMap<Key, Decided> = HashMap::new();
     for (j, job) in snap.jobs.iter_enumerated() {
         let reason = outcome.reasons.get(j).and_then(|r| r.as_deref());
@@ -153,6 +165,7 @@ pub fn wanted_group_statuses<'g>(
             charged: &charged[j],
             preempted: preempted[j],
             placement: placements[j].as_ref(),
+            nominations: &nominations[j],
         };
         core.insert((job.namespace.clone(), job.name.clone()), decided);
     }
@@ -210,6 +223,9 @@ pub(super) async fn write_groups(
         }
         if want.admission.is_none() {
             status["admission"] = Value::Null;
+        }
+        if want.nominations.is_empty() {
+            status["nominations"] = Value::Null;
         }
         match &want.topology {
             None => status["topology"] = Value::Null,
@@ -386,6 +402,7 @@ mod tests {
             charged: &charged,
             preempted: false,
             placement: None,
+            nominations: &[],
         };
         let again = desired(&group, Some(waiting), restarted, None);
         assert_eq!(again.phase, PodGroupPhase::Pending, "a restarted job's group is live again");

@@ -1,7 +1,8 @@
 //! Allocate: place admitted pod groups on idle capacity, serving the most deprived queue
 //! first and, within it, jobs in priority order.
 //!
-//! Four passes, each over all queues: gang minimums within fair share, then elastic pods
+//! First, jobs keep the claims an earlier cycle's evictions made for them (see
+//! [`super::claim::keep`]). Then four passes, each over all queues: gang minimums within fair share, then elastic pods
 //! within fair share, then gang minimums and elastic pods on idle capacity beyond fair share
 //! (capacity no queue within its fair share could use). Between the fair-share passes and
 //! the idle ones, work still waiting within its fair share claims the capacity evictions are
@@ -32,6 +33,7 @@ enum Tier {
 
 /// Runs the action.
 pub fn run(ctx: &mut Ctx) {
+    super::claim::keep(ctx);
     let queues = jobs_by_queue(ctx, |j| {
         ctx.ssn.job_phase[j] != JobPhase::Pending
             && ctx.ssn.job_pipelined[j] == 0

@@ -100,13 +100,14 @@ impl JobConverter {
                         name: name.clone(),
                     })
                 };
-                let phase = match phase {
-                    PodPhaseInput::Pending => PodPhase::Pending,
-                    PodPhaseInput::Bound(node) => PodPhase::Bound(lookup(node)?),
-                    PodPhaseInput::Releasing(node) => PodPhase::Releasing(lookup(node)?),
+                let (phase, nominated) = match phase {
+                    PodPhaseInput::Pending => (PodPhase::Pending, None),
+                    PodPhaseInput::Nominated(node) => (PodPhase::Pending, self.nodes.get(node).copied()),
+                    PodPhaseInput::Bound(node) => (PodPhase::Bound(lookup(node)?), None),
+                    PodPhaseInput::Releasing(node) => (PodPhase::Releasing(lookup(node)?), None),
                 };
                 ids.push(PodId(snap.pods.len() + pods.len()));
-                pods.push(Pod { job: job_id, task: task_id, index: i as u32, phase });
+                pods.push(Pod { job: job_id, task: task_id, index: i as u32, phase, nominated });
             }
             tasks.push(Task {
                 name: t.name.clone(),

@@ -273,7 +273,8 @@ fn account(out: &mut Replay, live: &TiSlice<JobId, Live>, fair: &BTreeMap<String
 }
 
 /// Runs one cycle on the live jobs, writes its outcome into the world's snapshot (evicted
-/// and pipelined pods pending again, as if evictions ended at once) and records the leaf
+/// pods pending again, as if evictions ended at once, and pipelined ones pending and
+/// nominated to their node: their gang's kept claim) and records the leaf
 /// queues' GPU fair shares in `fair`; true when evictions or pipelined pods need another
 /// cycle to settle.
 ///
@@ -300,6 +301,10 @@ fn cycle(
     let mut evicted: TiVec<JobId, u32> = ti_vec![0; live.len()];
     let mut bound: TiVec<JobId, u32> = ti_vec![0; live.len()];
     for (pod, state) in snap.pods.iter_mut().zip(&outcome.pod_state) {
+        pod.nominated = match *state {
+            PodState::Pipelined(n) => Some(n),
+            _ => None,
+        };
         pod.phase = match *state {
             PodState::Bound(n) | PodState::Allocated(n) => {
                 bound[pod.job] += 1;
