@@ -164,7 +164,11 @@ impl Cluster {
         let mut out = BTreeMap::new();
         for job in self.convert().jobs {
             for task in &job.tasks {
-                let bound = task.pods.iter().filter(|p| !matches!(p, PodPhaseInput::Pending)).count() as i64;
+                let bound = task
+                    .pods
+                    .iter()
+                    .filter(|p| matches!(p, PodPhaseInput::Bound(_) | PodPhaseInput::Releasing(_)))
+                    .count() as i64;
                 if bound > 0 {
                     *out.entry((job.queue.clone(), job.namespace.clone())).or_default() +=
                         bound * task.requests.get(GPU);
