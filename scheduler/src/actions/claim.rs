@@ -10,8 +10,10 @@
 //! **Kept claims** ([`keep`]) come first. A pipelined pod comes to the next cycle nominated
 //! to its node (the scheduler keeps the nominations in the PodGroup's status, so a new
 //! leader has them too). Before anything else is placed, each job's nominated pods are
-//! placed again on their nodes as one statement, with every per-pod check and the job's
-//! topology: bound there once the victims are gone, pipelined again while they terminate.
+//! placed again as one statement, each on its own node when that node still passes the
+//! pod's filters, will have room for it and keeps the job's topology requirements, else on
+//! the same nodes in whatever order the usual placement finds: bound there once the
+//! victims are gone, pipelined again while they terminate.
 //! A claim is dropped, and its pods wait like any others, only when it can no longer be met:
 //! its nodes no longer hold its pods, its queue's fair share no longer allows them, or they
 //! no longer complete the gang (its minimum grew). And a job whose victims have not all
@@ -89,7 +91,10 @@ fn keep_claim(ctx: &mut Ctx, job: JobId) -> Option<Statement> {
     if ctx.fw.allocatable(ctx.ssn, job, &need, ShareBound::FairShare).is_err() {
         return None;
     }
-    let pipe = try_place_all(ctx, &pods, Avail::Releasing(&nodes))?;
+    let pipe = match on_nominated_nodes(ctx, job, &nominated) {
+        Some(pipe) => pipe,
+        None => try_place_all(ctx, &pods, Avail::Releasing(&nodes))?,
+    };
     let placed = pipelined(ctx, job);
     ctx.ssn.discard(pipe);
     let mut bind = Statement::new();
@@ -102,6 +107,30 @@ fn keep_claim(ctx: &mut Ctx, job: JobId) -> Option<Statement> {
     }
     ctx.ssn.commit(bind);
     None
+}
+
+/// Pipelines each nominated pod onto its own node, when the node still passes the pod's
+/// filters and will have room for it, and the job's topology requirements still hold there;
+/// `None` otherwise (the caller then looks for room on the same nodes in any order).
+fn on_nominated_nodes(ctx: &mut Ctx, job: JobId, nominated: &[(PodId, NodeId)]) -> Option<Statement> {
+    if let Some(group) = ctx.placer.groups(ctx.ssn.snap, ctx.fw, job) {
+        let ssn = &ctx.ssn;
+        let node_of =
+            |p: PodId| nominated.iter().find(|&&(q, _)| q == p).map(|&(_, n)| n).or(ssn.pod_state[p].running_on());
+        if !group.holds(ssn.snap, &node_of) {
+            return None;
+        }
+    }
+    let mut st = Statement::new();
+    for &(p, n) in nominated {
+        let fits = ctx.placer.feasibility(ctx.ssn, ctx.fw, p).ok(n) && ctx.ssn.fits_future(n, ctx.ssn.requests(p));
+        if !fits {
+            ctx.ssn.discard(st);
+            return None;
+        }
+        ctx.ssn.pipeline(&mut st, p, n);
+    }
+    Some(st)
 }
 
 /// Binds a job whose claim still waits for its victims wherever its pods fit idle capacity

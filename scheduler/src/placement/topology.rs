@@ -61,6 +61,24 @@ impl Group {
     pub fn required_level(&self) -> Option<(usize, Level)> {
         self.required.map(|level| (self.topology, level))
     }
+
+    /// Whether the members placed so far (`node_of`: bound or nominated) keep the group's
+    /// requirement and its inner groups': each group's placed members inside one domain of
+    /// its required level. How a kept claim is checked against topology that changed since.
+    pub fn holds(&self, snap: &Snapshot, node_of: &dyn Fn(PodId) -> Option<NodeId>) -> bool {
+        if !self.inner.iter().all(|g| g.holds(snap, node_of)) {
+            return false;
+        }
+        let Some(level) = self.required else { return true };
+        let topo = &snap.topologies[self.topology];
+        let domain = |n: NodeId| if level == topo.node_level() { Some(n.0) } else { topo.domain_of(level, n) };
+        let mut domains = self.members.iter().filter_map(|&p| node_of(p)).map(domain);
+        match domains.next() {
+            None => true,
+            Some(None) => false,
+            Some(first) => domains.all(|d| d == first),
+        }
+    }
 }
 
 /// The groups a job's pods are placed by, when a topology applies to it: its own request and
