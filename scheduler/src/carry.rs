@@ -15,12 +15,13 @@ pub enum Termination {
     Slow,
 }
 
-/// Writes `outcome` (of the cycle that ran on `snap`, built from `jobs`) into `jobs`: bound
-/// and newly allocated pods are bound, pipelined pods pending and nominated to their node (the
-/// next cycle places them there: their gang's kept claim), evicted pods pending or releasing as `termination` says; each job takes the phase
-/// the cycle decided, and a job with a declared run time that starts running now is expected
-/// to end that long after the cycle's time (one that stops running has no end). A job that
-/// lost pods to preemption or reclaim was preempted at the cycle's time.
+/// Writes `outcome` (of the cycle that ran on `snap`, built from `jobs`) into `jobs`: bound and
+/// newly allocated pods are bound, pipelined pods pending and nominated to their node (the next
+/// cycle places them there: their gang's kept claim), evicted pods pending or releasing as
+/// `termination` says; each job takes the phase the cycle decided, and a job with a declared
+/// run time that starts running now is expected to end that long after the cycle's time (one
+/// that stops running has no end). A job that lost pods to preemption or reclaim was preempted
+/// at the cycle's time.
 pub fn carry(jobs: &mut [JobInput], snap: &Snapshot, outcome: &CycleOutcome, termination: Termination) {
     for (p, state) in outcome.pod_state.iter_enumerated() {
         let pod = &snap.pods[p];

@@ -2,18 +2,18 @@
 //! first and, within it, jobs in priority order.
 //!
 //! First, jobs keep the claims an earlier cycle's evictions made for them (see
-//! [`super::claim::keep`]). Then four passes, each over all queues: gang minimums within fair share, then elastic pods
-//! within fair share, then gang minimums and elastic pods on idle capacity beyond fair share
-//! (capacity no queue within its fair share could use). Between the fair-share passes and
-//! the idle ones, work still waiting within its fair share claims the capacity evictions are
-//! freeing (see [`super::claim`]). Queues that plugins find overused
-//! sit out the fair-share passes. A gang's minimum is placed as one
-//! statement or not at all. A `StrictFIFO` queue serves its jobs strictly in order: each
-//! job's minimum and elastic pods before the next job, and a job with a pod that cannot be
-//! placed stops later jobs of the same class (GPU or CPU-only) for the rest of the pass. Its
-//! elastic pods, and so the later jobs, wait for the elastic pass like every queue's
-//! elastic pods: otherwise a strict queue's elastic pods would take capacity that reclaim
-//! freed for another queue's minimum, and be reclaimed again (ping-pong).
+//! [`super::claim::keep`]). Then four passes, each over all queues: gang minimums within fair
+//! share, then elastic pods within fair share, then gang minimums and elastic pods on idle
+//! capacity beyond fair share (capacity no queue within its fair share could use). Between the
+//! fair-share passes and the idle ones, work still waiting within its fair share claims the
+//! capacity evictions are freeing (see [`super::claim`]). Queues that plugins find overused sit
+//! out the fair-share passes. A gang's minimum is placed as one statement or not at all. A
+//! `StrictFIFO` queue serves its jobs strictly in order: each job's minimum and elastic pods
+//! before the next job, and a job with a pod that cannot be placed stops later jobs of the same
+//! class (GPU or CPU-only) for the rest of the pass. Its elastic pods, and so the later jobs,
+//! wait for the elastic pass like every queue's elastic pods: otherwise a strict queue's
+//! elastic pods would take capacity that reclaim freed for another queue's minimum, and be
+//! reclaimed again (ping-pong).
 //! A gang that finds no room may reserve the nodes where it will start soonest (see
 //! [`crate::reservation`]); jobs served after it leave that capacity alone unless they are
 //! declared to end before the reservation starts.

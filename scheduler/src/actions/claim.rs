@@ -22,12 +22,12 @@
 //!
 //! **Claims found again** ([`run`]), for jobs that wait without a kept claim (a claim that
 //! could not be met, or nominations lost): after the fair-share passes, jobs that still wait
-//! within their fair share claim the capacity being freed, in queue order. Gang minimums
-//! come first, then one elastic pod per job. A claim takes capacity being freed first and idle capacity for the rest of
-//! a gang (as the reclaim that freed it pipelined the gang), and only where the job fits
-//! without evicting anything. Jobs that may not evict claim nothing: in a `StrictFIFO`
-//! queue only the first waiting job of each class claims (as in preempt and reclaim), and
-//! queues over their fair share claim nothing.
+//! within their fair share claim the capacity being freed, in queue order. Gang minimums come
+//! first, then one elastic pod per job. A claim takes capacity being freed first and idle
+//! capacity for the rest of a gang (as the reclaim that freed it pipelined the gang), and only
+//! where the job fits without evicting anything. Jobs that may not evict claim nothing: in a
+//! `StrictFIFO` queue only the first waiting job of each class claims (as in preempt and
+//! reclaim), and queues over their fair share claim nothing.
 
 use crate::ids::{JobId, NodeId, PodId, QueueId, TiSlice};
 use crate::placement::Avail;
