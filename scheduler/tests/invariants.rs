@@ -789,7 +789,10 @@ fn placements_respect_predicates(c: &Cycle) -> Result<(), String> {
 
 /// Every pod a job that requires a topology level gets in a cycle (bound or pipelined) lies
 /// in one domain of that level, on a node that has the level's label, and in the domain of
-/// its pods that ran before the cycle and still run, when they all share one.
+/// its pods that ran before the cycle and still run, when they all share one. A job whose
+/// running pods already span domains (its request was edited after they bound) is pinned to
+/// the domain holding most of them when it is placed, and evictions later in the cycle may
+/// empty that one, so its new pods need only go where some of them ran.
 fn gangs_stay_in_their_domain(c: &Cycle) -> Result<(), String> {
     let snap = c.snap;
     let domain = |t: usize, level: usize, n: NodeId| {
@@ -803,18 +806,25 @@ fn gangs_stay_in_their_domain(c: &Cycle) -> Result<(), String> {
     for (j, job) in snap.jobs.iter_enumerated() {
         let Some((t, level)) = job.topology.and_then(|r| Some((r.topology, r.required?))) else { continue };
         let name = &snap.topologies[t].levels[level];
-        // Pods that ran before the cycle and still run after it (a job that lost them all
-        // starts afresh, anywhere).
-        let running: Vec<Option<usize>> = snap
+        // Domains of the pods that ran before the cycle, and whether each still runs after it
+        // (a job that lost them all starts afresh, anywhere).
+        let ran: Vec<(Option<usize>, bool)> = snap
             .pods
             .iter_enumerated()
             .filter(|(_, p)| p.job == j)
-            .filter_map(|(id, p)| match (p.phase, c.out.pod_state[id]) {
-                (PodPhase::Bound(n), PodState::Bound(_)) => Some(domain(t, level, n)),
+            .filter_map(|(id, p)| match p.phase {
+                PodPhase::Bound(n) => Some((domain(t, level, n), matches!(c.out.pod_state[id], PodState::Bound(_)))),
                 _ => None,
             })
             .collect();
-        let pinned = running.first().copied().flatten().filter(|d| running.iter().all(|r| *r == Some(*d)));
+        let allowed: Vec<usize> = if ran.iter().any(|&(_, still)| still) {
+            let mut ds: Vec<usize> = ran.iter().filter_map(|&(d, _)| d).collect();
+            ds.sort_unstable();
+            ds.dedup();
+            ds
+        } else {
+            Vec::new()
+        };
         let placed =
             c.out.decisions.binds.iter().chain(&c.out.decisions.pipelined).filter(|(p, _)| snap.pods[*p].job == j);
         let mut seen: Option<usize> = None;
@@ -826,8 +836,12 @@ fn gangs_stay_in_their_domain(c: &Cycle) -> Result<(), String> {
                     snap.nodes[n].name
                 ));
             };
-            if seen.is_some_and(|s| s != d) || pinned.is_some_and(|pin| pin != d) {
-                return Err(format!("{} went to another {name} than its job's other pods", pod_name(snap, p)));
+            if seen.is_some_and(|s| s != d) || (!allowed.is_empty() && !allowed.contains(&d)) {
+                return Err(format!(
+                    "{} went to another {name} than its job's other pods; decisions:\n{}",
+                    pod_name(snap, p),
+                    history(c)
+                ));
             }
             seen = Some(d);
         }
