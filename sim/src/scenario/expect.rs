@@ -10,7 +10,7 @@ use serde_yaml::Value;
 
 use super::de::{resources, Step};
 use super::locate::{listing, steps, Doc};
-use super::model::check_node;
+use super::model::NodeNames;
 use super::{split_key, PodRef, Scenario, ScenarioError};
 
 /// What the scheduler must decide. Keys are kept as written in the file; every key was
@@ -85,11 +85,12 @@ pub(super) fn check(doc: &Doc, expect: &Expect, s: &Scenario) -> Result<(), Scen
         }
     }
     let mut seen = BTreeMap::new();
+    let names = NodeNames::of(s);
     for key in keys(doc, "placements") {
         let at = steps!["expect", "placements", key];
         let pod = resolve_pod(doc, at, key, s)?.ok_or_else(|| no_pod(doc, at))?;
         once(&mut seen, at, pod.key(), key)?;
-        check_node(doc, at, s, &expect.placements[key])?;
+        names.check(doc, at, s, &expect.placements[key])?;
     }
     let mut seen = BTreeMap::new();
     for (i, key) in expect.evicted.iter().flatten().enumerate() {

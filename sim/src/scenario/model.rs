@@ -2,7 +2,7 @@
 //! core's inputs), and the one validation pass that checks what serde cannot (references
 //! between objects, uniqueness, the queue tree, pod names) and builds the core's inputs.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use drover_api::topology::{min_nvlink_gpus, MIN_NVLINK_GPUS_ANNOTATION};
 use drover_api::{
@@ -186,7 +186,8 @@ pub(super) fn validate(doc: &Doc, file: File) -> Result<Scenario, ScenarioError>
     unique(doc, "topologies", "topology", scenario.topologies.iter().map(|t| t.name.clone()))?;
     unique(doc, "queues", "queue", scenario.queues.iter().map(|q| q.name.clone()))?;
     check_queue_tree(doc, &scenario.queues)?;
-    let jobs = file.jobs.into_iter().flatten().enumerate().map(|(j, job)| self::job(doc, &scenario, j, job));
+    let names = NodeNames::of(&scenario);
+    let jobs = file.jobs.into_iter().flatten().enumerate().map(|(j, job)| self::job(doc, &scenario, &names, j, job));
     scenario.jobs = jobs.collect::<Result<_, _>>()?;
     unique(doc, "jobs", "job", scenario.jobs.iter().map(JobInput::key))?;
     check_pod_names(doc, &scenario.jobs)?;
@@ -234,15 +235,25 @@ fn check_queue_tree(doc: &Doc, queues: &[QueueInput]) -> Result<(), ScenarioErro
     Ok(())
 }
 
-/// Checks that `node` names one of the scenario's nodes.
-pub(super) fn check_node(doc: &Doc, at: &[Step], s: &Scenario, node: &str) -> Result<(), ScenarioError> {
-    if s.nodes.iter().any(|n| n.name == node) {
-        return Ok(());
+/// The scenario's node names, looked up once per running pod (a large cluster lists tens of
+/// thousands of them).
+pub(super) struct NodeNames<'s>(HashSet<&'s str>);
+
+impl<'s> NodeNames<'s> {
+    pub(super) fn of(s: &'s Scenario) -> NodeNames<'s> {
+        NodeNames(s.nodes.iter().map(|n| n.name.as_str()).collect())
     }
-    Err(doc.error(at, format!("names no node {node:?}; nodes: {}", listing(s.nodes.iter().map(|n| &n.name)))))
+
+    /// Checks that `node` names one of the scenario's nodes.
+    pub(super) fn check(&self, doc: &Doc, at: &[Step], s: &Scenario, node: &str) -> Result<(), ScenarioError> {
+        if self.0.contains(node) {
+            return Ok(());
+        }
+        Err(doc.error(at, format!("names no node {node:?}; nodes: {}", listing(s.nodes.iter().map(|n| &n.name)))))
+    }
 }
 
-fn job(doc: &Doc, s: &Scenario, j: usize, job: Job) -> Result<JobInput, ScenarioError> {
+fn job(doc: &Doc, s: &Scenario, names: &NodeNames, j: usize, job: Job) -> Result<JobInput, ScenarioError> {
     let queue = job.queue.as_str();
     if !s.queues.iter().any(|q| q.name == queue) {
         let names = listing(s.queues.iter().map(|q| q.name.as_str()));
@@ -281,7 +292,7 @@ fn job(doc: &Doc, s: &Scenario, j: usize, job: Job) -> Result<JobInput, Scenario
         return Err(doc.error(steps!["jobs", j, "tasks"], "a job needs at least one task"));
     }
     let topology = job.topology.map(|block| Names(&s.topologies).job(doc, j, block)).transpose()?;
-    let tasks = job.tasks.into_iter().enumerate().map(|(t, task)| self::task(doc, s, j, t, task, topology.as_ref()));
+    let tasks = job.tasks.into_iter().enumerate().map(|(t, task)| self::task(doc, (s, names), j, t, task, topology.as_ref()));
     let tasks = tasks.collect::<Result<Vec<_>, _>>()?;
     for (t, task) in tasks.iter().enumerate() {
         if let Some(first) = tasks[..t].iter().position(|other| other.name == task.name) {
@@ -334,7 +345,7 @@ fn job(doc: &Doc, s: &Scenario, j: usize, job: Job) -> Result<JobInput, Scenario
 /// A task of job `j`, whose own topology block (if any) is `job_topology`.
 fn task(
     doc: &Doc,
-    s: &Scenario,
+    (s, names): (&Scenario, &NodeNames),
     j: usize,
     t: usize,
     task: Task,
@@ -347,7 +358,7 @@ fn task(
     }
     let running = running.unwrap_or_default();
     for (i, node) in running.iter().enumerate() {
-        check_node(doc, steps!["jobs", j, "tasks", t, "running", i], s, node)?;
+        names.check(doc, steps!["jobs", j, "tasks", t, "running", i], s, node)?;
     }
     if running.len() > replicas as usize {
         let message = format!("lists {} running pods but the task has {replicas} replicas", running.len());
