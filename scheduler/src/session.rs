@@ -121,6 +121,9 @@ pub struct Session<'s> {
     pub node_releasing: TiVec<NodeId, Res>,
     /// Resources promised to pipelined pods on each node.
     pub node_pipelined: TiVec<NodeId, Res>,
+    /// The sum over nodes of [`Session::future_of`], kept as pods change state, so that what
+    /// most of the cluster will have is a subtraction rather than a walk over every node.
+    pub future_total: Res,
     /// Resources of running and pipelined pods per queue, including descendants (index 0 =
     /// whole cluster).
     pub queue_alloc: TiVec<QueueId, Res>,
@@ -168,6 +171,7 @@ impl<'s> Session<'s> {
             node_used: ti_vec![Res::zero(n); snap.nodes.len()],
             node_releasing: ti_vec![Res::zero(n); snap.nodes.len()],
             node_pipelined: ti_vec![Res::zero(n); snap.nodes.len()],
+            future_total: Res::zero(n),
             queue_alloc: ti_vec![Res::zero(n); snap.queues.len()],
             queue_alloc_np: ti_vec![Res::zero(n); snap.queues.len()],
             job_running: ti_vec![0; snap.jobs.len()],
@@ -203,6 +207,9 @@ impl<'s> Session<'s> {
         }
         for n in snap.nodes.keys() {
             s.reindex(n);
+            for r in 0..s.future_total.len() {
+                s.future_total[r] += s.future_of(n, r);
+            }
         }
         s
     }
@@ -271,8 +278,7 @@ impl<'s> Session<'s> {
         if n.unschedulable {
             return;
         }
-        let idle = self.idle(node);
-        let keys = Some(Class::keys(self.snap, |r| idle[r]));
+        let keys = Some(Class::keys(self.snap, |r| self.idle_of(node, r)));
         let old = self.index.keys(node);
         self.index.set(node, keys);
         if !self.snap.topologies.is_empty() {
@@ -373,6 +379,12 @@ impl<'s> Session<'s> {
         let (Op::Allocate(pod, node) | Op::Pipeline(pod, node) | Op::Evict(pod, node, ..) | Op::Hold(pod, node)) = op;
         let req = self.requests(pod);
         let change = |r: &mut Res| if forward { r.add(req) } else { r.sub(req) };
+        // Evicting frees future capacity; every other change takes it.
+        if matches!(op, Op::Evict(..)) == forward {
+            self.future_total.add(req);
+        } else {
+            self.future_total.sub(req);
+        }
         match op {
             Op::Allocate(..) => {
                 change(&mut self.node_used[node]);

@@ -427,17 +427,19 @@ pub fn make_room(
 /// the capacity is split across nodes so that no placement fits.
 pub fn shortfall(ctx: &mut Ctx, gang: &[PodId], candidates: &[&Victim], action: &str) -> String {
     let snap = ctx.ssn.snap;
-    let usable = usable_nodes(ctx, gang);
+    let feasible = gang_feasibility(ctx, gang);
+    let usable = |n: NodeId| feasible.iter().any(|f| f.ok(n));
     let need = ctx.ssn.sum_requests(gang);
-    let mut have = crate::res::Res::zero(need.len());
-    for &n in &usable {
+    // What every node will have, less what the nodes the gang may not use will have.
+    let mut have = ctx.ssn.future_total.clone();
+    for n in snap.nodes.keys().filter(|&n| !usable(n)) {
         for r in 0..need.len() {
-            have[r] += ctx.ssn.future_of(n, r);
+            have[r] -= ctx.ssn.future_of(n, r);
         }
     }
     for v in candidates {
         for &p in &v.pods {
-            if ctx.ssn.pod_state[p].running_on().is_some_and(|n| usable.binary_search(&n).is_ok()) {
+            if ctx.ssn.pod_state[p].running_on().is_some_and(usable) {
                 have.add(ctx.ssn.requests(p));
             }
         }
