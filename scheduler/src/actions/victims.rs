@@ -61,8 +61,11 @@ pub struct VictimPool {
     running: TiVec<QueueId, Vec<JobId>>,
     units: TiVec<JobId, Option<Vec<Victim>>>,
     /// Per leaf queue, its units as (job, index in the job's units) in eviction order;
-    /// `None` until sorted, and again once a job of the queue loses pods.
+    /// `None` until sorted.
     sorted: TiVec<QueueId, Option<Vec<(JobId, usize)>>>,
+    /// Per leaf queue, its jobs that lost pods since it was sorted: their units are formed
+    /// again and put back in order on the next [`VictimPool::prepare`].
+    stale: TiVec<QueueId, Vec<JobId>>,
     /// Per leaf queue, and per topology and level, what its pods bound before the cycle hold
     /// per domain (see [`VictimOrder::held_per_domain`]), made on first use and kept as pods
     /// are evicted.
@@ -88,6 +91,7 @@ impl VictimPool {
             running,
             units: ti_vec![None; jobs],
             sorted: ti_vec![None; queues],
+            stale: ti_vec![Vec::new(); queues],
             held: (0..queues).map(|_| RefCell::default()).collect(),
             jobs_on: OnceCell::new(),
         }
@@ -98,10 +102,14 @@ impl VictimPool {
         !self.running[q].is_empty()
     }
 
-    /// Forms and sorts the units of these queues where that is not done yet.
+    /// Forms and sorts the units of these queues where that is not done yet, and puts the
+    /// units of jobs that lost pods back in order. Taking units never reorders the others of
+    /// their queue (see the module's comment), so each new unit goes where a binary search by
+    /// its key in the current state puts it: the order a full sort would give.
     pub fn prepare(&mut self, ssn: &Session, fw: &Framework, queues: &[QueueId]) {
         for &q in queues {
             if self.sorted[q].is_some() {
+                self.reorder_stale(ssn, fw, q);
                 continue;
             }
             for &j in &self.running[q] {
@@ -116,7 +124,31 @@ impl VictimPool {
                 .collect();
             order.sort_by_cached_key(|&(j, i)| fw.victim_key(ssn, self.mode, self.unit(j, i)));
             self.sorted[q] = Some(order);
+            self.stale[q].clear();
         }
+    }
+
+    /// Forms the units of queue `q`'s stale jobs again and inserts them in its sorted list.
+    fn reorder_stale(&mut self, ssn: &Session, fw: &Framework, q: QueueId) {
+        let stale = std::mem::take(&mut self.stale[q]);
+        if stale.is_empty() {
+            return;
+        }
+        let mut order = self.sorted[q].take().expect("only sorted queues have stale jobs");
+        order.retain(|(j, _)| !stale.contains(j));
+        for &j in &stale {
+            self.units[j] = Some(victim_units(ssn, j));
+            for i in 0..self.unit_count(j) {
+                let key = fw.victim_key(ssn, self.mode, self.unit(j, i));
+                let at = order.partition_point(|&(oj, oi)| fw.victim_key(ssn, self.mode, self.unit(oj, oi)) < key);
+                order.insert(at, (j, i));
+            }
+        }
+        self.sorted[q] = Some(order);
+    }
+
+    fn unit_count(&self, job: JobId) -> usize {
+        self.units[job].as_ref().map_or(0, Vec::len)
     }
 
     /// What the pods of queue `q` bound before the cycle hold per domain of `level` in
@@ -143,13 +175,17 @@ impl VictimPool {
         VictimOrder { pool: self, skip, only: None, heads }
     }
 
-    /// Forgets the units of jobs that lost pods in decisions from index `since` on, and the
-    /// order of their queues.
+    /// Marks the units of jobs that lost pods in decisions from index `since` on to be formed
+    /// again, and put back in order in their queue's list.
     pub fn forget_evicted(&mut self, ssn: &Session, since: usize) {
         for &(pod, ..) in &ssn.decisions.evictions[since..] {
             let job = ssn.snap.pods[pod].job;
-            self.units[job] = None;
-            self.sorted[ssn.snap.jobs[job].queue] = None;
+            let q = ssn.snap.jobs[job].queue;
+            if self.sorted[q].is_some() && !self.stale[q].contains(&job) {
+                self.stale[q].push(job);
+            } else if self.sorted[q].is_none() {
+                self.units[job] = None;
+            }
             // Victims are pods bound before the cycle, now releasing their nodes.
             let PodState::Releasing(n) = ssn.pod_state[pod] else { continue };
             for (&(t, level), sums) in self.held[ssn.snap.jobs[job].queue].borrow_mut().iter_mut() {
