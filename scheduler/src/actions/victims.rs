@@ -74,6 +74,9 @@ pub struct VictimPool {
     /// jobs whose units can free it for the rest of the action, as no pod binds there again
     /// within the cycle.
     jobs_on: OnceCell<TiVec<NodeId, Vec<JobId>>>,
+    /// Per set of nodes searched (a domain), the jobs with pods bound there, from `jobs_on`:
+    /// many gangs search the same few domains.
+    jobs_within: RefCell<HashMap<Vec<NodeId>, Rc<Vec<JobId>>>>,
 }
 
 /// Per domain of one level, GPUs and CPU.
@@ -94,6 +97,7 @@ impl VictimPool {
             stale: ti_vec![Vec::new(); queues],
             held: (0..queues).map(|_| RefCell::default()).collect(),
             jobs_on: OnceCell::new(),
+            jobs_within: RefCell::default(),
         }
     }
 
@@ -283,10 +287,14 @@ impl<'p> VictimOrder<'p> {
             on.iter_mut().for_each(|jobs| jobs.dedup());
             on
         });
-        let mut jobs: Vec<JobId> = nodes.iter().flat_map(|&n| jobs_on[n].iter().copied()).collect();
-        jobs.sort_unstable();
-        jobs.dedup();
-        VictimOrder { only: Some(Rc::new(jobs)), ..self.clone() }
+        let mut cache = self.pool.jobs_within.borrow_mut();
+        let jobs = cache.entry(nodes.to_vec()).or_insert_with(|| {
+            let mut jobs: Vec<JobId> = nodes.iter().flat_map(|&n| jobs_on[n].iter().copied()).collect();
+            jobs.sort_unstable();
+            jobs.dedup();
+            Rc::new(jobs)
+        });
+        VictimOrder { only: Some(jobs.clone()), ..self.clone() }
     }
 
     /// The state of `queue` changed (a unit of it was taken): its head is ranked again.
