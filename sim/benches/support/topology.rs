@@ -147,7 +147,7 @@ pub fn racks(runs: usize, config: &SchedulerConfig) -> (f64, f64) {
     let without = snapshot::build(&flat.nodes, &flat.queues, &flat.jobs).expect("the cluster is valid");
     println!("  snapshot build: {:.1} ms with topology, {:.1} ms without", ms(built_with), ms(t.elapsed()));
     let (on, out) = time_cycles("with topology", &with, config, runs);
-    let (off, _) = time_cycles("without", &without, config, if std::env::var("PROF").is_ok() { 1 } else { runs });
+    let (off, _) = time_cycles("without", &without, config, runs);
     let rack = |n| rack_of(n, nodes, RACKS);
     assert_eq!(broken(&with, &out, "rack", &rack), 0, "a gang requiring one rack was placed over several");
     let block = |n| rack_of(n, nodes, RACKS) / RACKS_PER_BLOCK;
