@@ -9,6 +9,7 @@ pub mod consolidate;
 mod domain_room;
 pub mod enqueue;
 pub mod preempt;
+mod prune;
 pub mod reclaim;
 pub mod victims;
 
@@ -18,6 +19,7 @@ use crate::framework::Framework;
 use crate::ids::{ti_vec, TiSlice, TiVec};
 use crate::plugin::{EvictMode, Victim};
 use domain_room::DomainRoom;
+use prune::spare_unneeded;
 use std::borrow::Cow;
 use std::rc::Rc;
 
@@ -534,7 +536,8 @@ fn evict_for(
         }
     }
     let (_, i, victims) = best?;
-    spare_unneeded(ctx, gang, victims, (evict_reason(mode), job), fits, Some(&ranked[i])).map(|(st, _)| st)
+    let inside = |n: NodeId| usable(n) && ranked[i].binary_search(&n).is_ok();
+    spare_unneeded(ctx, gang, victims, (evict_reason(mode), job), fits, Some((&ranked[i], &inside))).map(|(st, _)| st)
 }
 
 /// Why pods evicted by `mode` go.
@@ -694,52 +697,4 @@ fn evict_unit(
         }
         ssn.evict(st, p, reason, for_job);
     }
-}
-
-/// Re-applies a working victim set without each victim in turn (latest first), keeping the
-/// smaller set whenever the gang still fits; returns the statement and the set kept.
-fn spare_unneeded<'v>(
-    ctx: &mut Ctx,
-    gang: &[PodId],
-    mut chosen: Vec<&'v Victim>,
-    why: (EvictReason, JobId),
-    fits: &dyn Fn(&Ctx) -> bool,
-    domain: Option<&[NodeId]>,
-) -> Option<(Statement, Vec<&'v Victim>)> {
-    const MAX_PRUNE: usize = 32;
-    let attempt = |ctx: &mut Ctx, set: &[&Victim]| -> Option<Statement> {
-        let mut st = Statement::new();
-        let mut nodes = Vec::new();
-        for &v in set {
-            let still = if v.elastic {
-                ctx.ssn.pod_state[v.pods[0]].running_on().is_some()
-                    && ctx.ssn.can_lose_one(v.job, ctx.ssn.snap.pods[v.pods[0]].task)
-            } else {
-                ctx.ssn.running_pods(v.job).next().is_some()
-            };
-            if still {
-                evict_unit(ctx.ssn, &mut st, v, why, &mut nodes);
-            }
-        }
-        if fits(ctx) {
-            if let Some(pipe) = try_place_all(ctx, gang, Avail::Future(&freed_within(&nodes, domain))) {
-                ctx.ssn.absorb(&mut st, pipe);
-                return Some(st);
-            }
-        }
-        ctx.ssn.discard(st);
-        None
-    };
-    // Without the latest victim the set is one that was tried and did not fit; without the
-    // only victim nothing is freed (a gang that fits without eviction never gets here).
-    if chosen.len() > 1 && chosen.len() <= MAX_PRUNE {
-        for k in (0..chosen.len() - 1).rev() {
-            let without: Vec<&Victim> = chosen.iter().enumerate().filter(|&(i, _)| i != k).map(|(_, &c)| c).collect();
-            if let Some(st) = attempt(ctx, &without) {
-                ctx.ssn.discard(st);
-                chosen = without;
-            }
-        }
-    }
-    attempt(ctx, &chosen).map(|st| (st, chosen))
 }

@@ -292,7 +292,8 @@ fn job(doc: &Doc, s: &Scenario, names: &NodeNames, j: usize, job: Job) -> Result
         return Err(doc.error(steps!["jobs", j, "tasks"], "a job needs at least one task"));
     }
     let topology = job.topology.map(|block| Names(&s.topologies).job(doc, j, block)).transpose()?;
-    let tasks = job.tasks.into_iter().enumerate().map(|(t, task)| self::task(doc, (s, names), j, t, task, topology.as_ref()));
+    let tasks =
+        job.tasks.into_iter().enumerate().map(|(t, task)| self::task(doc, (s, names), j, t, task, topology.as_ref()));
     let tasks = tasks.collect::<Result<Vec<_>, _>>()?;
     for (t, task) in tasks.iter().enumerate() {
         if let Some(first) = tasks[..t].iter().position(|other| other.name == task.name) {

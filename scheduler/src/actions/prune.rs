@@ -1,0 +1,165 @@
+//! Pruning a victim set that makes room for a gang: victims without which the gang still
+//! fits are spared. Each victim is taken back alone (its evictions are their own statement)
+//! and the gang tried without it, latest victim first; inside a domain, the gang is tried
+//! only once the domain could hold it by count without that victim (see [`DomainRoom`]).
+
+use crate::ids::{NodeId, PodId};
+use crate::placement::Avail;
+use crate::plugin::Victim;
+use crate::session::{EvictReason, Statement};
+use crate::snapshot::JobId;
+
+use super::domain_room::DomainRoom;
+use super::{evict_unit, freed_within, try_place_all, Ctx};
+
+/// Sets larger than this are kept whole (pruning tries the gang once per victim).
+const MAX_PRUNE: usize = 32;
+
+/// A domain the gang must fit inside, and the nodes in it the gang may use.
+pub type Domain<'d> = (&'d [NodeId], &'d dyn Fn(NodeId) -> bool);
+
+/// Drops from a working victim set (in eviction order) each victim without which the gang
+/// still fits, latest first, then applies the set kept and pipelines the gang; returns the
+/// statement and the set kept. Without the latest victim the set is one its search tried
+/// and found short; without the only victim nothing is freed.
+pub fn spare_unneeded<'v>(
+    ctx: &mut Ctx,
+    gang: &[PodId],
+    chosen: Vec<&'v Victim>,
+    why: (EvictReason, JobId),
+    fits: &dyn Fn(&Ctx) -> bool,
+    domain: Option<Domain>,
+) -> Option<(Statement, Vec<&'v Victim>)> {
+    let chosen = if chosen.len() > 1 && chosen.len() <= MAX_PRUNE {
+        prune(ctx, gang, chosen, why, fits, domain)
+    } else {
+        chosen
+    };
+    apply(ctx, gang, &chosen, why, fits, domain.map(|(nodes, _)| nodes)).map(|st| (st, chosen))
+}
+
+/// One victim of the set being pruned: its evictions while they stand, the nodes they free,
+/// and whether it is still in the set.
+struct Taken<'v> {
+    victim: &'v Victim,
+    st: Option<Statement>,
+    nodes: Vec<NodeId>,
+    kept: bool,
+}
+
+/// The set without the victims the gang does not need. The books are sums, so taking one
+/// victim's evictions back leaves them as applying the set without it would; except that a
+/// whole-job victim later in the set evicts an earlier victim's pod of the same job anyway,
+/// so that earlier victim leaves the set with its pod still evicted, without a try.
+fn prune<'v>(
+    ctx: &mut Ctx,
+    gang: &[PodId],
+    chosen: Vec<&'v Victim>,
+    why: (EvictReason, JobId),
+    fits: &dyn Fn(&Ctx) -> bool,
+    domain: Option<Domain>,
+) -> Vec<&'v Victim> {
+    let mut taken: Vec<Taken> = chosen.iter().map(|&v| evict(ctx, v, why)).collect();
+    let mut room = domain.map(|(nodes, usable)| {
+        let mut room = DomainRoom::new(ctx.ssn, gang, nodes, usable);
+        taken.iter().flat_map(|t| &t.nodes).for_each(|&n| room.update(ctx.ssn, n, usable));
+        room
+    });
+    for k in (0..taken.len() - 1).rev() {
+        let v = taken[k].victim;
+        if v.elastic && taken[k + 1..].iter().any(|t| t.kept && t.victim.job == v.job && !t.victim.elastic) {
+            taken[k].kept = false;
+            continue;
+        }
+        ctx.ssn.discard(taken[k].st.take().expect("every victim's evictions stand until it is tried"));
+        if let (Some(room), Some((_, usable))) = (room.as_mut(), domain) {
+            taken[k].nodes.iter().for_each(|&n| room.update(ctx.ssn, n, usable));
+        }
+        if room.as_ref().is_none_or(DomainRoom::could_hold) && fits_without(ctx, gang, &taken, fits, domain) {
+            taken[k].kept = false;
+            continue;
+        }
+        taken[k] = evict(ctx, v, why);
+        if let (Some(room), Some((_, usable))) = (room.as_mut(), domain) {
+            taken[k].nodes.iter().for_each(|&n| room.update(ctx.ssn, n, usable));
+        }
+    }
+    let kept = taken.iter().filter(|t| t.kept).map(|t| t.victim).collect();
+    for st in taken.into_iter().rev().filter_map(|t| t.st) {
+        ctx.ssn.discard(st);
+    }
+    kept
+}
+
+/// Evicts one victim of the set in a statement of its own.
+fn evict<'v>(ctx: &mut Ctx, v: &'v Victim, why: (EvictReason, JobId)) -> Taken<'v> {
+    let mut st = Statement::new();
+    let mut nodes = Vec::new();
+    if still_evictable(ctx, v) {
+        evict_unit(ctx.ssn, &mut st, v, why, &mut nodes);
+    }
+    Taken { victim: v, st: Some(st), nodes, kept: true }
+}
+
+/// Whether the gang fits on what the victims still in the set free (the placement is tried
+/// and taken back).
+fn fits_without(
+    ctx: &mut Ctx,
+    gang: &[PodId],
+    taken: &[Taken],
+    fits: &dyn Fn(&Ctx) -> bool,
+    domain: Option<Domain>,
+) -> bool {
+    if !fits(ctx) {
+        return false;
+    }
+    let mut nodes: Vec<NodeId> =
+        taken.iter().filter(|t| t.st.is_some()).flat_map(|t| t.nodes.iter().copied()).collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    match try_place_all(ctx, gang, Avail::Future(&freed_within(&nodes, domain.map(|(d, _)| d)))) {
+        Some(pipe) => {
+            ctx.ssn.discard(pipe);
+            true
+        }
+        None => false,
+    }
+}
+
+/// Whether a victim of the set still has pods to lose once the victims before it are
+/// evicted: an elastic pod still running whose job can lose it, or a job still running.
+fn still_evictable(ctx: &Ctx, v: &Victim) -> bool {
+    if v.elastic {
+        ctx.ssn.pod_state[v.pods[0]].running_on().is_some()
+            && ctx.ssn.can_lose_one(v.job, ctx.ssn.snap.pods[v.pods[0]].task)
+    } else {
+        ctx.ssn.running_pods(v.job).next().is_some()
+    }
+}
+
+/// Applies the victim set in order and pipelines the gang onto what it frees (inside
+/// `domain`, when given); `None`, with nothing applied, when the gang does not fit.
+fn apply(
+    ctx: &mut Ctx,
+    gang: &[PodId],
+    set: &[&Victim],
+    why: (EvictReason, JobId),
+    fits: &dyn Fn(&Ctx) -> bool,
+    domain: Option<&[NodeId]>,
+) -> Option<Statement> {
+    let mut st = Statement::new();
+    let mut nodes = Vec::new();
+    for &v in set {
+        if still_evictable(ctx, v) {
+            evict_unit(ctx.ssn, &mut st, v, why, &mut nodes);
+        }
+    }
+    if fits(ctx) {
+        if let Some(pipe) = try_place_all(ctx, gang, Avail::Future(&freed_within(&nodes, domain))) {
+            ctx.ssn.absorb(&mut st, pipe);
+            return Some(st);
+        }
+    }
+    ctx.ssn.discard(st);
+    None
+}
