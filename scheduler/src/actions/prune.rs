@@ -30,12 +30,18 @@ pub fn spare_unneeded<'v>(
     fits: &dyn Fn(&Ctx) -> bool,
     domain: Option<Domain>,
 ) -> Option<(Statement, Vec<&'v Victim>)> {
-    let chosen = if chosen.len() > 1 && chosen.len() <= MAX_PRUNE {
-        prune(ctx, gang, chosen, why, fits, domain)
-    } else {
-        chosen
-    };
-    apply(ctx, gang, &chosen, why, fits, domain.map(|(nodes, _)| nodes)).map(|st| (st, chosen))
+    let pruning = Pruning { gang, why, fits, domain };
+    let chosen = if chosen.len() > 1 && chosen.len() <= MAX_PRUNE { pruning.prune(ctx, chosen) } else { chosen };
+    pruning.apply(ctx, &chosen).map(|st| (st, chosen))
+}
+
+/// What a victim set is pruned for: the gang, why its victims go, the bound on the gang's
+/// queue, and the domain it must fit inside.
+struct Pruning<'a> {
+    gang: &'a [PodId],
+    why: (EvictReason, JobId),
+    fits: &'a dyn Fn(&Ctx) -> bool,
+    domain: Option<Domain<'a>>,
 }
 
 /// One victim of the set being pruned: its evictions while they stand, the nodes they free,
@@ -47,82 +53,87 @@ struct Taken<'v> {
     kept: bool,
 }
 
-/// The set without the victims the gang does not need. The books are sums, so taking one
-/// victim's evictions back leaves them as applying the set without it would; except that a
-/// whole-job victim later in the set evicts an earlier victim's pod of the same job anyway,
-/// so that earlier victim leaves the set with its pod still evicted, without a try.
-fn prune<'v>(
-    ctx: &mut Ctx,
-    gang: &[PodId],
-    chosen: Vec<&'v Victim>,
-    why: (EvictReason, JobId),
-    fits: &dyn Fn(&Ctx) -> bool,
-    domain: Option<Domain>,
-) -> Vec<&'v Victim> {
-    let mut taken: Vec<Taken> = chosen.iter().map(|&v| evict(ctx, v, why)).collect();
-    let mut room = domain.map(|(nodes, usable)| {
-        let mut room = DomainRoom::new(ctx.ssn, gang, nodes, usable);
-        taken.iter().flat_map(|t| &t.nodes).for_each(|&n| room.update(ctx.ssn, n, usable));
-        room
-    });
-    for k in (0..taken.len() - 1).rev() {
-        let v = taken[k].victim;
-        if v.elastic && taken[k + 1..].iter().any(|t| t.kept && t.victim.job == v.job && !t.victim.elastic) {
-            taken[k].kept = false;
-            continue;
+impl Pruning<'_> {
+    /// The set without the victims the gang does not need. The books are sums, so taking
+    /// one victim's evictions back leaves them as applying the set without it would; except
+    /// that a whole-job victim later in the set evicts an earlier victim's pod of the same
+    /// job anyway, so that earlier victim leaves the set with its pod still evicted, without
+    /// a try.
+    fn prune<'v>(&self, ctx: &mut Ctx, chosen: Vec<&'v Victim>) -> Vec<&'v Victim> {
+        let mut taken: Vec<Taken> = chosen.iter().map(|&v| evict(ctx, v, self.why)).collect();
+        let mut room = self.domain.map(|(nodes, usable)| {
+            let mut room = DomainRoom::new(ctx.ssn, self.gang, nodes, usable);
+            taken.iter().flat_map(|t| &t.nodes).for_each(|&n| room.update(ctx.ssn, n, usable));
+            room
+        });
+        for k in (0..taken.len() - 1).rev() {
+            let v = taken[k].victim;
+            if v.elastic && taken[k + 1..].iter().any(|t| t.kept && t.victim.job == v.job && !t.victim.elastic) {
+                taken[k].kept = false;
+                continue;
+            }
+            ctx.ssn.discard(taken[k].st.take().expect("every victim's evictions stand until it is tried"));
+            self.recount(ctx, room.as_mut(), &taken[k].nodes);
+            if room.as_ref().is_none_or(DomainRoom::could_hold) && self.fits_without(ctx, &taken) {
+                taken[k].kept = false;
+                continue;
+            }
+            taken[k] = evict(ctx, v, self.why);
+            self.recount(ctx, room.as_mut(), &taken[k].nodes);
         }
-        ctx.ssn.discard(taken[k].st.take().expect("every victim's evictions stand until it is tried"));
-        if let (Some(room), Some((_, usable))) = (room.as_mut(), domain) {
-            taken[k].nodes.iter().for_each(|&n| room.update(ctx.ssn, n, usable));
+        let kept = taken.iter().filter(|t| t.kept).map(|t| t.victim).collect();
+        for st in taken.into_iter().rev().filter_map(|t| t.st) {
+            ctx.ssn.discard(st);
         }
-        if room.as_ref().is_none_or(DomainRoom::could_hold) && fits_without(ctx, gang, &taken, fits, domain) {
-            taken[k].kept = false;
-            continue;
-        }
-        taken[k] = evict(ctx, v, why);
-        if let (Some(room), Some((_, usable))) = (room.as_mut(), domain) {
-            taken[k].nodes.iter().for_each(|&n| room.update(ctx.ssn, n, usable));
+        kept
+    }
+
+    /// Counts the domain's room on `nodes` again, after a victim there was taken back or
+    /// evicted again.
+    fn recount(&self, ctx: &Ctx, room: Option<&mut DomainRoom>, nodes: &[NodeId]) {
+        if let (Some(room), Some((_, usable))) = (room, self.domain) {
+            nodes.iter().for_each(|&n| room.update(ctx.ssn, n, usable));
         }
     }
-    let kept = taken.iter().filter(|t| t.kept).map(|t| t.victim).collect();
-    for st in taken.into_iter().rev().filter_map(|t| t.st) {
+
+    /// Whether the gang fits on what the victims still in the set free (the placement is
+    /// tried and taken back).
+    fn fits_without(&self, ctx: &mut Ctx, taken: &[Taken]) -> bool {
+        if !(self.fits)(ctx) {
+            return false;
+        }
+        let mut nodes: Vec<NodeId> =
+            taken.iter().filter(|t| t.st.is_some()).flat_map(|t| t.nodes.iter().copied()).collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        match try_place_all(ctx, self.gang, Avail::Future(&freed_within(&nodes, self.domain.map(|(d, _)| d)))) {
+            Some(pipe) => {
+                ctx.ssn.discard(pipe);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Applies the victim set in order and pipelines the gang onto what it frees (inside the
+    /// domain, when there is one); `None`, with nothing applied, when the gang does not fit.
+    fn apply(&self, ctx: &mut Ctx, set: &[&Victim]) -> Option<Statement> {
+        let mut st = Statement::new();
+        let mut nodes = Vec::new();
+        for &v in set {
+            if still_evictable(ctx, v) {
+                evict_unit(ctx.ssn, &mut st, v, self.why, &mut nodes);
+            }
+        }
+        if (self.fits)(ctx) {
+            let freed = freed_within(&nodes, self.domain.map(|(d, _)| d));
+            if let Some(pipe) = try_place_all(ctx, self.gang, Avail::Future(&freed)) {
+                ctx.ssn.absorb(&mut st, pipe);
+                return Some(st);
+            }
+        }
         ctx.ssn.discard(st);
-    }
-    kept
-}
-
-/// Evicts one victim of the set in a statement of its own.
-fn evict<'v>(ctx: &mut Ctx, v: &'v Victim, why: (EvictReason, JobId)) -> Taken<'v> {
-    let mut st = Statement::new();
-    let mut nodes = Vec::new();
-    if still_evictable(ctx, v) {
-        evict_unit(ctx.ssn, &mut st, v, why, &mut nodes);
-    }
-    Taken { victim: v, st: Some(st), nodes, kept: true }
-}
-
-/// Whether the gang fits on what the victims still in the set free (the placement is tried
-/// and taken back).
-fn fits_without(
-    ctx: &mut Ctx,
-    gang: &[PodId],
-    taken: &[Taken],
-    fits: &dyn Fn(&Ctx) -> bool,
-    domain: Option<Domain>,
-) -> bool {
-    if !fits(ctx) {
-        return false;
-    }
-    let mut nodes: Vec<NodeId> =
-        taken.iter().filter(|t| t.st.is_some()).flat_map(|t| t.nodes.iter().copied()).collect();
-    nodes.sort_unstable();
-    nodes.dedup();
-    match try_place_all(ctx, gang, Avail::Future(&freed_within(&nodes, domain.map(|(d, _)| d)))) {
-        Some(pipe) => {
-            ctx.ssn.discard(pipe);
-            true
-        }
-        None => false,
+        None
     }
 }
 
@@ -137,29 +148,12 @@ fn still_evictable(ctx: &Ctx, v: &Victim) -> bool {
     }
 }
 
-/// Applies the victim set in order and pipelines the gang onto what it frees (inside
-/// `domain`, when given); `None`, with nothing applied, when the gang does not fit.
-fn apply(
-    ctx: &mut Ctx,
-    gang: &[PodId],
-    set: &[&Victim],
-    why: (EvictReason, JobId),
-    fits: &dyn Fn(&Ctx) -> bool,
-    domain: Option<&[NodeId]>,
-) -> Option<Statement> {
+/// Evicts one victim of the set in a statement of its own.
+fn evict<'v>(ctx: &mut Ctx, v: &'v Victim, why: (EvictReason, JobId)) -> Taken<'v> {
     let mut st = Statement::new();
     let mut nodes = Vec::new();
-    for &v in set {
-        if still_evictable(ctx, v) {
-            evict_unit(ctx.ssn, &mut st, v, why, &mut nodes);
-        }
+    if still_evictable(ctx, v) {
+        evict_unit(ctx.ssn, &mut st, v, why, &mut nodes);
     }
-    if fits(ctx) {
-        if let Some(pipe) = try_place_all(ctx, gang, Avail::Future(&freed_within(&nodes, domain))) {
-            ctx.ssn.absorb(&mut st, pipe);
-            return Some(st);
-        }
-    }
-    ctx.ssn.discard(st);
-    None
+    Taken { victim: v, st: Some(st), nodes, kept: true }
 }
