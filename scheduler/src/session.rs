@@ -252,6 +252,12 @@ impl<'s> Session<'s> {
         slots(self.snap.nodes[node].unschedulable, req, |r| self.future_of(node, r))
     }
 
+    /// Like [`Session::future_slots`], as if pods asking `freed` more were evicted there too
+    /// (a victim search that counts before it evicts).
+    pub fn future_slots_with(&self, node: NodeId, req: &Res, freed: &Res) -> i64 {
+        slots(self.snap.nodes[node].unschedulable, req, |r| self.future_of(node, r) + freed[r])
+    }
+
     /// Whether `req` fits what the node will have once releasing pods terminate.
     pub fn fits_future(&self, node: NodeId, req: &Res) -> bool {
         let alloc = &self.snap.nodes[node].allocatable;

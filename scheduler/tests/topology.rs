@@ -301,6 +301,35 @@ fn preemption_evicts_inside_one_rack_the_fewest() {
     assert!(at.iter().all(|n| n.starts_with("r2-")), "{at:?}");
 }
 
+/// Rack r1 has two 4-GPU nodes full of priority-50 single-GPU jobs, rack r2 one 4-GPU node
+/// full of priority-10 ones: r1 has the most capacity to free and is ranked first, but a
+/// priority-65 gang of 4 x 1 GPU that requires one rack evicts the four priority-10 jobs in
+/// r2, the rack where room costs least, and nothing in r1.
+#[test]
+fn preemption_takes_the_cheapest_rack_not_the_roomiest() {
+    let mut nodes = Vec::new();
+    let mut jobs = Vec::new();
+    for (rack, count, priority) in [("r1", 2, 50), ("r2", 1, 10)] {
+        for i in 0..count {
+            let name = format!("{rack}-{i}");
+            nodes.push(node(&name, 4, "b1", rack));
+            for k in 0..4 {
+                jobs.push(job(&format!("p{priority}-{i}-{k}"), 1, 1, 1, &[name.as_str()], priority));
+            }
+        }
+    }
+    let mut gang = job("urgent", 4, 1, 4, &[], 65);
+    gang.topology = request(Some("rack"), None);
+    jobs.push(gang);
+    let (snap, out) = run(&nodes, &jobs);
+    let evicted: Vec<&str> =
+        out.decisions.evictions.iter().map(|e| snap.jobs[snap.pods[e.0].job].name.as_str()).collect();
+    assert_eq!(evicted.len(), 4, "{evicted:?} {}", reason(&snap, &out, "urgent"));
+    assert!(evicted.iter().all(|j| j.starts_with("p10-")), "{evicted:?}");
+    let at = placed(&snap, &out, "urgent");
+    assert_eq!(at, vec!["r2-0"; 4]);
+}
+
 /// Two racks of two 4-GPU nodes, each rack with one node of priority-70 work and one of
 /// priority-30 work: a priority-65 gang of 2 x 4 GPUs that requires one rack finds no rack to
 /// free, but the same gang without topology, after it in the queue, still preempts the two

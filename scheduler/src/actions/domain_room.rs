@@ -43,12 +43,21 @@ impl<'d, 's> DomainRoom<'d, 's> {
 
     /// Counts units taken on `node`.
     pub fn update(&mut self, ssn: &Session, node: NodeId, usable: &dyn Fn(NodeId) -> bool) {
+        self.recount(node, usable, |req| ssn.future_slots(node, req));
+    }
+
+    /// Counts `node` as if pods asking `freed` in all were evicted there (nothing is).
+    pub fn update_freed(&mut self, ssn: &Session, node: NodeId, freed: &Res, usable: &dyn Fn(NodeId) -> bool) {
+        self.recount(node, usable, |req| ssn.future_slots_with(node, req, freed));
+    }
+
+    fn recount(&mut self, node: NodeId, usable: &dyn Fn(NodeId) -> bool, slots: impl Fn(&Res) -> i64) {
         let Ok(at) = self.nodes.binary_search(&node) else { return };
         if !usable(node) {
             return;
         }
         for (w, (req, _)) in self.wants.iter().enumerate() {
-            let now = ssn.future_slots(node, req);
+            let now = slots(req);
             self.total[w] += now - self.slots[w][at];
             self.slots[w][at] = now;
         }

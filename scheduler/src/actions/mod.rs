@@ -6,6 +6,7 @@ pub mod allocate;
 pub mod backfill;
 pub mod claim;
 pub mod consolidate;
+mod domain_cost;
 mod domain_room;
 pub mod enqueue;
 pub mod preempt;
@@ -519,18 +520,37 @@ fn evict_for(
         return evict_within(ctx, job, gang, order, mode, fits, &all).map(|(st, ..)| st);
     };
     let ranked = victim_domains(ctx, gang, order, required);
+    // Domains are searched in the order of what making room there is estimated to cost,
+    // counted without evicting; a domain whose estimate costs more than the best set found
+    // so far is not searched. Domains are compared by the victims their search takes, ties
+    // going to the domain ranked first; only the chosen one's set is pruned (pruning tries
+    // the gang once per victim). A search stops once its victims cost as much as the best
+    // domain's (more, for a domain ranked before it).
+    let key = key_resource(ctx.ssn, gang);
+    let mut estimates: Vec<(EvictionCost, usize)> = ranked
+        .iter()
+        .enumerate()
+        .filter_map(|(i, nodes)| {
+            let inside = |n: NodeId| usable(n) && nodes.binary_search(&n).is_ok();
+            let cost =
+                domain_cost::estimate(ctx, (job, gang), order.within(ctx.ssn, nodes), mode, (nodes, &inside), key);
+            cost.map(|c| (c, i))
+        })
+        .collect();
+    estimates.sort();
     let mut best: Option<(EvictionCost, usize, Vec<&Victim>)> = None;
-    for (i, nodes) in ranked.iter().enumerate() {
+    for (estimate, i) in estimates {
+        if best.as_ref().is_some_and(|&(c, b, _)| (estimate, i) > (c, b)) {
+            break;
+        }
+        let nodes = &ranked[i];
         let inside = |n: NodeId| usable(n) && nodes.binary_search(&n).is_ok();
-        // Domains are compared by the victims their search takes; only the chosen one's set
-        // is pruned (pruning tries the gang once per victim). A search stops once its victims
-        // cost as much as the best domain's.
-        let give_up_at = best.as_ref().map(|(c, ..)| *c);
+        let give_up_at = best.as_ref().map(|&(c, b, _)| if i < b { (c.0, c.1, c.2 + 1) } else { c });
         let domain = Within { usable: &inside, domain: Some(nodes), give_up_at };
         let found = evict_within(ctx, job, gang, &mut order.within(ctx.ssn, nodes), mode, fits, &domain);
         if let Some((st, cost, victims)) = found {
             ctx.ssn.discard(st);
-            if best.as_ref().is_none_or(|(c, ..)| cost < *c) {
+            if best.as_ref().is_none_or(|&(c, b, _)| (cost, i) < (c, b)) {
                 best = Some((cost, i, victims));
             }
         }
