@@ -31,6 +31,8 @@ pub struct NodeIndex {
     keys: TiVec<NodeId, Option<[i64; 2]>>,
     pools: Vec<[BTreeSet<(i64, NodeId)>; 2]>,
     node_pool: TiVec<NodeId, usize>,
+    /// Per class, the sum of the indexed nodes' keys (negative keys counted as 0).
+    totals: [i64; 2],
 }
 
 impl NodeIndex {
@@ -40,7 +42,13 @@ impl NodeIndex {
             keys: ti_vec![None; node_pool.len()],
             pools: (0..pools).map(|_| [BTreeSet::new(), BTreeSet::new()]).collect(),
             node_pool,
+            totals: [0; 2],
         }
+    }
+
+    /// The idle amount of a class over every indexed node (every schedulable node).
+    pub fn total(&self, class: Class) -> i64 {
+        self.totals[class as usize]
     }
 
     /// A node's keys (idle GPUs, idle CPU), `None` when it is not indexed.
@@ -57,10 +65,14 @@ impl NodeIndex {
         if let Some(old) = self.keys[node] {
             sets[0].remove(&(old[0], node));
             sets[1].remove(&(old[1], node));
+            self.totals[0] -= old[0].max(0);
+            self.totals[1] -= old[1].max(0);
         }
         if let Some(new) = keys {
             sets[0].insert((new[0], node));
             sets[1].insert((new[1], node));
+            self.totals[0] += new[0].max(0);
+            self.totals[1] += new[1].max(0);
         }
         self.keys[node] = keys;
     }
@@ -117,5 +129,7 @@ mod tests {
         ix.set(NodeId(2), None);
         let bin: Vec<_> = ix.candidates(0, Class::Gpu, 2, PlacementStrategy::Binpack).collect();
         assert_eq!(bin, [NodeId(1)]);
+        assert_eq!(ix.total(Class::Gpu), 3);
+        assert_eq!(ix.total(Class::Cpu), 3000);
     }
 }

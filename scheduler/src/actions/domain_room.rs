@@ -6,6 +6,7 @@
 //! after every unit taken.
 
 use crate::ids::{NodeId, PodId};
+use crate::node_index::Class;
 use crate::res::Res;
 use crate::session::Session;
 
@@ -68,4 +69,20 @@ impl<'d, 's> DomainRoom<'d, 's> {
     pub fn could_hold(&self) -> bool {
         self.wants.iter().zip(&self.total).all(|((_, pods), &slots)| slots >= *pods)
     }
+}
+
+/// Whether `need` of a gang's key resource (`key`, of `class`) could be had on idle capacity
+/// anywhere plus what the `freed` nodes (where evictions were made) will have beyond their
+/// idle capacity: the room a placement after evictions may use, summed. Needed for the gang
+/// to fit there, not enough (pods do not split over nodes); a search outside any domain
+/// tries to place the gang only once it holds.
+pub fn cluster_could_hold(ssn: &Session, (class, key, need): (Class, usize, i64), freed: &[NodeId]) -> bool {
+    let mut room = ssn.index.total(class);
+    for &n in freed {
+        room += (ssn.future_of(n, key) - ssn.idle_of(n, key).max(0)).max(0);
+        if room >= need {
+            return true;
+        }
+    }
+    room >= need
 }

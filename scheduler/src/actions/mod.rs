@@ -19,7 +19,7 @@ pub use victims::{victim_units, VictimOrder, VictimPool};
 use crate::framework::Framework;
 use crate::ids::{ti_vec, TiSlice, TiVec};
 use crate::plugin::{EvictMode, Victim};
-use domain_room::DomainRoom;
+use domain_room::{cluster_could_hold, DomainRoom};
 use prune::spare_unneeded;
 use std::borrow::Cow;
 use std::rc::Rc;
@@ -607,6 +607,13 @@ fn victim_domains(ctx: &Ctx, gang: &[PodId], order: &VictimOrder, required: Requ
     ranked.into_iter().take(MAX_VICTIM_DOMAINS).map(|(_, d)| required.nodes(ssn.snap, d)).collect()
 }
 
+/// A gang's key resource, its class, and how much of it the gang asks in all.
+fn key_need(ssn: &Session, gang: &[PodId]) -> (Class, usize, i64) {
+    let key = key_resource(ssn, gang);
+    let class = if Some(key) == ssn.snap.gpu { Class::Gpu } else { Class::Cpu };
+    (class, key, gang.iter().map(|&p| ssn.requests(p)[key]).sum())
+}
+
 /// The resource a gang's placement is keyed by: GPUs when it asks for any, else CPU.
 fn key_resource(ssn: &Session, gang: &[PodId]) -> usize {
     let gpu = gang.iter().any(|&p| ssn.snap.jobs[ssn.snap.pods[p].job].tasks[ssn.snap.pods[p].task].gpu);
@@ -669,7 +676,11 @@ fn evict_within<'p>(
         if let Some(room) = room.as_mut() {
             touched.into_iter().for_each(|n| room.update(ctx.ssn, n, usable));
         }
-        if room.as_ref().is_some_and(|r| !r.could_hold()) || !fits(ctx) {
+        let could_hold = match room.as_ref() {
+            Some(room) => room.could_hold(),
+            None => cluster_could_hold(ctx.ssn, key_need(ctx.ssn, gang), &nodes),
+        };
+        if !could_hold || !fits(ctx) {
             continue;
         }
         if let Some(pipe) = try_place_all(ctx, gang, Avail::Future(&freed_within(&nodes, within.domain))) {

@@ -9,8 +9,8 @@ use crate::plugin::Victim;
 use crate::session::{EvictReason, Statement};
 use crate::snapshot::JobId;
 
-use super::domain_room::DomainRoom;
-use super::{evict_unit, freed_within, try_place_all, Ctx};
+use super::domain_room::{cluster_could_hold, DomainRoom};
+use super::{evict_unit, freed_within, key_need, try_place_all, Ctx};
 
 /// Sets larger than this are kept whole (pruning tries the gang once per victim).
 const MAX_PRUNE: usize = 32;
@@ -106,6 +106,9 @@ impl Pruning<'_> {
             taken.iter().filter(|t| t.st.is_some()).flat_map(|t| t.nodes.iter().copied()).collect();
         nodes.sort_unstable();
         nodes.dedup();
+        if self.domain.is_none() && !cluster_could_hold(ctx.ssn, key_need(ctx.ssn, self.gang), &nodes) {
+            return false;
+        }
         match try_place_all(ctx, self.gang, Avail::Future(&freed_within(&nodes, self.domain.map(|(d, _)| d)))) {
             Some(pipe) => {
                 ctx.ssn.discard(pipe);
