@@ -246,6 +246,18 @@ impl<'s> Session<'s> {
         slots(closed, req, |r| self.idle_of(node, r) - held.map_or(0, |h| h[r]))
     }
 
+    /// [`Session::idle_slots`] without a hold, answered from the node index alone when the
+    /// node is not indexed (unschedulable) or lacks the GPUs or CPU one pod asks: most nodes
+    /// of a busy cluster, when a victim search counts a domain's room.
+    pub fn idle_slots_indexed(&self, node: NodeId, req: &Res) -> i64 {
+        let Some(keys) = self.index.keys(node) else { return 0 };
+        let asks = Class::keys(self.snap, |r| req[r]);
+        if (0..2).any(|c| asks[c] > 0 && keys[c] < asks[c]) {
+            return 0;
+        }
+        self.idle_slots(node, req, None)
+    }
+
     /// How many pods asking `req` fit what the node will have once releasing pods terminate,
     /// less pipelined promises (bounded as [`Session::idle_slots`]).
     pub fn future_slots(&self, node: NodeId, req: &Res) -> i64 {

@@ -36,7 +36,7 @@ impl<'d, 's> DomainRoom<'d, 's> {
         }
         let slots: Vec<Vec<i64>> = wants
             .iter()
-            .map(|(req, _)| nodes.iter().map(|&n| if usable(n) { ssn.idle_slots(n, req, None) } else { 0 }).collect())
+            .map(|(req, _)| nodes.iter().map(|&n| if usable(n) { ssn.idle_slots_indexed(n, req) } else { 0 }).collect())
             .collect();
         let total = slots.iter().map(|s| s.iter().sum()).collect();
         DomainRoom { nodes, wants, slots, total }
