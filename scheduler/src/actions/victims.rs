@@ -76,7 +76,7 @@ pub struct VictimPool {
     jobs_on: OnceCell<TiVec<NodeId, Vec<JobId>>>,
     /// Per set of nodes searched (a domain), the jobs with pods bound there, from `jobs_on`:
     /// many gangs search the same few domains.
-    jobs_within: RefCell<HashMap<Vec<NodeId>, Rc<Vec<JobId>>>>,
+    jobs_within: RefCell<HashMap<Vec<NodeId>, Rc<JobSet>>>,
 }
 
 /// Per domain of one level, GPUs and CPU.
@@ -214,8 +214,8 @@ struct Head {
 pub struct VictimOrder<'p> {
     pool: &'p VictimPool,
     skip: JobId,
-    /// When set, the only jobs whose units the order yields (sorted).
-    only: Option<Rc<Vec<JobId>>>,
+    /// When set, the only jobs whose units the order yields.
+    only: Option<Rc<JobSet>>,
     heads: Vec<Head>,
 }
 
@@ -289,9 +289,8 @@ impl<'p> VictimOrder<'p> {
         });
         let mut cache = self.pool.jobs_within.borrow_mut();
         let jobs = cache.entry(nodes.to_vec()).or_insert_with(|| {
-            let mut jobs: Vec<JobId> = nodes.iter().flat_map(|&n| jobs_on[n].iter().copied()).collect();
-            jobs.sort_unstable();
-            jobs.dedup();
+            let mut jobs = JobSet::new(ssn.snap.jobs.len());
+            nodes.iter().flat_map(|&n| &jobs_on[n]).for_each(|&j| jobs.insert(j));
             Rc::new(jobs)
         });
         VictimOrder { only: Some(jobs.clone()), ..self.clone() }
@@ -306,8 +305,25 @@ impl<'p> VictimOrder<'p> {
 }
 
 /// Whether an order skipping `skip` and keeping to `only` yields the units of `job`.
-fn yields(skip: JobId, only: &Option<Rc<Vec<JobId>>>, job: JobId) -> bool {
-    job != skip && only.as_ref().is_none_or(|only| only.binary_search(&job).is_ok())
+fn yields(skip: JobId, only: &Option<Rc<JobSet>>, job: JobId) -> bool {
+    job != skip && only.as_ref().is_none_or(|only| only.contains(job))
+}
+
+/// A set of jobs, one bit each: a search inside a domain asks it of every unit it passes.
+struct JobSet(Vec<u64>);
+
+impl JobSet {
+    fn new(jobs: usize) -> JobSet {
+        JobSet(vec![0; jobs.div_ceil(64)])
+    }
+
+    fn insert(&mut self, job: JobId) {
+        self.0[usize::from(job) / 64] |= 1 << (usize::from(job) % 64);
+    }
+
+    fn contains(&self, job: JobId) -> bool {
+        self.0[usize::from(job) / 64] & (1 << (usize::from(job) % 64)) != 0
+    }
 }
 
 /// How many domains a level of topology `t` has (nodes, at its node level).
