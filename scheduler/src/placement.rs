@@ -6,7 +6,7 @@
 mod slot_sums;
 pub mod topology;
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 

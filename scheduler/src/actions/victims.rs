@@ -9,8 +9,8 @@
 //! of the queue that just lost a unit is ranked again. This is the same order as sorting
 //! every candidate and sorting the rest again after each eviction, without doing either.
 
+use foldhash::HashMap;
 use std::cell::{OnceCell, RefCell};
-use std::collections::HashMap;
 use std::rc::Rc;
 
 use crate::framework::{Framework, VictimKey};

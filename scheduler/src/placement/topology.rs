@@ -16,7 +16,7 @@
 //! A job that asks for nothing, in a cluster with a `default` topology where its pools
 //! bin-pack, fills the fullest domains first, top down, so that empty racks stay empty.
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashSet};
 use std::rc::Rc;
 
 use crate::config::PlacementStrategy;
@@ -404,7 +404,7 @@ impl<'a, 'c, 's> Placing<'a, 'c, 's> {
             Avail::Future(ns) | Avail::Releasing(ns) => ns,
         };
         let mut out: Vec<Place> = Vec::new();
-        let mut seen: HashSet<Place> = HashSet::new();
+        let mut seen: HashSet<Place> = HashSet::default();
         // Domains with capacity being freed first: where evictions make room.
         for &n in releasing {
             if let Some(place) = place_at(topo, level, n).filter(|&p| in_scope(p) && seen.insert(p)) {
@@ -744,12 +744,12 @@ fn pin(ssn: &Session, g: &Group) -> Option<Place> {
 /// freed, less what is idle on them now where idle capacity also counts.
 fn freeing(ssn: &Session, avail: Avail) -> HashMap<(usize, Place), Freeing> {
     let (nodes, idle_too) = match avail {
-        Avail::Idle(_) => return HashMap::new(),
+        Avail::Idle(_) => return HashMap::default(),
         Avail::Future(ns) => (ns, true),
         Avail::Releasing(ns) => (ns, false),
     };
     let snap = ssn.snap;
-    let mut out: HashMap<(usize, Place), Freeing> = HashMap::new();
+    let mut out: HashMap<(usize, Place), Freeing> = HashMap::default();
     for &n in nodes {
         let extra = [Class::Gpu, Class::Cpu].map(|class| {
             let r = key_resource(snap, class);
