@@ -587,9 +587,7 @@ const NO_COST: EvictionCost = (i32::MIN, 0, 0);
 /// constraints (the search itself keeps to the nodes it may use).
 fn victim_domains(ctx: &Ctx, gang: &[PodId], order: &VictimOrder, required: RequiredDomains) -> Vec<Vec<NodeId>> {
     let ssn = &ctx.ssn;
-    let key = key_resource(ssn, gang);
-    let class = if Some(key) == ssn.snap.gpu { Class::Gpu } else { Class::Cpu };
-    let need = ssn.sum_requests(gang)[key];
+    let (class, key, need) = key_need(ssn, gang);
     let (t, level) = (required.topology, required.level);
     let held = order.held_per_domain(ssn, t, level);
     let at_nodes = level == ssn.snap.topologies[t].node_level();
@@ -648,7 +646,8 @@ fn evict_within<'p>(
     let usable = within.usable;
     let reason = evict_reason(mode);
     let mut room = within.domain.map(|nodes| DomainRoom::new(ctx.ssn, gang, nodes, usable));
-    let key = key_resource(ctx.ssn, gang);
+    let need = key_need(ctx.ssn, gang);
+    let key = need.1;
     let mut cost = NO_COST;
     let mut chosen: Vec<&Victim> = Vec::new();
     let mut nodes: Vec<NodeId> = Vec::new();
@@ -678,7 +677,7 @@ fn evict_within<'p>(
         }
         let could_hold = match room.as_ref() {
             Some(room) => room.could_hold(),
-            None => cluster_could_hold(ctx.ssn, key_need(ctx.ssn, gang), &nodes),
+            None => cluster_could_hold(ctx.ssn, need, &nodes),
         };
         if !could_hold || !fits(ctx) {
             continue;
