@@ -22,3 +22,5 @@ pub mod reservation;
 pub mod session;
 pub mod share_division;
 pub mod snapshot;
+#[cfg(test)]
+mod test_cluster;

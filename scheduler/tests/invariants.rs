@@ -792,7 +792,9 @@ fn placements_respect_predicates(c: &Cycle) -> Result<(), String> {
 /// its pods that ran before the cycle and still run, when they all share one. A job whose
 /// running pods already span domains (its request was edited after they bound) is pinned to
 /// the domain holding most of them when it is placed, and evictions later in the cycle may
-/// empty that one, so its new pods need only go where some of them ran.
+/// empty that one, so its new pods need only go where some of them ran. Pods on nodes
+/// without the level's label pin nothing: a job left with only such pods once evictions
+/// took the others is placed afresh.
 fn gangs_stay_in_their_domain(c: &Cycle) -> Result<(), String> {
     let snap = c.snap;
     let domain = |t: usize, level: usize, n: NodeId| {
@@ -807,7 +809,8 @@ fn gangs_stay_in_their_domain(c: &Cycle) -> Result<(), String> {
         let Some((t, level)) = job.topology.and_then(|r| Some((r.topology, r.required?))) else { continue };
         let name = &snap.topologies[t].levels[level];
         // Domains of the pods that ran before the cycle, and whether each still runs after it
-        // (a job that lost them all starts afresh, anywhere).
+        // (a job that lost them all, or keeps only pods outside any domain, starts afresh,
+        // anywhere).
         let ran: Vec<(Option<usize>, bool)> = snap
             .pods
             .iter_enumerated()
@@ -817,7 +820,7 @@ fn gangs_stay_in_their_domain(c: &Cycle) -> Result<(), String> {
                 _ => None,
             })
             .collect();
-        let allowed: Vec<usize> = if ran.iter().any(|&(_, still)| still) {
+        let allowed: Vec<usize> = if ran.iter().any(|&(d, still)| still && d.is_some()) {
             let mut ds: Vec<usize> = ran.iter().filter_map(|&(d, _)| d).collect();
             ds.sort_unstable();
             ds.dedup();

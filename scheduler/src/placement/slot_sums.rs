@@ -85,88 +85,11 @@ impl SlotSums {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
-    use drover_api::{ResourceList, CPU, GPU, PODS};
-
     use super::*;
     use crate::ids::JobId;
     use crate::session::{EvictReason, Statement};
-    use crate::snapshot::{
-        self, Constraints, JobInput, JobPhase, LevelInput, NodeInput, PodPhaseInput, QueueInput, QueueingStrategy,
-        Snapshot, TaskInput, TopologyInput,
-    };
-
-    fn resources(gpu: i64, cpu: i64) -> ResourceList {
-        ResourceList(BTreeMap::from([(GPU.to_string(), gpu), (CPU.to_string(), cpu), (PODS.to_string(), 110)]))
-    }
-
-    /// Six 8-GPU nodes in two blocks of racks (one node without labels); a job of 12 two-GPU
-    /// pods, the first 8 bound two per node.
-    fn cluster() -> Snapshot {
-        let place = [("b1", "r1"), ("b1", "r1"), ("b1", "r2"), ("b2", "r3"), ("b2", "r3"), ("", "")];
-        let nodes: Vec<NodeInput> = place
-            .iter()
-            .enumerate()
-            .map(|(i, (block, rack))| {
-                let labels = match block.is_empty() {
-                    true => BTreeMap::new(),
-                    false => BTreeMap::from([("block".into(), block.to_string()), ("rack".into(), rack.to_string())]),
-                };
-                NodeInput {
-                    name: format!("n{i}"),
-                    allocatable: resources(8, 64_000),
-                    labels,
-                    taints: Vec::new(),
-                    unschedulable: false,
-                }
-            })
-            .collect();
-        let mut pods: Vec<PodPhaseInput> = (0..8).map(|i| PodPhaseInput::Bound(format!("n{}", i / 2))).collect();
-        pods.resize(12, PodPhaseInput::Pending);
-        let job = JobInput {
-            name: "j".into(),
-            namespace: "ns".into(),
-            queue: "team".into(),
-            priority_class: "train".into(),
-            priority: 0,
-            preemptible: true,
-            min_member: 1,
-            min_resources: None,
-            created_at: 0,
-            phase: JobPhase::Running,
-            tasks: vec![TaskInput {
-                name: "w".into(),
-                min_available: 0,
-                requests: resources(2, 4_000),
-                constraints: Constraints::default(),
-                pods,
-                topology: None,
-                slices: None,
-            }],
-            run_time: None,
-            ends_at: None,
-            preempted_at: None,
-            topology: None,
-        };
-        let queue = QueueInput {
-            name: "team".into(),
-            parent: None,
-            deserved: ResourceList::default(),
-            limit: None,
-            over_quota_weight: 1,
-            reclaimable: true,
-            strategy: QueueingStrategy::BestEffortFifo,
-        };
-        let topology = TopologyInput {
-            name: "default".into(),
-            levels: vec![
-                LevelInput { name: "block".into(), node_label: "block".into() },
-                LevelInput { name: "rack".into(), node_label: "rack".into() },
-            ],
-        };
-        snapshot::build_with_topologies(&nodes, &[queue], &[topology], &[job]).expect("a valid cluster")
-    }
+    use crate::snapshot::Snapshot;
+    use crate::test_cluster::cluster;
 
     /// Every node allowed but n4.
     fn all_but_n4(snap: &Snapshot) -> Rc<Feasibility> {

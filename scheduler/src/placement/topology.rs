@@ -377,7 +377,7 @@ impl<'a, 'c, 's> Placing<'a, 'c, 's> {
 
     /// Places of `level` within the scope that might have room, least idle first where the
     /// indexes tell.
-    fn candidates(&self, t: usize, level: Level, needs: &[Need], key: i64, scope: &[(usize, Place)]) -> Vec<Place> {
+    fn candidates(&mut self, t: usize, level: Level, needs: &[Need], key: i64, scope: &[(usize, Place)]) -> Vec<Place> {
         let snap = self.ssn.snap;
         let topo = &snap.topologies[t];
         let class = self.class(needs);
