@@ -12,19 +12,18 @@ use super::domain_room::DomainRoom;
 use super::{with_victim, Ctx, EvictionCost, VictimOrder, NO_COST};
 
 /// The cost of the units `order` yields (from where it stands) up to the first with which
-/// the domain's `nodes` could hold `gang` by count; `None` when they never could. Units with
-/// no pod on a node the gang may use there, or that may not be evicted for `job` now, are
-/// passed over, as the search passes them.
+/// the domain could hold the gang of `job` by count, starting from the domain's `room` for
+/// it; `None` when they never could. Units with no pod on a node the gang may use there, or
+/// that may not be evicted for `job` now, are passed over, as the search passes them.
 pub fn estimate(
     ctx: &Ctx,
-    (job, gang): (JobId, &[PodId]),
+    job: JobId,
     mut order: VictimOrder,
     mode: EvictMode,
-    (nodes, usable): (&[NodeId], &dyn Fn(NodeId) -> bool),
+    (mut room, usable): (DomainRoom, &dyn Fn(NodeId) -> bool),
     key: usize,
 ) -> Option<EvictionCost> {
     let ssn = &*ctx.ssn;
-    let mut room = DomainRoom::new(ssn, gang, nodes, usable);
     let mut freed: Vec<(NodeId, Res)> = Vec::new();
     let mut cost = NO_COST;
     while let Some(v) = order.next(ssn, ctx.fw) {

@@ -11,6 +11,7 @@ use crate::res::Res;
 use crate::session::Session;
 
 /// Slots per request size of the gang on the nodes of one domain.
+#[derive(Clone)]
 pub struct DomainRoom<'d, 's> {
     /// The domain's nodes, ascending.
     nodes: &'d [NodeId],

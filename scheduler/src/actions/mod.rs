@@ -517,9 +517,11 @@ fn evict_for(
     let group = ctx.placer.groups(ctx.ssn.snap, ctx.fw, job);
     let Some(required) = group.and_then(|g| required_domains(ctx.ssn, &g)) else {
         let all = Within { usable: &usable, domain: None, give_up_at: None };
-        return evict_within(ctx, job, gang, order, mode, fits, &all).map(|(st, ..)| st);
+        return evict_within(ctx, job, gang, order, mode, fits, all).map(|(st, ..)| st);
     };
-    let ranked = victim_domains(ctx, gang, order, required);
+    let ranked = victim_domains(ctx, gang, order, &required);
+    let snap = ctx.ssn.snap;
+    let in_domain = |i: usize, n: NodeId| usable(n) && required.domain_of(snap, n) == Some(ranked[i].0);
     // Domains are searched in the order of what making room there is estimated to cost,
     // counted without evicting; a domain whose estimate costs more than the best set found
     // so far is not searched. Domains are compared by the victims their search takes, ties
@@ -527,13 +529,17 @@ fn evict_for(
     // the gang once per victim). A search stops once its victims cost as much as the best
     // domain's (more, for a domain ranked before it).
     let key = key_resource(ctx.ssn, gang);
+    let rooms: Vec<DomainRoom> = ranked
+        .iter()
+        .enumerate()
+        .map(|(i, (_, nodes))| DomainRoom::new(ctx.ssn, gang, nodes, &|n| in_domain(i, n)))
+        .collect();
     let mut estimates: Vec<(EvictionCost, usize)> = ranked
         .iter()
         .enumerate()
-        .filter_map(|(i, nodes)| {
-            let inside = |n: NodeId| usable(n) && nodes.binary_search(&n).is_ok();
-            let cost =
-                domain_cost::estimate(ctx, (job, gang), order.within(ctx.ssn, nodes), mode, (nodes, &inside), key);
+        .filter_map(|(i, &(d, ref nodes))| {
+            let within = order.within(ctx.ssn, (required.topology, required.level, d), nodes);
+            let cost = domain_cost::estimate(ctx, job, within, mode, (rooms[i].clone(), &|n| in_domain(i, n)), key);
             cost.map(|c| (c, i))
         })
         .collect();
@@ -543,11 +549,12 @@ fn evict_for(
         if best.as_ref().is_some_and(|&(c, b, _)| (estimate, i) > (c, b)) {
             break;
         }
-        let nodes = &ranked[i];
-        let inside = |n: NodeId| usable(n) && nodes.binary_search(&n).is_ok();
+        let (d, ref nodes) = ranked[i];
+        let inside = |n: NodeId| in_domain(i, n);
         let give_up_at = best.as_ref().map(|&(c, b, _)| if i < b { (c.0, c.1, c.2 + 1) } else { c });
-        let domain = Within { usable: &inside, domain: Some(nodes), give_up_at };
-        let found = evict_within(ctx, job, gang, &mut order.within(ctx.ssn, nodes), mode, fits, &domain);
+        let domain = Within { usable: &inside, domain: Some((nodes, rooms[i].clone())), give_up_at };
+        let mut within = order.within(ctx.ssn, (required.topology, required.level, d), nodes);
+        let found = evict_within(ctx, job, gang, &mut within, mode, fits, domain);
         if let Some((st, cost, victims)) = found {
             ctx.ssn.discard(st);
             if best.as_ref().is_none_or(|&(c, b, _)| (cost, i) < (c, b)) {
@@ -556,8 +563,9 @@ fn evict_for(
         }
     }
     let (_, i, victims) = best?;
-    let inside = |n: NodeId| usable(n) && ranked[i].binary_search(&n).is_ok();
-    spare_unneeded(ctx, gang, victims, (evict_reason(mode), job), fits, Some((&ranked[i], &inside))).map(|(st, _)| st)
+    let inside = |n: NodeId| in_domain(i, n);
+    let domain = (&ranked[i].1[..], rooms[i].clone(), &inside as &dyn Fn(NodeId) -> bool);
+    spare_unneeded(ctx, gang, victims, (evict_reason(mode), job), fits, Some(domain)).map(|(st, _)| st)
 }
 
 /// Why pods evicted by `mode` go.
@@ -585,7 +593,12 @@ const NO_COST: EvictionCost = (i32::MIN, 0, 0);
 /// the order's units (in the gang's key resource) first, those that could hold it at all, at
 /// most [`MAX_VICTIM_DOMAINS`]. Per-domain sums rank them, whatever the gang's node
 /// constraints (the search itself keeps to the nodes it may use).
-fn victim_domains(ctx: &Ctx, gang: &[PodId], order: &VictimOrder, required: RequiredDomains) -> Vec<Vec<NodeId>> {
+fn victim_domains(
+    ctx: &Ctx,
+    gang: &[PodId],
+    order: &VictimOrder,
+    required: &RequiredDomains,
+) -> Vec<(usize, Vec<NodeId>)> {
     let ssn = &ctx.ssn;
     let (class, key, need) = key_need(ssn, gang);
     let (t, level) = (required.topology, required.level);
@@ -602,7 +615,7 @@ fn victim_domains(ctx: &Ctx, gang: &[PodId], order: &VictimOrder, required: Requ
         .filter(|&(f, _)| f >= need)
         .collect();
     ranked.sort_by_key(|&(f, d)| (std::cmp::Reverse(f), d));
-    ranked.into_iter().take(MAX_VICTIM_DOMAINS).map(|(_, d)| required.nodes(ssn.snap, d)).collect()
+    ranked.into_iter().take(MAX_VICTIM_DOMAINS).map(|(_, d)| (d, required.nodes(ssn.snap, d))).collect()
 }
 
 /// A gang's key resource, its class, and how much of it the gang asks in all.
@@ -619,11 +632,12 @@ fn key_resource(ssn: &Session, gang: &[PodId]) -> usize {
 }
 
 /// Where a victim search looks, and when it gives up.
-struct Within<'w> {
+struct Within<'w, 's> {
     /// The nodes whose pods count as victims.
     usable: &'w dyn Fn(NodeId) -> bool,
-    /// The domain those nodes form, when the gang must fit inside one.
-    domain: Option<&'w [NodeId]>,
+    /// The domain those nodes form, when the gang must fit inside one, and its room for the
+    /// gang before anything is evicted.
+    domain: Option<(&'w [NodeId], DomainRoom<'w, 's>)>,
     /// A cost at which the search gives up (another domain's victims cost no more).
     give_up_at: Option<EvictionCost>,
 }
@@ -641,11 +655,11 @@ fn evict_within<'p>(
     order: &mut VictimOrder<'p>,
     mode: EvictMode,
     fits: &dyn Fn(&Ctx) -> bool,
-    within: &Within,
+    within: Within,
 ) -> Option<(Statement, EvictionCost, Vec<&'p Victim>)> {
     let usable = within.usable;
     let reason = evict_reason(mode);
-    let mut room = within.domain.map(|nodes| DomainRoom::new(ctx.ssn, gang, nodes, usable));
+    let (domain, mut room) = within.domain.map_or((None, None), |(nodes, room)| (Some(nodes), Some(room)));
     let need = key_need(ctx.ssn, gang);
     let key = need.1;
     let mut cost = NO_COST;
@@ -682,8 +696,8 @@ fn evict_within<'p>(
         if !could_hold || !fits(ctx) {
             continue;
         }
-        if let Some(pipe) = try_place_all(ctx, gang, Avail::Future(&freed_within(&nodes, within.domain))) {
-            let (st, kept) = if within.domain.is_none() {
+        if let Some(pipe) = try_place_all(ctx, gang, Avail::Future(&freed_within(&nodes, domain))) {
+            let (st, kept) = if domain.is_none() {
                 ctx.ssn.discard(pipe);
                 ctx.ssn.discard(st);
                 spare_unneeded(ctx, gang, chosen, (reason, job), fits, None)?

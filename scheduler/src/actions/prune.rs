@@ -15,8 +15,9 @@ use super::{evict_unit, freed_within, key_need, try_place_all, Ctx};
 /// Sets larger than this are kept whole (pruning tries the gang once per victim).
 const MAX_PRUNE: usize = 32;
 
-/// A domain the gang must fit inside, and the nodes in it the gang may use.
-pub type Domain<'d> = (&'d [NodeId], &'d dyn Fn(NodeId) -> bool);
+/// A domain the gang must fit inside: its nodes, its room for the gang before anything is
+/// evicted, and which of its nodes the gang may use.
+pub type Domain<'d, 's> = (&'d [NodeId], DomainRoom<'d, 's>, &'d dyn Fn(NodeId) -> bool);
 
 /// Drops from a working victim set (in eviction order) each victim without which the gang
 /// still fits, latest first, then applies the set kept and pipelines the gang; returns the
@@ -28,7 +29,7 @@ pub fn spare_unneeded<'v>(
     chosen: Vec<&'v Victim>,
     why: (EvictReason, JobId),
     fits: &dyn Fn(&Ctx) -> bool,
-    domain: Option<Domain>,
+    domain: Option<Domain<'_, '_>>,
 ) -> Option<(Statement, Vec<&'v Victim>)> {
     let pruning = Pruning { gang, why, fits, domain };
     let chosen = if chosen.len() > 1 && chosen.len() <= MAX_PRUNE { pruning.prune(ctx, chosen) } else { chosen };
@@ -37,11 +38,11 @@ pub fn spare_unneeded<'v>(
 
 /// What a victim set is pruned for: the gang, why its victims go, the bound on the gang's
 /// queue, and the domain it must fit inside.
-struct Pruning<'a> {
+struct Pruning<'a, 's> {
     gang: &'a [PodId],
     why: (EvictReason, JobId),
     fits: &'a dyn Fn(&Ctx) -> bool,
-    domain: Option<Domain<'a>>,
+    domain: Option<Domain<'a, 's>>,
 }
 
 /// One victim of the set being pruned: its evictions while they stand, the nodes they free,
@@ -53,7 +54,7 @@ struct Taken<'v> {
     kept: bool,
 }
 
-impl Pruning<'_> {
+impl Pruning<'_, '_> {
     /// The set without the victims the gang does not need. The books are sums, so taking
     /// one victim's evictions back leaves them as applying the set without it would; except
     /// that a whole-job victim later in the set evicts an earlier victim's pod of the same
@@ -61,8 +62,8 @@ impl Pruning<'_> {
     /// a try.
     fn prune<'v>(&self, ctx: &mut Ctx, chosen: Vec<&'v Victim>) -> Vec<&'v Victim> {
         let mut taken: Vec<Taken> = chosen.iter().map(|&v| evict(ctx, v, self.why)).collect();
-        let mut room = self.domain.map(|(nodes, usable)| {
-            let mut room = DomainRoom::new(ctx.ssn, self.gang, nodes, usable);
+        let mut room = self.domain.as_ref().map(|(_, room, usable)| {
+            let mut room = room.clone();
             taken.iter().flat_map(|t| &t.nodes).for_each(|&n| room.update(ctx.ssn, n, usable));
             room
         });
@@ -91,7 +92,7 @@ impl Pruning<'_> {
     /// Counts the domain's room on `nodes` again, after a victim there was taken back or
     /// evicted again.
     fn recount(&self, ctx: &Ctx, room: Option<&mut DomainRoom>, nodes: &[NodeId]) {
-        if let (Some(room), Some((_, usable))) = (room, self.domain) {
+        if let (Some(room), Some((_, _, usable))) = (room, &self.domain) {
             nodes.iter().for_each(|&n| room.update(ctx.ssn, n, usable));
         }
     }
@@ -109,7 +110,11 @@ impl Pruning<'_> {
         if self.domain.is_none() && !cluster_could_hold(ctx.ssn, key_need(ctx.ssn, self.gang), &nodes) {
             return false;
         }
-        match try_place_all(ctx, self.gang, Avail::Future(&freed_within(&nodes, self.domain.map(|(d, _)| d)))) {
+        match try_place_all(
+            ctx,
+            self.gang,
+            Avail::Future(&freed_within(&nodes, self.domain.as_ref().map(|&(d, ..)| d))),
+        ) {
             Some(pipe) => {
                 ctx.ssn.discard(pipe);
                 true
@@ -129,7 +134,7 @@ impl Pruning<'_> {
             }
         }
         if (self.fits)(ctx) {
-            let freed = freed_within(&nodes, self.domain.map(|(d, _)| d));
+            let freed = freed_within(&nodes, self.domain.as_ref().map(|&(d, ..)| d));
             if let Some(pipe) = try_place_all(ctx, self.gang, Avail::Future(&freed)) {
                 ctx.ssn.absorb(&mut st, pipe);
                 return Some(st);

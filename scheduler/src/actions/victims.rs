@@ -74,9 +74,9 @@ pub struct VictimPool {
     /// jobs whose units can free it for the rest of the action, as no pod binds there again
     /// within the cycle.
     jobs_on: OnceCell<TiVec<NodeId, Vec<JobId>>>,
-    /// Per set of nodes searched (a domain), the jobs with pods bound there, from `jobs_on`:
-    /// many gangs search the same few domains.
-    jobs_within: RefCell<HashMap<Vec<NodeId>, Rc<JobSet>>>,
+    /// Per domain searched (topology, level, domain), the jobs with pods bound there, from
+    /// `jobs_on`: many gangs search the same few domains.
+    jobs_within: RefCell<HashMap<(usize, Level, usize), Rc<JobSet>>>,
 }
 
 /// Per domain of one level, GPUs and CPU.
@@ -273,10 +273,10 @@ impl<'p> VictimOrder<'p> {
     }
 
     /// The same order from where it stands, restricted to the units of jobs with pods on
-    /// `nodes`: the units a search inside one domain looks at, found without ranking the
-    /// rest. Skipping units changes no queue's state, so these come in the same order as in
-    /// this one.
-    pub fn within(&self, ssn: &Session, nodes: &[NodeId]) -> VictimOrder<'p> {
+    /// `nodes`, the nodes of `domain` (topology, level, domain): the units a search inside
+    /// one domain looks at, found without ranking the rest. Skipping units changes no
+    /// queue's state, so these come in the same order as in this one.
+    pub fn within(&self, ssn: &Session, domain: (usize, Level, usize), nodes: &[NodeId]) -> VictimOrder<'p> {
         let jobs_on = self.pool.jobs_on.get_or_init(|| {
             let mut on: TiVec<NodeId, Vec<JobId>> = ti_vec![Vec::new(); ssn.snap.nodes.len()];
             for (p, state) in ssn.pod_state.iter_enumerated() {
@@ -288,7 +288,7 @@ impl<'p> VictimOrder<'p> {
             on
         });
         let mut cache = self.pool.jobs_within.borrow_mut();
-        let jobs = cache.entry(nodes.to_vec()).or_insert_with(|| {
+        let jobs = cache.entry(domain).or_insert_with(|| {
             let mut jobs = JobSet::new(ssn.snap.jobs.len());
             nodes.iter().flat_map(|&n| &jobs_on[n]).for_each(|&j| jobs.insert(j));
             Rc::new(jobs)

@@ -133,6 +133,15 @@ pub struct RequiredDomains {
 }
 
 impl RequiredDomains {
+    /// The domain of the level a node lies in (the node's own index at the node level).
+    pub fn domain_of(&self, snap: &Snapshot, n: NodeId) -> Option<usize> {
+        let topo = &snap.topologies[self.topology];
+        match self.level == topo.node_level() {
+            true => Some(usize::from(n)),
+            false => topo.domain_of(self.level, n),
+        }
+    }
+
     /// The nodes of one of the domains, ascending.
     pub fn nodes(&self, snap: &Snapshot, domain: usize) -> Vec<NodeId> {
         let topo = &snap.topologies[self.topology];
@@ -412,11 +421,7 @@ impl<'a, 'c, 's> Placing<'a, 'c, 's> {
             }
         }
         let idle = self.ssn.domains.at_least(t, level, class, key).map(|d| Place::Domain(level, d));
-        for place in idle.filter(|&p| in_scope(p)) {
-            if seen.insert(place) {
-                out.push(place);
-            }
-        }
+        out.extend(idle.filter(|&p| in_scope(p) && !seen.contains(&p)));
         out
     }
 
@@ -435,7 +440,8 @@ impl<'a, 'c, 's> Placing<'a, 'c, 's> {
         // Places are sought inside the scope, so a scope of this topology only holds the
         // place's ancestors and excludes none of its nodes.
         let summable = sliced.is_none() && scope.iter().all(|&(st, _)| st == t);
-        let freed = self.freeing.get(&(t, place)).map_or(&[][..], |f| &f.nodes[..]);
+        let freeing = if self.freeing.is_empty() { None } else { self.freeing.get(&(t, place)) };
+        let freed = freeing.map_or(&[][..], |f| &f.nodes[..]);
         let ok = |n: &&NodeId| need.feasibility.ok(**n);
         match (place, self.avail) {
             (Place::Domain(..), Avail::Releasing(_)) if summable => {
@@ -512,7 +518,9 @@ impl<'a, 'c, 's> Placing<'a, 'c, 's> {
             (_, Place::Domain(level, d)) => self.ssn.domains.idle(t, level, d, class),
             (_, Place::Node(n)) => self.ssn.index.keys(n).map_or(0, |k| k[class as usize]),
         };
-        idle + self.freeing.get(&(t, place)).map_or(0, |f| f.room[class as usize])
+        // Most placements free nothing: the map is then not looked up.
+        let freeing = if self.freeing.is_empty() { None } else { self.freeing.get(&(t, place)) };
+        idle + freeing.map_or(0, |f| f.room[class as usize])
     }
 
     /// Places `pods` inside `place`, descending: children that hold the rest first (tightest),
