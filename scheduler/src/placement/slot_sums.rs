@@ -24,6 +24,10 @@ pub struct SlotSums {
     per_domain: Vec<Vec<i64>>,
     /// How much of the session's journal of changed nodes the sums include.
     seen: usize,
+    /// Per node, the catch-up that last counted it again: a node changed many times since
+    /// (a trial placement made and undone, a victim evicted and spared) is counted once.
+    counted: TiVec<NodeId, u32>,
+    catch_ups: u32,
 }
 
 impl SlotSums {
@@ -31,7 +35,8 @@ impl SlotSums {
     pub fn new(ssn: &Session, topo: &Topology, feasibility: Rc<Feasibility>, req: &Res) -> SlotSums {
         let per_domain = topo.domains.iter().map(|level| vec![0; level.len()]).collect();
         let per_node = ti_vec![0; ssn.snap.nodes.len()];
-        let mut sums = SlotSums { feasibility, req: req.clone(), per_node, per_domain, seen: 0 };
+        let counted = ti_vec![0; ssn.snap.nodes.len()];
+        let mut sums = SlotSums { feasibility, req: req.clone(), per_node, per_domain, seen: 0, counted, catch_ups: 0 };
         sums.rebuild(ssn, topo);
         sums
     }
@@ -44,9 +49,13 @@ impl SlotSums {
             self.rebuild(ssn, topo);
             return;
         }
+        self.catch_ups += 1;
         for i in self.seen..ssn.changed_nodes.len() {
             let n = ssn.changed_nodes[i];
-            self.set(ssn, topo, n);
+            if self.counted[n] != self.catch_ups {
+                self.counted[n] = self.catch_ups;
+                self.set(ssn, topo, n);
+            }
         }
         self.seen = ssn.changed_nodes.len();
     }
