@@ -19,6 +19,7 @@ pub use victims::{victim_units, VictimOrder, VictimPool};
 use crate::framework::Framework;
 use crate::ids::{ti_vec, TiSlice, TiVec};
 use crate::plugin::{EvictMode, Victim};
+use domain_cost::Estimates;
 use domain_room::{cluster_could_hold, DomainRoom};
 use prune::spare_unneeded;
 use std::borrow::Cow;
@@ -534,21 +535,16 @@ fn evict_for(
         .enumerate()
         .map(|(i, (_, nodes))| DomainRoom::new(ctx.ssn, gang, nodes, &|n| in_domain(i, n)))
         .collect();
-    let mut estimates: Vec<(EvictionCost, usize)> = ranked
+    let walks = ranked
         .iter()
-        .enumerate()
-        .filter_map(|(i, &(d, ref nodes))| {
-            let within = order.within(ctx.ssn, (required.topology, required.level, d), nodes);
-            let cost = domain_cost::estimate(ctx, job, within, mode, (rooms[i].clone(), &|n| in_domain(i, n)), key);
-            cost.map(|c| (c, i))
+        .zip(&rooms)
+        .map(|(&(d, ref nodes), room)| {
+            (order.within(ctx.ssn, (required.topology, required.level, d), nodes), room.clone())
         })
         .collect();
-    estimates.sort();
+    let mut estimates = Estimates::new(ctx, (job, mode, key), walks, &in_domain);
     let mut best: Option<(EvictionCost, usize, Vec<&Victim>)> = None;
-    for (estimate, i) in estimates {
-        if best.as_ref().is_some_and(|&(c, b, _)| (estimate, i) > (c, b)) {
-            break;
-        }
+    while let Some(i) = estimates.next(ctx, best.as_ref().map(|&(c, b, _)| (c, b))) {
         let (d, ref nodes) = ranked[i];
         let inside = |n: NodeId| in_domain(i, n);
         let give_up_at = best.as_ref().map(|&(c, b, _)| if i < b { (c.0, c.1, c.2 + 1) } else { c });
@@ -608,14 +604,19 @@ fn victim_domains(
         true => ssn.future_of(NodeId::from(d), key).max(0),
         false => ssn.domains.future(t, level, d, class),
     };
-    let mut ranked: Vec<(i64, usize)> = required
+    let mut ranked: Vec<(std::cmp::Reverse<i64>, usize)> = required
         .domains
         .iter()
-        .map(|&d| (future(d) + held[d][class as usize], d))
-        .filter(|&(f, _)| f >= need)
+        .map(|&d| (std::cmp::Reverse(future(d) + held[d][class as usize]), d))
+        .filter(|&(f, _)| f.0 >= need)
         .collect();
-    ranked.sort_by_key(|&(f, d)| (std::cmp::Reverse(f), d));
-    ranked.into_iter().take(MAX_VICTIM_DOMAINS).map(|(_, d)| (d, required.nodes(ssn.snap, d))).collect()
+    // The first few of hundreds of domains, in order, without sorting the rest.
+    if ranked.len() > MAX_VICTIM_DOMAINS {
+        ranked.select_nth_unstable(MAX_VICTIM_DOMAINS);
+        ranked.truncate(MAX_VICTIM_DOMAINS);
+    }
+    ranked.sort_unstable();
+    ranked.into_iter().map(|(_, d)| (d, required.nodes(ssn.snap, d))).collect()
 }
 
 /// A gang's key resource, its class, and how much of it the gang asks in all.
