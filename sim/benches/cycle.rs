@@ -132,7 +132,7 @@ fn main() {
     }
     let runs_or = |n| runs.unwrap_or(n);
     if wanted.is_empty() || wanted.iter().any(|w| w.eq_ignore_ascii_case("T")) {
-        let (with, without) = topology::racks(runs_or(3), &config);
+        let (with, without) = topology::racks(runs_or(7), &config);
         summary.push(format!(
             "size T: cycle median {with:.1} ms with topology, {without:.1} ms without ({:.2}x)",
             with / without

@@ -77,6 +77,9 @@ pub struct VictimPool {
     /// Per domain searched (topology, level, domain), the jobs with pods bound there, from
     /// `jobs_on`: many gangs search the same few domains.
     jobs_within: RefCell<HashMap<(usize, Level, usize), Rc<JobSet>>>,
+    /// Per list of queues, topology and level, the sum of those queues' `held`, kept as pods
+    /// are evicted: the gangs of one queue rank domains over the same queues.
+    merged: RefCell<MergedCache>,
 }
 
 /// Per domain of one level, GPUs and CPU.
@@ -84,6 +87,9 @@ type HeldPerDomain = Vec<[i64; 2]>;
 
 /// Per topology and level, what one queue's units hold per domain.
 type HeldCache = HashMap<(usize, Level), Rc<HeldPerDomain>>;
+
+/// Per list of queues, topology and level, what those queues' units hold per domain.
+type MergedCache = HashMap<(Vec<QueueId>, usize, Level), HeldPerDomain>;
 
 impl VictimPool {
     /// A pool for `mode` over the jobs that run in each leaf queue.
@@ -98,6 +104,7 @@ impl VictimPool {
             held: (0..queues).map(|_| RefCell::default()).collect(),
             jobs_on: OnceCell::new(),
             jobs_within: RefCell::default(),
+            merged: RefCell::default(),
         }
     }
 
@@ -162,7 +169,7 @@ impl VictimPool {
         let held = cache.entry((t, level)).or_insert_with(|| {
             let mut sums = vec![[0, 0]; domain_count(ssn, t, level)];
             for &j in &self.running[q] {
-                add_bound(ssn, bound_pods(ssn, j), (t, level), &mut sums, 1);
+                add_job(ssn, j, (t, level), &mut sums, 1);
             }
             Rc::new(sums)
         });
@@ -192,8 +199,13 @@ impl VictimPool {
             }
             // Victims are pods bound before the cycle, now releasing their nodes.
             let PodState::Releasing(n) = ssn.pod_state[pod] else { continue };
-            for (&(t, level), sums) in self.held[ssn.snap.jobs[job].queue].borrow_mut().iter_mut() {
-                add_bound(ssn, [(pod, n)], (t, level), Rc::<HeldPerDomain>::make_mut(sums), -1);
+            for (&(t, level), sums) in self.held[q].borrow_mut().iter_mut() {
+                take_pod(ssn, pod, n, (t, level), Rc::<HeldPerDomain>::make_mut(sums));
+            }
+            for ((queues, t, level), sums) in self.merged.borrow_mut().iter_mut() {
+                if queues.contains(&q) {
+                    take_pod(ssn, pod, n, (*t, *level), sums);
+                }
             }
         }
     }
@@ -259,15 +271,23 @@ impl<'p> VictimOrder<'p> {
     /// excepted) run with there: what its units could free, at most.
     pub fn held_per_domain(&self, ssn: &Session, t: usize, level: Level) -> HeldPerDomain {
         let pool = self.pool;
-        let mut sums = vec![[0, 0]; domain_count(ssn, t, level)];
-        for h in &self.heads {
-            for (total, held) in sums.iter_mut().zip(pool.held(ssn, h.queue, t, level).iter()) {
-                total[0] += held[0];
-                total[1] += held[1];
-            }
-            if ssn.snap.jobs[self.skip].queue == h.queue {
-                add_bound(ssn, bound_pods(ssn, self.skip), (t, level), &mut sums, -1);
-            }
+        let queues: Vec<QueueId> = self.heads.iter().map(|h| h.queue).collect();
+        let mut sums = {
+            let mut merged = pool.merged.borrow_mut();
+            let sums = merged.entry((queues, t, level)).or_insert_with_key(|(queues, ..)| {
+                let mut sums = vec![[0, 0]; domain_count(ssn, t, level)];
+                for &q in queues {
+                    for (total, held) in sums.iter_mut().zip(pool.held(ssn, q, t, level).iter()) {
+                        total[0] += held[0];
+                        total[1] += held[1];
+                    }
+                }
+                sums
+            });
+            sums.clone()
+        };
+        if self.heads.iter().any(|h| h.queue == ssn.snap.jobs[self.skip].queue) {
+            add_job(ssn, self.skip, (t, level), &mut sums, -1);
         }
         sums
     }
@@ -336,32 +356,34 @@ fn domain_count(ssn: &Session, t: usize, level: Level) -> usize {
     }
 }
 
-/// The pods of a job bound before the cycle and still running, with their nodes.
-fn bound_pods<'a>(ssn: &'a Session, job: JobId) -> impl Iterator<Item = (PodId, NodeId)> + 'a {
-    let tasks = ssn.snap.jobs[job].tasks.iter();
-    tasks.flat_map(|t| t.pods.iter()).filter_map(|&p| match ssn.pod_state[p] {
-        PodState::Bound(n) => Some((p, n)),
-        _ => None,
-    })
+/// Adds (`sign` 1) or takes away (-1) the GPUs and CPU of a job's pods bound before the
+/// cycle and still running, per domain of `level` in topology `t` (each task's requests
+/// looked up once).
+fn add_job(ssn: &Session, job: JobId, (t, level): (usize, Level), sums: &mut [[i64; 2]], sign: i64) {
+    let topo = &ssn.snap.topologies[t];
+    let at_nodes = level == topo.node_level();
+    for task in &ssn.snap.jobs[job].tasks {
+        let keys = Class::keys(ssn.snap, |r| task.requests[r]);
+        for &p in &task.pods {
+            let PodState::Bound(n) = ssn.pod_state[p] else { continue };
+            let at = if at_nodes { Some(usize::from(n)) } else { topo.domain_of(level, n) };
+            if let Some(d) = at {
+                sums[d][0] += sign * keys[0];
+                sums[d][1] += sign * keys[1];
+            }
+        }
+    }
 }
 
-/// Adds (`sign` 1) or takes away (-1) the GPUs and CPU of `pods` (on their nodes) per domain
-/// of `level` in topology `t`.
-fn add_bound(
-    ssn: &Session,
-    pods: impl IntoIterator<Item = (PodId, NodeId)>,
-    (t, level): (usize, Level),
-    sums: &mut [[i64; 2]],
-    sign: i64,
-) {
+/// Takes away the GPUs and CPU of a pod that ran on `node` from its domain of `level` in
+/// topology `t`.
+fn take_pod(ssn: &Session, pod: PodId, node: NodeId, (t, level): (usize, Level), sums: &mut [[i64; 2]]) {
     let topo = &ssn.snap.topologies[t];
-    for (p, n) in pods {
-        let at = if level == topo.node_level() { Some(usize::from(n)) } else { topo.domain_of(level, n) };
-        if let Some(d) = at {
-            let req = ssn.requests(p);
-            let keys = Class::keys(ssn.snap, |r| req[r]);
-            sums[d][0] += sign * keys[0];
-            sums[d][1] += sign * keys[1];
-        }
+    let at = if level == topo.node_level() { Some(usize::from(node)) } else { topo.domain_of(level, node) };
+    if let Some(d) = at {
+        let req = ssn.requests(pod);
+        let keys = Class::keys(ssn.snap, |r| req[r]);
+        sums[d][0] -= keys[0];
+        sums[d][1] -= keys[1];
     }
 }

@@ -83,32 +83,46 @@ fn action_times(snap: &Snapshot, config: &SchedulerConfig) -> Vec<(String, Durat
 
 /// Times `runs` cycles of `snap`; returns the median and the outcome of the last.
 fn time_cycles(label: &str, snap: &Snapshot, config: &SchedulerConfig, runs: usize) -> (f64, CycleOutcome) {
-    let mut samples = Vec::new();
-    let mut last = None;
+    time_alternating(&[(label, snap)], config, runs).pop().expect("one snapshot timed")
+}
+
+/// Times `runs` cycles of each snapshot, taking them in turn (so that a slower spell of the
+/// host falls on all of them alike, not on whichever ran then); returns each one's median and
+/// the outcome of its last cycle.
+fn time_alternating(snaps: &[(&str, &Snapshot)], config: &SchedulerConfig, runs: usize) -> Vec<(f64, CycleOutcome)> {
+    let mut samples: Vec<Vec<Duration>> = vec![Vec::new(); snaps.len()];
+    let mut last: Vec<Option<CycleOutcome>> = snaps.iter().map(|_| None).collect();
     for _ in 0..runs {
-        let t = Instant::now();
-        let out = run_cycle(snap, config);
-        samples.push(t.elapsed());
-        let d = &out.decisions;
-        let counts = (d.binds.len(), d.evictions.len(), d.pipelined.len());
-        if let Some(prev) = &last {
-            let p: &CycleOutcome = prev;
-            let before = (p.decisions.binds.len(), p.decisions.evictions.len(), p.decisions.pipelined.len());
-            assert_eq!(before, counts, "{label}: the cycle is not deterministic");
+        for (i, &(label, snap)) in snaps.iter().enumerate() {
+            let t = Instant::now();
+            let out = run_cycle(snap, config);
+            samples[i].push(t.elapsed());
+            let counts =
+                |o: &CycleOutcome| (o.decisions.binds.len(), o.decisions.evictions.len(), o.decisions.pipelined.len());
+            if let Some(prev) = &last[i] {
+                assert_eq!(counts(prev), counts(&out), "{label}: the cycle is not deterministic");
+            }
+            last[i] = Some(out);
         }
-        last = Some(out);
     }
-    let (min, med, max) = stats(&samples);
-    let out = last.expect("at least one run");
-    let d = &out.decisions;
-    println!(
-        "  {label:<16} run_cycle min {min:8.1}  median {med:8.1}  max {max:8.1} ms; \
-         {} binds, {} evictions, {} pipelined",
-        d.binds.len(),
-        d.evictions.len(),
-        d.pipelined.len()
-    );
-    (med, out)
+    snaps
+        .iter()
+        .zip(samples)
+        .zip(last)
+        .map(|((&(label, _), samples), out)| {
+            let (min, med, max) = stats(&samples);
+            let out = out.expect("at least one run");
+            let d = &out.decisions;
+            println!(
+                "  {label:<16} run_cycle min {min:8.1}  median {med:8.1}  max {max:8.1} ms; \
+                 {} binds, {} evictions, {} pipelined",
+                d.binds.len(),
+                d.evictions.len(),
+                d.pipelined.len()
+            );
+            (med, out)
+        })
+        .collect()
 }
 
 /// Size `T`: the median cycle with topology and without, in ms.
@@ -146,8 +160,8 @@ pub fn racks(runs: usize, config: &SchedulerConfig) -> (f64, f64) {
     let t = Instant::now();
     let without = snapshot::build(&flat.nodes, &flat.queues, &flat.jobs).expect("the cluster is valid");
     println!("  snapshot build: {:.1} ms with topology, {:.1} ms without", ms(built_with), ms(t.elapsed()));
-    let (on, out) = time_cycles("with topology", &with, config, runs);
-    let (off, _) = time_cycles("without", &without, config, runs);
+    let mut timed = time_alternating(&[("with topology", &with), ("without", &without)], config, runs).into_iter();
+    let ((on, out), (off, _)) = (timed.next().expect("timed with"), timed.next().expect("timed without"));
     let rack = |n| rack_of(n, nodes, RACKS);
     assert_eq!(broken(&with, &out, "rack", &rack), 0, "a gang requiring one rack was placed over several");
     let block = |n| rack_of(n, nodes, RACKS) / RACKS_PER_BLOCK;
