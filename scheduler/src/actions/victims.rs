@@ -89,7 +89,14 @@ type HeldPerDomain = Vec<[i64; 2]>;
 type HeldCache = HashMap<(usize, Level), Rc<HeldPerDomain>>;
 
 /// Per list of queues, topology and level, what those queues' units hold per domain.
-type MergedCache = HashMap<(Vec<QueueId>, usize, Level), HeldPerDomain>;
+struct MergedCache {
+    /// Each entry's place in `sums`.
+    index: HashMap<(Vec<QueueId>, usize, Level), usize>,
+    /// Per entry, its topology and level and the sums.
+    sums: Vec<((usize, Level), HeldPerDomain)>,
+    /// Per queue, the entries whose lists include it (brought up to date when it loses pods).
+    of_queue: TiVec<QueueId, Vec<usize>>,
+}
 
 impl VictimPool {
     /// A pool for `mode` over the jobs that run in each leaf queue.
@@ -104,7 +111,11 @@ impl VictimPool {
             held: (0..queues).map(|_| RefCell::default()).collect(),
             jobs_on: OnceCell::new(),
             jobs_within: RefCell::default(),
-            merged: RefCell::default(),
+            merged: RefCell::new(MergedCache {
+                index: HashMap::default(),
+                sums: Vec::new(),
+                of_queue: ti_vec![Vec::new(); queues],
+            }),
         }
     }
 
@@ -202,10 +213,10 @@ impl VictimPool {
             for (&(t, level), sums) in self.held[q].borrow_mut().iter_mut() {
                 take_pod(ssn, pod, n, (t, level), Rc::<HeldPerDomain>::make_mut(sums));
             }
-            for ((queues, t, level), sums) in self.merged.borrow_mut().iter_mut() {
-                if queues.contains(&q) {
-                    take_pod(ssn, pod, n, (*t, *level), sums);
-                }
+            let merged = &mut *self.merged.borrow_mut();
+            for &at in &merged.of_queue[q] {
+                let (level, sums) = &mut merged.sums[at];
+                take_pod(ssn, pod, n, *level, sums);
             }
         }
     }
@@ -273,18 +284,26 @@ impl<'p> VictimOrder<'p> {
         let pool = self.pool;
         let queues: Vec<QueueId> = self.heads.iter().map(|h| h.queue).collect();
         let mut sums = {
-            let mut merged = pool.merged.borrow_mut();
-            let sums = merged.entry((queues, t, level)).or_insert_with_key(|(queues, ..)| {
-                let mut sums = vec![[0, 0]; domain_count(ssn, t, level)];
-                for &q in queues {
-                    for (total, held) in sums.iter_mut().zip(pool.held(ssn, q, t, level).iter()) {
-                        total[0] += held[0];
-                        total[1] += held[1];
+            let merged = &mut *pool.merged.borrow_mut();
+            let key = (queues, t, level);
+            let at = match merged.index.get(&key) {
+                Some(&at) => at,
+                None => {
+                    let at = merged.sums.len();
+                    let mut sums = vec![[0, 0]; domain_count(ssn, t, level)];
+                    for &q in &key.0 {
+                        for (total, held) in sums.iter_mut().zip(pool.held(ssn, q, t, level).iter()) {
+                            total[0] += held[0];
+                            total[1] += held[1];
+                        }
+                        merged.of_queue[q].push(at);
                     }
+                    merged.sums.push(((t, level), sums));
+                    merged.index.insert(key, at);
+                    at
                 }
-                sums
-            });
-            sums.clone()
+            };
+            merged.sums[at].1.clone()
         };
         if self.heads.iter().any(|h| h.queue == ssn.snap.jobs[self.skip].queue) {
             add_job(ssn, self.skip, (t, level), &mut sums, -1);

@@ -73,6 +73,9 @@ pub struct Domain {
     pub capacity: Res,
 }
 
+/// A node's place in `Topology::node_domain` at a level where it has no domain.
+const NO_DOMAIN: u32 = u32::MAX;
+
 /// A hierarchy of node labels over the snapshot's nodes.
 #[derive(Debug, Clone)]
 pub struct Topology {
@@ -84,9 +87,11 @@ pub struct Topology {
     pub labels: Vec<String>,
     /// Per labelled level, its domains in name order.
     pub domains: Vec<Vec<Domain>>,
-    /// Per labelled level, each node's domain there (`None`: the node lacks the level's label
-    /// or one above it, and is no place for work that requires the level).
-    pub node_domain: Vec<TiVec<NodeId, Option<DomainId>>>,
+    /// Per node, its domain at each labelled level, the levels of a node side by side (one
+    /// read of memory serves every level: placement and victim searches ask this of
+    /// thousands of nodes); `NO_DOMAIN` where the node lacks the level's label or one above
+    /// it, and is no place for work that requires the level.
+    node_domain: Vec<u32>,
     /// Per level (the node level included): the most any one domain there has of each
     /// resource, over schedulable nodes; a gang asking more can never fit one.
     pub largest: Vec<Res>,
@@ -108,7 +113,8 @@ impl Topology {
 
     /// The node's domain at a labelled level.
     pub fn domain_of(&self, level: Level, node: NodeId) -> Option<DomainId> {
-        self.node_domain[level][node]
+        let d = self.node_domain[usize::from(node) * self.labels.len() + level];
+        (d != NO_DOMAIN).then_some(d as DomainId)
     }
 
     /// The node's domains, coarse to fine, down to the first labelled level it lacks a label
@@ -199,6 +205,10 @@ impl Topology {
         largest.push(node_most);
         let unlabelled =
             nodes.keys().filter(|&node| node_domain.first().is_none_or(|top| top[node].is_none())).collect();
+        let node_domain = nodes
+            .keys()
+            .flat_map(|node| node_domain.iter().map(move |level| level[node].map_or(NO_DOMAIN, |d| d as u32)))
+            .collect();
         Ok(Topology { name: input.name.clone(), levels, labels, domains, node_domain, largest, unlabelled })
     }
 }
