@@ -5,6 +5,8 @@
 //!   requiring one rack, requiring one block and preferring one rack, preferring one rack,
 //!   and asking nothing. The same cycle runs on the same cluster and jobs without topology
 //!   (no topology, no requests), side by side, with the time of each action of both.
+//!   `DROVER_BENCH_SIDE=with` (or `without`) times one side only, for a profiler or an
+//!   instruction count.
 //! - `G`: one gang of 1,000 pods x 8 GPUs on 1,000 empty nodes in 100 racks of 10, in 100
 //!   sub-groups of 10 that each require one rack: once as slices of 10, once as 100 tasks
 //!   of 10. Every rack holds exactly one sub-group, so the gang fits only if each lands whole.
@@ -160,17 +162,24 @@ pub fn racks(runs: usize, config: &SchedulerConfig) -> (f64, f64) {
     let t = Instant::now();
     let without = snapshot::build(&flat.nodes, &flat.queues, &flat.jobs).expect("the cluster is valid");
     println!("  snapshot build: {:.1} ms with topology, {:.1} ms without", ms(built_with), ms(t.elapsed()));
-    let mut timed = time_alternating(&[("with topology", &with), ("without", &without)], config, runs).into_iter();
-    let ((on, out), (off, _)) = (timed.next().expect("timed with"), timed.next().expect("timed without"));
-    let rack = |n| rack_of(n, nodes, RACKS);
-    assert_eq!(broken(&with, &out, "rack", &rack), 0, "a gang requiring one rack was placed over several");
-    let block = |n| rack_of(n, nodes, RACKS) / RACKS_PER_BLOCK;
-    assert_eq!(broken(&with, &out, "block", &block), 0, "a gang requiring one block was placed over several");
-    println!("  one instrumented cycle, each action with topology / without:");
-    for ((action, a), (_, b)) in action_times(&with, config).into_iter().zip(action_times(&without, config)) {
-        println!("    {action:<10} {:>9.1} ms / {:>9.1} ms", ms(a), ms(b));
+    match std::env::var("DROVER_BENCH_SIDE").as_deref() {
+        Ok("with") => (time_cycles("with topology", &with, config, runs).0, f64::NAN),
+        Ok("without") => (f64::NAN, time_cycles("without", &without, config, runs).0),
+        _ => {
+            let mut timed =
+                time_alternating(&[("with topology", &with), ("without", &without)], config, runs).into_iter();
+            let ((on, out), (off, _)) = (timed.next().expect("timed with"), timed.next().expect("timed without"));
+            let rack = |n| rack_of(n, nodes, RACKS);
+            assert_eq!(broken(&with, &out, "rack", &rack), 0, "a gang requiring one rack was placed over several");
+            let block = |n| rack_of(n, nodes, RACKS) / RACKS_PER_BLOCK;
+            assert_eq!(broken(&with, &out, "block", &block), 0, "a gang requiring one block was placed over several");
+            println!("  one instrumented cycle, each action with topology / without:");
+            for ((action, a), (_, b)) in action_times(&with, config).into_iter().zip(action_times(&without, config)) {
+                println!("    {action:<10} {:>9.1} ms / {:>9.1} ms", ms(a), ms(b));
+            }
+            (on, off)
+        }
     }
-    (on, off)
 }
 
 /// One node of 8 GPUs in rack `rack`.
