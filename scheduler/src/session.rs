@@ -78,6 +78,14 @@ impl Statement {
     pub fn len(&self) -> usize {
         self.ops.len()
     }
+
+    /// The pods the statement evicts, with the nodes they release.
+    pub fn evicted(&self) -> impl Iterator<Item = (PodId, NodeId)> + '_ {
+        self.ops.iter().filter_map(|op| match *op {
+            Op::Evict(pod, node, ..) => Some((pod, node)),
+            _ => None,
+        })
+    }
 }
 
 /// What a cycle decided.

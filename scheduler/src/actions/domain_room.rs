@@ -65,6 +65,36 @@ impl<'d, 's> DomainRoom<'d, 's> {
         }
     }
 
+    /// Whether the domain could still hold the gang by count were the evictions `taken_back`
+    /// (pods with the nodes they release) undone; nothing is undone. Undoing an eviction
+    /// takes exactly its pod's requests from its node's capacity once releasing pods
+    /// terminate, so this is what counting again after undoing them would give.
+    pub fn could_hold_without(
+        &self,
+        ssn: &Session,
+        taken_back: impl Iterator<Item = (PodId, NodeId)>,
+        usable: &dyn Fn(NodeId) -> bool,
+    ) -> bool {
+        let mut back: Vec<(NodeId, Res)> = Vec::new();
+        for (pod, node) in taken_back.filter(|&(_, n)| usable(n) && self.nodes.binary_search(&n).is_ok()) {
+            let req = ssn.requests(pod);
+            match back.iter_mut().find(|(n, _)| *n == node) {
+                Some((_, sum)) => sum.sub(req),
+                None => back.push((node, Res::zero(req.len()).minus(req))),
+            }
+        }
+        self.wants.iter().enumerate().all(|(w, &(req, pods))| {
+            let lost: i64 = back
+                .iter()
+                .map(|(n, minus)| {
+                    let at = self.nodes.binary_search(n).expect("kept to the domain's nodes");
+                    self.slots[w][at] - ssn.future_slots_with(*n, req, minus)
+                })
+                .sum();
+            self.total[w] - lost >= pods
+        })
+    }
+
     /// Whether every request size of the gang has as many slots as pods asking it (needed
     /// for the gang to fit, not enough: sizes share nodes).
     pub fn could_hold(&self) -> bool {

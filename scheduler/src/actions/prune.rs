@@ -73,6 +73,13 @@ impl Pruning<'_, '_> {
                 taken[k].kept = false;
                 continue;
             }
+            // A victim without which the domain could not hold the gang by count stays, its
+            // evictions untouched (taking them back and making them again changes nothing).
+            if let (Some(room), Some((_, _, usable)), Some(st)) = (room.as_ref(), &self.domain, &taken[k].st) {
+                if !room.could_hold_without(ctx.ssn, st.evicted(), *usable) {
+                    continue;
+                }
+            }
             ctx.ssn.discard(taken[k].st.take().expect("every victim's evictions stand until it is tried"));
             self.recount(ctx, room.as_mut(), &taken[k].nodes);
             if room.as_ref().is_none_or(DomainRoom::could_hold) && self.fits_without(ctx, &taken) {
