@@ -733,7 +733,14 @@ fn evict_unit(
     (reason, for_job): (EvictReason, JobId),
     nodes: &mut Vec<NodeId>,
 ) {
-    let pods: Vec<PodId> = if v.elastic { vec![v.pods[0]] } else { ssn.running_pods(v.job).collect() };
+    let pods: Vec<PodId> = if v.elastic {
+        vec![v.pods[0]]
+    } else {
+        // Sized by the unit: the job's pods running when it was formed, at most.
+        let mut pods = Vec::with_capacity(v.pods.len());
+        pods.extend(ssn.running_pods(v.job));
+        pods
+    };
     for p in pods {
         if let Some(n) = ssn.pod_state[p].running_on() {
             if let Err(at) = nodes.binary_search(&n) {

@@ -243,8 +243,16 @@ impl<'a, 'c, 's> Placing<'a, 'c, 's> {
         self.asked.binary_search(&pod).is_ok() && self.ssn.pod_state[pod] == PodState::Pending
     }
 
+    /// The pods of `pods` still waiting to be placed, in order (sized once: placement asks
+    /// this at every level it descends).
+    fn still_waiting(&self, pods: &[PodId]) -> Vec<PodId> {
+        let mut waiting = Vec::with_capacity(pods.len());
+        waiting.extend(pods.iter().copied().filter(|&p| self.waiting(p)));
+        waiting
+    }
+
     fn place_group(&mut self, g: &Group, scope: &mut Vec<(usize, Place)>, st: &mut Statement) -> Result<(), Miss> {
-        let todo: Vec<PodId> = g.members.iter().copied().filter(|&p| self.waiting(p)).collect();
+        let todo = self.still_waiting(&g.members);
         if todo.is_empty() {
             return Ok(());
         }
@@ -280,7 +288,7 @@ impl<'a, 'c, 's> Placing<'a, 'c, 's> {
                 }
             }
             if ok {
-                let rest: Vec<PodId> = todo.iter().copied().filter(|&p| self.waiting(p)).collect();
+                let rest = self.still_waiting(todo);
                 let compact = g.asks_for_placement();
                 self.fill(g.topology, place, &rest, compact, &mut sub);
                 ok = rest.iter().all(|&p| self.ssn.pod_state[p] != PodState::Pending);
@@ -527,7 +535,7 @@ impl<'a, 'c, 's> Placing<'a, 'c, 's> {
     /// then the roomiest (`compact`: the fewest children) or the fullest (packing).
     fn fill(&mut self, t: usize, place: Place, pods: &[PodId], compact: bool, st: &mut Statement) {
         let snap = self.ssn.snap;
-        let mut rest: Vec<PodId> = pods.iter().copied().filter(|&p| self.waiting(p)).collect();
+        let mut rest = self.still_waiting(pods);
         if rest.is_empty() {
             return;
         }
@@ -544,11 +552,9 @@ impl<'a, 'c, 's> Placing<'a, 'c, 's> {
         };
         let r = key_resource(snap, class);
         let smallest = rest.iter().map(|&p| job.tasks[snap.pods[p].task].requests[r]).min().unwrap_or(0);
-        let mut children: Vec<(i64, Place)> = children(topo, place)
-            .into_iter()
-            .map(|c| (self.room(t, c, class), c))
-            .filter(|&(room, _)| room >= smallest)
-            .collect();
+        let places = children(topo, place);
+        let mut children: Vec<(i64, Place)> = Vec::with_capacity(places.len());
+        children.extend(places.into_iter().map(|c| (self.room(t, c, class), c)).filter(|&(room, _)| room >= smallest));
         let wanted: i64 = rest.iter().map(|&p| job.tasks[snap.pods[p].task].requests[r]).sum();
         children.sort_by_key(|&(room, _)| {
             let holds = room >= wanted;
