@@ -69,6 +69,11 @@ impl Statement {
         Statement::default()
     }
 
+    /// A new, empty statement with room for `changes` changes.
+    pub fn with_capacity(changes: usize) -> Statement {
+        Statement { ops: Vec::with_capacity(changes) }
+    }
+
     /// Whether nothing was done.
     pub fn is_empty(&self) -> bool {
         self.ops.is_empty()

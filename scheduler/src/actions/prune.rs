@@ -165,8 +165,8 @@ fn still_evictable(ctx: &Ctx, v: &Victim) -> bool {
 
 /// Evicts one victim of the set in a statement of its own.
 fn evict<'v>(ctx: &mut Ctx, v: &'v Victim, why: (EvictReason, JobId)) -> Taken<'v> {
-    let mut st = Statement::new();
-    let mut nodes = Vec::new();
+    let mut st = Statement::with_capacity(v.pods.len());
+    let mut nodes = Vec::with_capacity(v.pods.len());
     if still_evictable(ctx, v) {
         evict_unit(ctx.ssn, &mut st, v, why, &mut nodes);
     }

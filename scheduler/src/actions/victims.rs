@@ -73,7 +73,7 @@ pub struct VictimPool {
     /// Per node, the jobs with pods bound there when first asked (sorted): a superset of the
     /// jobs whose units can free it for the rest of the action, as no pod binds there again
     /// within the cycle.
-    jobs_on: OnceCell<TiVec<NodeId, Vec<JobId>>>,
+    jobs_on: OnceCell<JobsOn>,
     /// Per domain searched (topology, level, domain), the jobs with pods bound there, from
     /// `jobs_on`: many gangs search the same few domains.
     jobs_within: RefCell<HashMap<(usize, Level, usize), Rc<JobSet>>>,
@@ -316,20 +316,11 @@ impl<'p> VictimOrder<'p> {
     /// one domain looks at, found without ranking the rest. Skipping units changes no
     /// queue's state, so these come in the same order as in this one.
     pub fn within(&self, ssn: &Session, domain: (usize, Level, usize), nodes: &[NodeId]) -> VictimOrder<'p> {
-        let jobs_on = self.pool.jobs_on.get_or_init(|| {
-            let mut on: TiVec<NodeId, Vec<JobId>> = ti_vec![Vec::new(); ssn.snap.nodes.len()];
-            for (p, state) in ssn.pod_state.iter_enumerated() {
-                if let PodState::Bound(n) = *state {
-                    on[n].push(ssn.snap.pods[p].job);
-                }
-            }
-            on.iter_mut().for_each(|jobs| jobs.dedup());
-            on
-        });
+        let jobs_on = self.pool.jobs_on.get_or_init(|| JobsOn::new(ssn));
         let mut cache = self.pool.jobs_within.borrow_mut();
         let jobs = cache.entry(domain).or_insert_with(|| {
             let mut jobs = JobSet::new(ssn.snap.jobs.len());
-            nodes.iter().flat_map(|&n| &jobs_on[n]).for_each(|&j| jobs.insert(j));
+            nodes.iter().flat_map(|&n| jobs_on.of(n)).for_each(|&j| jobs.insert(j));
             Rc::new(jobs)
         });
         VictimOrder { only: Some(jobs.clone()), ..self.clone() }
@@ -346,6 +337,47 @@ impl<'p> VictimOrder<'p> {
 /// Whether an order skipping `skip` and keeping to `only` yields the units of `job`.
 fn yields(skip: JobId, only: &Option<Rc<JobSet>>, job: JobId) -> bool {
     job != skip && only.as_ref().is_none_or(|only| only.contains(job))
+}
+
+/// Per node, the jobs with pods bound there, each once, in job order, all in one list (no
+/// list per node to grow).
+struct JobsOn {
+    /// Where each node's jobs start in `jobs`, and how many there are.
+    ranges: TiVec<NodeId, (usize, usize)>,
+    jobs: Vec<JobId>,
+}
+
+impl JobsOn {
+    fn new(ssn: &Session) -> JobsOn {
+        let bound = || {
+            ssn.pod_state.iter_enumerated().filter_map(|(p, state)| match *state {
+                PodState::Bound(n) => Some((n, ssn.snap.pods[p].job)),
+                _ => None,
+            })
+        };
+        let mut ranges: TiVec<NodeId, (usize, usize)> = ti_vec![(0, 0); ssn.snap.nodes.len()];
+        bound().for_each(|(n, _)| ranges[n].1 += 1);
+        let mut start = 0;
+        for range in ranges.iter_mut() {
+            (range.0, start) = (start, start + range.1);
+            range.1 = 0;
+        }
+        let mut jobs = vec![JobId(0); start];
+        // Pods are in job order, so a job's pods on a node come one after another.
+        for (n, job) in bound() {
+            let (at, len) = &mut ranges[n];
+            if *len == 0 || jobs[*at + *len - 1] != job {
+                jobs[*at + *len] = job;
+                *len += 1;
+            }
+        }
+        JobsOn { ranges, jobs }
+    }
+
+    fn of(&self, n: NodeId) -> &[JobId] {
+        let (at, len) = self.ranges[n];
+        &self.jobs[at..at + len]
+    }
 }
 
 /// A set of jobs, one bit each: a search inside a domain asks it of every unit it passes.
