@@ -434,11 +434,14 @@ pub fn shortfall(ctx: &mut Ctx, gang: &[PodId], candidates: &[&Victim], action: 
     let feasible = gang_feasibility(ctx, gang);
     let usable = |n: NodeId| feasible.iter().any(|f| f.ok(n));
     let need = ctx.ssn.sum_requests(gang);
-    // What every node will have, less what the nodes the gang may not use will have.
+    // What every node will have, less what the nodes the gang may not use will have (none,
+    // when some pod of it may use every node).
     let mut have = ctx.ssn.future_total.clone();
-    for n in snap.nodes.keys().filter(|&n| !usable(n)) {
-        for r in 0..need.len() {
-            have[r] -= ctx.ssn.future_of(n, r);
+    if !feasible.iter().any(|f| f.nodes.len() == snap.nodes.len()) {
+        for n in snap.nodes.keys().filter(|&n| !usable(n)) {
+            for r in 0..need.len() {
+                have[r] -= ctx.ssn.future_of(n, r);
+            }
         }
     }
     for v in candidates {
