@@ -30,7 +30,7 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::sample::Index;
 use proptest::strategy::ValueTree;
-use proptest::test_runner::{RngSeed, TestRunner};
+use proptest::test_runner::TestRunner;
 
 /// Cycles run per generated case.
 const CYCLES: u32 = 3;
@@ -1153,18 +1153,13 @@ proptest! {
     }
 }
 
-/// The ping-pong property's cases come from a fixed seed: random draws still find rare
-/// failures (one generated cluster in a few thousand, mostly with slow termination, where a
-/// gang pipelined in one cycle is pipelined onto other nodes in the next; see "Known gap" in
-/// docs/scheduling.md), so they would make the suite flaky. With this seed it holds at
-/// 20,000 cases; `PROPTEST_CASES` widens it for a soak run.
-fn ping_pong_config() -> ProptestConfig {
-    ProptestConfig { rng_seed: RngSeed::Fixed(10), ..proptest_config() }
-}
-
 proptest! {
-    #![proptest_config(ping_pong_config())]
+    #![proptest_config(proptest_config())]
 
+    /// Drawn from random seeds, as the other properties are. Before kept claims, random
+    /// draws found a ping-pong in about one generated cluster in 2,000 to 12,000 (a gang
+    /// pipelined onto other nodes in the next cycle), so it ran from a fixed seed; with them,
+    /// five runs in a row of 20,000 cases hold.
     #[test]
     fn no_job_is_reclaimed_again_for_the_same_queue(case in case()) {
         run_checked_for(&case, no_reclaim_ping_pong, PING_PONG_CYCLES)?;
