@@ -75,22 +75,20 @@ impl<'d, 's> DomainRoom<'d, 's> {
         taken_back: impl Iterator<Item = (PodId, NodeId)>,
         usable: &dyn Fn(NodeId) -> bool,
     ) -> bool {
-        let mut back: Vec<(NodeId, Res)> = Vec::new();
-        for (pod, node) in taken_back.filter(|&(_, n)| usable(n) && self.nodes.binary_search(&n).is_ok()) {
+        // Per usable node of the domain: its place in `nodes`, and the requests taken back
+        // there, negated.
+        let mut back: Vec<(usize, NodeId, Res)> = Vec::new();
+        for (pod, node) in taken_back.filter(|&(_, n)| usable(n)) {
+            let Ok(at) = self.nodes.binary_search(&node) else { continue };
             let req = ssn.requests(pod);
-            match back.iter_mut().find(|(n, _)| *n == node) {
-                Some((_, sum)) => sum.sub(req),
-                None => back.push((node, Res::zero(req.len()).minus(req))),
+            match back.iter_mut().find(|(a, ..)| *a == at) {
+                Some((.., minus)) => minus.sub(req),
+                None => back.push((at, node, Res::zero(req.len()).minus(req))),
             }
         }
         self.wants.iter().enumerate().all(|(w, &(req, pods))| {
-            let lost: i64 = back
-                .iter()
-                .map(|(n, minus)| {
-                    let at = self.nodes.binary_search(n).expect("kept to the domain's nodes");
-                    self.slots[w][at] - ssn.future_slots_with(*n, req, minus)
-                })
-                .sum();
+            let lost: i64 =
+                back.iter().map(|(at, n, minus)| self.slots[w][*at] - ssn.future_slots_with(*n, req, minus)).sum();
             self.total[w] - lost >= pods
         })
     }

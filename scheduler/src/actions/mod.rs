@@ -524,8 +524,8 @@ fn evict_for(
         return evict_within(ctx, job, gang, order, mode, fits, all).map(|(st, ..)| st);
     };
     let ranked = victim_domains(ctx, gang, order, &required);
-    let snap = ctx.ssn.snap;
-    let in_domain = |i: usize, n: NodeId| required.domain_of(snap, n) == Some(ranked[i].0) && usable(n);
+    let topo = &ctx.ssn.snap.topologies[required.topology];
+    let in_domain = |i: usize, n: NodeId| topo.domain_at(required.level, n) == Some(ranked[i].0) && usable(n);
     // Domains are searched in the order of what making room there is estimated to cost,
     // counted without evicting; a domain whose estimate costs more than the best set found
     // so far is not searched. Domains are compared by the victims their search takes, ties

@@ -412,13 +412,11 @@ fn domain_count(ssn: &Session, t: usize, level: Level) -> usize {
 /// looked up once).
 fn add_job(ssn: &Session, job: JobId, (t, level): (usize, Level), sums: &mut [[i64; 2]], sign: i64) {
     let topo = &ssn.snap.topologies[t];
-    let at_nodes = level == topo.node_level();
     for task in &ssn.snap.jobs[job].tasks {
         let keys = Class::keys(ssn.snap, |r| task.requests[r]);
         for &p in &task.pods {
             let PodState::Bound(n) = ssn.pod_state[p] else { continue };
-            let at = if at_nodes { Some(usize::from(n)) } else { topo.domain_of(level, n) };
-            if let Some(d) = at {
+            if let Some(d) = topo.domain_at(level, n) {
                 sums[d][0] += sign * keys[0];
                 sums[d][1] += sign * keys[1];
             }
@@ -429,9 +427,7 @@ fn add_job(ssn: &Session, job: JobId, (t, level): (usize, Level), sums: &mut [[i
 /// Takes away the GPUs and CPU of a pod that ran on `node` from its domain of `level` in
 /// topology `t`.
 fn take_pod(ssn: &Session, pod: PodId, node: NodeId, (t, level): (usize, Level), sums: &mut [[i64; 2]]) {
-    let topo = &ssn.snap.topologies[t];
-    let at = if level == topo.node_level() { Some(usize::from(node)) } else { topo.domain_of(level, node) };
-    if let Some(d) = at {
+    if let Some(d) = ssn.snap.topologies[t].domain_at(level, node) {
         let req = ssn.requests(pod);
         let keys = Class::keys(ssn.snap, |r| req[r]);
         sums[d][0] -= keys[0];

@@ -71,8 +71,7 @@ impl Group {
         }
         let Some(level) = self.required else { return true };
         let topo = &snap.topologies[self.topology];
-        let domain = |n: NodeId| if level == topo.node_level() { Some(n.0) } else { topo.domain_of(level, n) };
-        let mut domains = self.members.iter().filter_map(|&p| node_of(p)).map(domain);
+        let mut domains = self.members.iter().filter_map(|&p| node_of(p)).map(|n| topo.domain_at(level, n));
         match domains.next() {
             None => true,
             Some(None) => false,
@@ -133,15 +132,6 @@ pub struct RequiredDomains {
 }
 
 impl RequiredDomains {
-    /// The domain of the level a node lies in (the node's own index at the node level).
-    pub fn domain_of(&self, snap: &Snapshot, n: NodeId) -> Option<usize> {
-        let topo = &snap.topologies[self.topology];
-        match self.level == topo.node_level() {
-            true => Some(usize::from(n)),
-            false => topo.domain_of(self.level, n),
-        }
-    }
-
     /// The nodes of one of the domains, ascending.
     pub fn nodes(&self, snap: &Snapshot, domain: usize) -> Vec<NodeId> {
         let topo = &snap.topologies[self.topology];
@@ -193,6 +183,16 @@ struct Freeing {
     room: [i64; 2],
     /// Which they are, ascending (kept for labelled domains only).
     nodes: Vec<NodeId>,
+}
+
+/// The nodes being freed inside a place, if any. Most placements free nothing: the map is
+/// then not looked up (hashing the place costs more than the rest of a child's room).
+fn freeing_at(freeing: &HashMap<(usize, Place), Freeing>, t: usize, place: Place) -> Option<&Freeing> {
+    if freeing.is_empty() {
+        None
+    } else {
+        freeing.get(&(t, place))
+    }
 }
 
 /// One gang's placement inside the hierarchy.
@@ -448,8 +448,7 @@ impl<'a, 'c, 's> Placing<'a, 'c, 's> {
         // Places are sought inside the scope, so a scope of this topology only holds the
         // place's ancestors and excludes none of its nodes.
         let summable = sliced.is_none() && scope.iter().all(|&(st, _)| st == t);
-        let freeing = if self.freeing.is_empty() { None } else { self.freeing.get(&(t, place)) };
-        let freed = freeing.map_or(&[][..], |f| &f.nodes[..]);
+        let freed = freeing_at(&self.freeing, t, place).map_or(&[][..], |f| &f.nodes[..]);
         let ok = |n: &&NodeId| need.feasibility.ok(**n);
         match (place, self.avail) {
             (Place::Domain(..), Avail::Releasing(_)) if summable => {
@@ -526,9 +525,7 @@ impl<'a, 'c, 's> Placing<'a, 'c, 's> {
             (_, Place::Domain(level, d)) => self.ssn.domains.idle(t, level, d, class),
             (_, Place::Node(n)) => self.ssn.index.keys(n).map_or(0, |k| k[class as usize]),
         };
-        // Most placements free nothing: the map is then not looked up.
-        let freeing = if self.freeing.is_empty() { None } else { self.freeing.get(&(t, place)) };
-        idle + freeing.map_or(0, |f| f.room[class as usize])
+        idle + freeing_at(&self.freeing, t, place).map_or(0, |f| f.room[class as usize])
     }
 
     /// Places `pods` inside `place`, descending: children that hold the rest first (tightest),

@@ -117,6 +117,16 @@ impl Topology {
         (d != NO_DOMAIN).then_some(d as DomainId)
     }
 
+    /// The node's domain at any level: a labelled one's, or at the node level the node's own
+    /// index (the node is the domain there).
+    pub fn domain_at(&self, level: Level, node: NodeId) -> Option<usize> {
+        if level == self.node_level() {
+            Some(usize::from(node))
+        } else {
+            self.domain_of(level, node)
+        }
+    }
+
     /// The node's domains, coarse to fine, down to the first labelled level it lacks a label
     /// of: the domains whose sums a change on the node moves.
     pub fn domains_of(&self, node: NodeId) -> impl Iterator<Item = (Level, DomainId)> + '_ {
