@@ -146,6 +146,8 @@ pub struct Session<'s> {
     pub job_running: TiVec<JobId, u32>,
     /// Pipelined pods per job.
     pub job_pipelined: TiVec<JobId, u32>,
+    /// Per job, the pods evicted for it this cycle (its reason counts them).
+    pub evicted_for: TiVec<JobId, u32>,
     /// Running pods per job and task.
     pub task_running: TiVec<JobId, Vec<u32>>,
     /// Phase of each job; changed outside statements, at admission and once a committed
@@ -189,6 +191,7 @@ impl<'s> Session<'s> {
             queue_alloc_np: ti_vec![Res::zero(n); snap.queues.len()],
             job_running: ti_vec![0; snap.jobs.len()],
             job_pipelined: ti_vec![0; snap.jobs.len()],
+            evicted_for: ti_vec![0; snap.jobs.len()],
             task_running: snap.jobs.iter().map(|j| vec![0; j.tasks.len()]).collect(),
             job_phase: snap.jobs.iter().map(|j| j.phase).collect(),
             fair_share: ti_vec![snap.capacity.clone(); snap.queues.len()],
@@ -429,8 +432,10 @@ impl<'s> Session<'s> {
                 *pipelined = if forward { *pipelined + 1 } else { *pipelined - 1 };
                 self.account_queues(pod, forward);
             }
-            Op::Evict(_, _, prev, ..) => {
+            Op::Evict(_, _, prev, _, for_job) => {
                 change(&mut self.node_releasing[node]);
+                let evicted = &mut self.evicted_for[for_job];
+                *evicted = if forward { *evicted + 1 } else { *evicted - 1 };
                 self.pod_state[pod] = if forward { PodState::Releasing(node) } else { prev };
                 self.account_running(pod, !forward);
             }
@@ -504,13 +509,14 @@ impl<'s> Session<'s> {
     }
 
     /// The pods needed to bring the job to its gang minimum: first each task's own minimum,
-    /// then further pods in task order until `minMember` is reached.
+    /// then further pods in task order until `minMember` is reached. Pipelined pods count as
+    /// placed: a job whose minimum waits for its victims to terminate needs only elastic pods.
     pub fn gang_pods(&self, job: JobId) -> Vec<PodId> {
         let j = &self.snap.jobs[job];
         let mut chosen = Vec::new();
-        let mut total = self.job_running[job] as usize;
+        let mut total = (self.job_running[job] + self.job_pipelined[job]) as usize;
         for (t, task) in j.tasks.iter().enumerate() {
-            let need = task.min_available.saturating_sub(self.task_running[job][t]) as usize;
+            let need = task.min_available.saturating_sub(self.placed_in_task(job, t)) as usize;
             let picked: Vec<PodId> =
                 task.pods.iter().copied().filter(|&p| self.pod_state[p] == PodState::Pending).take(need).collect();
             total += picked.len();
@@ -522,6 +528,26 @@ impl<'s> Session<'s> {
             chosen.extend(extra);
         }
         chosen
+    }
+
+    /// Whether the job's gang minimum (overall and per task) is running or pipelined.
+    pub fn minimum_placed(&self, job: JobId) -> bool {
+        let j = &self.snap.jobs[job];
+        self.job_running[job] + self.job_pipelined[job] >= j.min_member
+            && (0..j.tasks.len()).all(|t| self.placed_in_task(job, t) >= j.tasks[t].min_available)
+    }
+
+    /// The running and pipelined pods of one task of a job.
+    fn placed_in_task(&self, job: JobId, t: usize) -> u32 {
+        let pipelined = match self.job_pipelined[job] {
+            0 => 0,
+            _ => self.snap.jobs[job].tasks[t]
+                .pods
+                .iter()
+                .filter(|&&p| matches!(self.pod_state[p], PodState::Pipelined(_)))
+                .count(),
+        };
+        self.task_running[job][t] + pipelined as u32
     }
 
     /// What a job's gang minimum still needs: the requests of its unplaced minimum pods, and,

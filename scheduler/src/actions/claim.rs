@@ -23,7 +23,8 @@
 //! **Claims found again** ([`run`]), for jobs that wait without a kept claim (a claim that
 //! could not be met, or nominations lost): after the fair-share passes, jobs that still wait
 //! within their fair share claim the capacity being freed, in queue order. Gang minimums come
-//! first, then one elastic pod per job. A claim takes capacity being freed first and idle
+//! first, then each job's elastic pods (all it may have within its fair share at once, else
+//! pod by pod). A claim takes capacity being freed first and idle
 //! capacity for the rest of a gang (as the reclaim that freed it pipelined the gang), and only
 //! where the job fits without evicting anything. Jobs that may not evict claim nothing: in a
 //! `StrictFIFO` queue only the first waiting job of each class claims (as in preempt and
@@ -36,8 +37,8 @@ use crate::session::{PodState, Statement};
 use crate::snapshot::JobPhase;
 
 use super::{
-    elastic_evicting_jobs, elastic_waiting, evicting_jobs, jobs_by_queue, serve_in_queue_order, starving,
-    try_place_all, Ctx,
+    elastic_evicting_jobs, elastic_request, elastic_waiting, evicting_jobs, jobs_by_queue, serve_in_queue_order,
+    starving, try_place_all, Ctx,
 };
 
 /// Why a job with pipelined pods still waits.
@@ -194,34 +195,51 @@ pub fn run(ctx: &mut Ctx) {
         return;
     }
     let minimums = evicting_jobs(ctx);
-    claim(ctx, &minimums, &releasing, &starving, &|c, j| c.ssn.gang_pods(j));
+    claim(ctx, &minimums, &releasing, &starving, &|c, job, releasing| {
+        let gang = c.ssn.gang_pods(job);
+        claim_pods(c, job, &gang, releasing);
+    });
+    // Each job's whole elastic need at once, else pod by pod while they fit (as reclaim).
     let elastic = elastic_evicting_jobs(ctx);
-    claim(ctx, &elastic, &releasing, &elastic_waiting, &|c, j| c.ssn.pending_pods(j).take(1).collect());
+    claim(ctx, &elastic, &releasing, &elastic_waiting, &|c, job, releasing| {
+        let request = elastic_request(c, job);
+        if request.len() > 1 && claim_pods(c, job, &request, releasing) {
+            return;
+        }
+        for _ in 0..request.len() {
+            let Some(pod) = c.ssn.pending_pods(job).next() else { break };
+            if !claim_pods(c, job, &[pod], releasing) {
+                break;
+            }
+        }
+    });
 }
 
 /// Serves the jobs listed per queue that still `want` room, most deprived queue first, each
-/// once: `pods` of a job are pipelined onto `releasing` nodes, the rest onto idle capacity,
-/// when they fit within the job's fair share.
+/// once, by `claims`, in queues within their fair share.
 fn claim(
     ctx: &mut Ctx,
     by_queue: &TiSlice<QueueId, Vec<JobId>>,
     releasing: &[NodeId],
     wants: &dyn Fn(&Ctx, JobId) -> bool,
-    pods: &dyn Fn(&Ctx, JobId) -> Vec<PodId>,
+    claims: &dyn Fn(&mut Ctx, JobId, &[NodeId]),
 ) {
     let within_share = |c: &Ctx, q: QueueId| c.fw.within_fair_share(c.ssn, q).is_ok();
-    serve_in_queue_order(ctx, by_queue, wants, &within_share, &mut |ctx, job| {
-        let wanted = pods(ctx, job);
-        if wanted.is_empty() {
-            return;
-        }
-        let need = ctx.ssn.sum_requests(&wanted);
-        if ctx.fw.allocatable(ctx.ssn, job, &need, ShareBound::FairShare).is_err() {
-            return;
-        }
-        if let Some(st) = try_place_all(ctx, &wanted, Avail::Future(releasing)) {
-            ctx.ssn.commit(st);
-            ctx.ssn.set_reason(job, WAITING_FOR_VICTIMS.into());
-        }
-    });
+    serve_in_queue_order(ctx, by_queue, wants, &within_share, &mut |ctx, job| claims(ctx, job, releasing));
+}
+
+/// Pipelines `pods` of a job onto `releasing` nodes, the rest onto idle capacity, when they
+/// fit within the job's fair share; whether they did.
+fn claim_pods(ctx: &mut Ctx, job: JobId, pods: &[PodId], releasing: &[NodeId]) -> bool {
+    if pods.is_empty() {
+        return false;
+    }
+    let need = ctx.ssn.sum_requests(pods);
+    if ctx.fw.allocatable(ctx.ssn, job, &need, ShareBound::FairShare).is_err() {
+        return false;
+    }
+    let Some(st) = try_place_all(ctx, pods, Avail::Future(releasing)) else { return false };
+    ctx.ssn.commit(st);
+    ctx.ssn.set_reason(job, WAITING_FOR_VICTIMS.into());
+    true
 }

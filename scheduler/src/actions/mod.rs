@@ -18,7 +18,7 @@ pub use victims::{victim_units, VictimOrder, VictimPool};
 
 use crate::framework::Framework;
 use crate::ids::{ti_vec, TiSlice, TiVec};
-use crate::plugin::{EvictMode, Victim};
+use crate::plugin::{EvictMode, ShareBound, Victim};
 use domain_cost::Estimates;
 use domain_room::{cluster_could_hold, DomainRoom};
 use prune::spare_unneeded;
@@ -63,9 +63,36 @@ pub fn evicting_jobs(ctx: &Ctx) -> TiVec<QueueId, Vec<JobId>> {
     jobs_by_queue(ctx, |j| starving(ctx, j) && in_turn(ctx, &firsts, j))
 }
 
-/// A running job (at least its minimum) with pending elastic pods and none pipelined.
+/// A job with pending elastic pods: its minimum runs, or is pipelined (then its elastic pods
+/// may be served in the same cycle as its minimum, and in the cycles its victims take to
+/// terminate).
 pub fn elastic_waiting(ctx: &Ctx, job: JobId) -> bool {
-    ctx.ssn.job_pipelined[job] == 0 && ctx.fw.job_ready(ctx.ssn, job) && ctx.ssn.pending_pods(job).next().is_some()
+    let ssn = &ctx.ssn;
+    let ready = match ssn.job_pipelined[job] {
+        0 => ctx.fw.job_ready(ssn, job),
+        _ => ssn.minimum_placed(job),
+    };
+    ready && ssn.pending_pods(job).next().is_some()
+}
+
+/// A job's whole elastic need as one request: the longest run of its pending pods, in order,
+/// that the plugins allow its queue within fair share (and every other bound), or else its
+/// first pending pod alone (to be refused with a reason). Reclaim and claims ask for it in
+/// one attempt, so that a queue gets what it is owed in one cycle, not a pod per cycle; the
+/// fair share bounds the reclaimer as the victims' fair shares bound what they lose.
+pub fn elastic_request(ctx: &Ctx, job: JobId) -> Vec<PodId> {
+    let mut pods: Vec<PodId> = ctx.ssn.pending_pods(job).collect();
+    let mut sum = Res::zero(ctx.ssn.snap.resources.len());
+    let totals: Vec<Res> = pods
+        .iter()
+        .map(|&p| {
+            sum.add(ctx.ssn.requests(p));
+            sum.clone()
+        })
+        .collect();
+    let allowed = totals.partition_point(|t| ctx.fw.allocatable(ctx.ssn, job, t, ShareBound::FairShare).is_ok());
+    pods.truncate(allowed.max(1));
+    pods
 }
 
 /// The jobs of each leaf queue whose elastic pods may evict, in job order, by the same
@@ -386,10 +413,13 @@ fn required_level(ctx: &mut Ctx, job: JobId) -> Option<(usize, Level)> {
     ctx.placer.groups(ctx.ssn.snap, ctx.fw, job).and_then(|g| g.required_level())
 }
 
-/// Evicts units in `order` that make room for `pods` of `job` (its gang, or one elastic
-/// pod), and pipelines them; or, when nothing works, adds `failure` (given every unit of the
-/// order that may be evicted) to the job's reason. On success, returns where its evictions
-/// start in the session's decisions.
+/// Why evicting the units that may be evicted (given) would not make room, for the reason.
+pub type Failure<'f> = dyn Fn(&mut Ctx, &[&Victim]) -> String + 'f;
+
+/// Evicts units in `order` that make room for `pods` of `job` (its gang, or elastic pods),
+/// and pipelines them; or, when nothing works, adds `failure` (given every unit of the order
+/// that may be evicted), if any, to the job's reason. On success, returns where its
+/// evictions start in the session's decisions.
 pub fn make_room(
     ctx: &mut Ctx,
     job: JobId,
@@ -397,32 +427,40 @@ pub fn make_room(
     mut order: VictimOrder,
     mode: EvictMode,
     fits: &dyn Fn(&Ctx) -> bool,
-    failure: &dyn Fn(&mut Ctx, &[&Victim]) -> String,
+    failure: Option<&Failure>,
 ) -> Option<usize> {
     match evict_for(ctx, job, pods, &mut order, mode, fits) {
         Some(st) => {
-            let evicted = st.len() - pods.len();
             let since = ctx.ssn.decisions.evictions.len();
+            let evicted_now = st.len() > pods.len();
             ctx.ssn.commit(st);
-            let what = match mode {
-                EvictMode::Preempt => "preempted",
-                EvictMode::Reclaim => "reclaimed",
-            };
-            let why = if evicted == 0 {
-                "waiting for evicted pods to terminate on the nodes it will use".to_string()
-            } else {
-                format!("waiting for {evicted} {what} pod(s) to terminate")
-            };
-            ctx.ssn.set_reason(job, why);
+            let evicted = if evicted_now { ctx.ssn.evicted_for[job] } else { 0 };
+            ctx.ssn.set_reason(job, waiting_for_victims(mode, evicted));
             Some(since)
         }
         None => {
-            let candidates: Vec<&Victim> =
-                order.units().filter(|v| ctx.fw.may_evict(ctx.ssn, mode, job, v).is_ok()).collect();
-            let why = failure(ctx, &candidates);
-            append_reason(ctx, job, &why);
+            if let Some(failure) = failure {
+                let candidates: Vec<&Victim> =
+                    order.units().filter(|v| ctx.fw.may_evict(ctx.ssn, mode, job, v).is_ok()).collect();
+                let why = failure(ctx, &candidates);
+                append_reason(ctx, job, &why);
+            }
             None
         }
+    }
+}
+
+/// Why a job for which `evicted` pods were evicted by `mode` this cycle (none: its pods were
+/// pipelined onto capacity already being freed) waits.
+fn waiting_for_victims(mode: EvictMode, evicted: u32) -> String {
+    let what = match mode {
+        EvictMode::Preempt => "preempted",
+        EvictMode::Reclaim => "reclaimed",
+    };
+    if evicted == 0 {
+        "waiting for evicted pods to terminate on the nodes it will use".to_string()
+    } else {
+        format!("waiting for {evicted} {what} pod(s) to terminate")
     }
 }
 

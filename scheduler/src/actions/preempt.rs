@@ -40,7 +40,7 @@ pub fn run(ctx: &mut Ctx) {
                 continue;
             }
             let failure = |c: &mut Ctx, victims: &[&Victim]| shortfall(c, &gang, victims, "preempt");
-            match make_room(ctx, job, &gang, order, EvictMode::Preempt, &fits, &failure) {
+            match make_room(ctx, job, &gang, order, EvictMode::Preempt, &fits, Some(&failure)) {
                 Some(since) => pool.forget_evicted(ctx.ssn, since),
                 None => failed = Some((NoRoom::new(ctx, job, need), priority)),
             }

@@ -15,8 +15,8 @@ use crate::res::Res;
 use crate::snapshot::{JobId, PodId, QueueId, ROOT};
 
 use super::{
-    append_reason, elastic_evicting_jobs, elastic_waiting, evicting_jobs, fits_without_eviction, jobs_by_queue,
-    make_room, serve_in_queue_order, shortfall, starving, Ctx, NoRoom, VictimPool,
+    append_reason, elastic_evicting_jobs, elastic_request, elastic_waiting, evicting_jobs, fits_without_eviction,
+    jobs_by_queue, make_room, serve_in_queue_order, shortfall, starving, Ctx, Failure, NoRoom, VictimPool,
 };
 
 /// Runs the action: first for gang minimums, then for elastic pods.
@@ -28,12 +28,17 @@ pub fn run(ctx: &mut Ctx) {
         failed: ti_vec![None; snap.queues.len()],
     };
     let minimums = evicting_jobs(ctx);
-    serve(ctx, &mut state, &minimums, &starving, &|c, j| c.ssn.gang_pods(j));
-    // Then pending pods above the minimum, one pod per job per attempt (Run:ai: reclaim
-    // "balances fairness" too), by the same rule.
+    serve(ctx, &mut state, &minimums, &starving, &|c, state, job| {
+        let gang = c.ssn.gang_pods(job);
+        if !gang.is_empty() {
+            attempt(c, state, job, &gang, true);
+        }
+    });
+    // Then pending pods above the minimum (of jobs whose minimum runs or was just pipelined),
+    // by the same rule; Run:ai's reclaim "balances fairness" too.
     state.failed.fill(None);
     let elastic = elastic_evicting_jobs(ctx);
-    serve(ctx, &mut state, &elastic, &elastic_waiting, &|c, j| c.ssn.pending_pods(j).take(1).collect());
+    serve(ctx, &mut state, &elastic, &elastic_waiting, &serve_elastic);
 }
 
 /// What the attempts of one run share.
@@ -45,40 +50,53 @@ struct Reclaim {
 }
 
 /// Serves the jobs listed per queue that still `want` room, most deprived queue first, each
-/// job once; `pods` says which pods a job asks room for.
+/// job once, by `attempts`.
 fn serve(
     ctx: &mut Ctx,
     state: &mut Reclaim,
     by_queue: &TiSlice<QueueId, Vec<JobId>>,
     wants: &dyn Fn(&Ctx, JobId) -> bool,
-    pods: &dyn Fn(&Ctx, JobId) -> Vec<PodId>,
+    attempts: &dyn Fn(&mut Ctx, &mut Reclaim, JobId),
 ) {
-    serve_in_queue_order(ctx, by_queue, wants, &|_, _| true, &mut |c, job| {
-        let wanted = pods(c, job);
-        if !wanted.is_empty() {
-            attempt(c, state, job, &wanted);
-        }
-    });
+    serve_in_queue_order(ctx, by_queue, wants, &|_, _| true, &mut |c, job| attempts(c, state, job));
 }
 
-/// One reclaim attempt for `pods` of `job`.
-fn attempt<'s>(ctx: &mut Ctx<'_, 's>, state: &mut Reclaim, job: JobId, pods: &[PodId]) {
+/// Serves a job's elastic pods: its whole elastic need in one attempt (see
+/// [`elastic_request`]); when no set of victims frees room for all of it, pod by pod, up to
+/// as many, while room is found. Each pod is judged by the same rules either way: taking a
+/// batch only saves the cycles a pod per attempt would cost.
+fn serve_elastic(ctx: &mut Ctx, state: &mut Reclaim, job: JobId) {
+    let request = elastic_request(ctx, job);
+    if request.len() > 1 && attempt(ctx, state, job, &request, false) {
+        return;
+    }
+    for _ in 0..request.len() {
+        let Some(pod) = ctx.ssn.pending_pods(job).next() else { break };
+        if !attempt(ctx, state, job, &[pod], true) {
+            break;
+        }
+    }
+}
+
+/// One reclaim attempt for `pods` of `job`; whether it made room. `explain`: whether a
+/// failure adds to the job's reason (not for a request that is tried again in parts).
+fn attempt<'s>(ctx: &mut Ctx<'_, 's>, state: &mut Reclaim, job: JobId, pods: &[PodId], explain: bool) -> bool {
     let snap = ctx.ssn.snap;
     let q = snap.jobs[job].queue;
     let need = ctx.ssn.sum_requests(pods);
     if state.failed[q].as_ref().is_some_and(|f| f.covers(ctx, job, &need)) {
-        return;
+        return false;
     }
     let fits = |c: &Ctx| c.fw.allocatable(c.ssn, job, &need, ShareBound::FairShare).is_ok();
     if let Err(why) = ctx.fw.may_reclaim(ctx.ssn, job, &need) {
         // A refusal the job's reason already gives is not said twice.
-        if ctx.ssn.blocked_by[job].map(|b| b.rule) != Some(why.rule) {
+        if explain && ctx.ssn.blocked_by[job].map(|b| b.rule) != Some(why.rule) {
             append_reason(ctx, job, &format!("reclaim: {why}"));
         }
-        return;
+        return false;
     }
     if fits_without_eviction(ctx, pods, &fits) {
-        return;
+        return false;
     }
     // The furthest any queue or unit got before a plugin refused it, for the reason.
     let mut furthest: Option<Why> = None;
@@ -97,16 +115,25 @@ fn attempt<'s>(ctx: &mut Ctx<'_, 's>, state: &mut Reclaim, job: JobId, pods: &[P
     pool.prepare(ctx.ssn, ctx.fw, &queues);
     let order = pool.order(&queues, job);
     if !order.units().any(|v| ctx.fw.may_evict(ctx.ssn, EvictMode::Reclaim, job, v).map_err(&mut refused).is_ok()) {
-        let why = no_victims(ctx, job, &need, furthest);
-        append_reason(ctx, job, &why);
+        if explain {
+            let why = no_victims(ctx, job, &need, furthest);
+            append_reason(ctx, job, &why);
+        }
         state.failed[q] = Some(NoRoom::new(ctx, job, need));
-        return;
+        return false;
     }
     let failure = |c: &mut Ctx, victims: &[&Victim]| shortfall(c, pods, victims, "reclaim");
-    let outcome = make_room(ctx, job, pods, order, EvictMode::Reclaim, &fits, &failure);
+    let failure = explain.then_some(&failure as &Failure);
+    let outcome = make_room(ctx, job, pods, order, EvictMode::Reclaim, &fits, failure);
     match outcome {
-        Some(since) => state.pool.forget_evicted(ctx.ssn, since),
-        None => state.failed[q] = Some(NoRoom::new(ctx, job, need)),
+        Some(since) => {
+            state.pool.forget_evicted(ctx.ssn, since);
+            true
+        }
+        None => {
+            state.failed[q] = Some(NoRoom::new(ctx, job, need));
+            false
+        }
     }
 }
 
