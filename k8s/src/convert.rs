@@ -974,6 +974,7 @@ fn build_job<'a>(
         },
     };
     let (run_time, ends_at) = run_times(&members);
+    let started_at = started_at(&members);
     let refs = members.into_iter().map(|m| PodRef::of(m.info.pod)).collect();
     let job = JobInput {
         name: shape.name,
@@ -990,6 +991,7 @@ fn build_job<'a>(
         run_time,
         ends_at,
         preempted_at: shape.preempted_at,
+        started_at,
         topology: shape.topology.job,
     };
     Ok((job, refs))
@@ -1020,6 +1022,14 @@ fn run_times(members: &[Member]) -> (Option<i64>, Option<i64>) {
         )
     };
     (run_time, ends_at)
+}
+
+/// When the group's earliest bound pod started, from the pods' `status.startTime`, which
+/// only the kubelet writes (a tenant cannot make its running work look younger than it is,
+/// to stretch a minimum run time). Pods being evicted do not count.
+fn started_at(members: &[Member]) -> Option<i64> {
+    let bound = members.iter().filter(|m| matches!(m.phase, PodPhaseInput::Bound(_)));
+    bound.filter_map(|m| Some(m.info.pod.status.as_ref()?.start_time.as_ref()?.0.as_second())).min()
 }
 
 fn resolve_priority(group: &PodGroup, members: &[Member], classes: &Classes) -> Result<Resolved, String> {

@@ -227,7 +227,7 @@ impl State {
         }
         self.reported = problems;
         let mut snap = match converted.snapshot() {
-            Ok(s) => s.at(jiff::Timestamp::now().as_second()),
+            Ok(s) => s.at_unix_time(jiff::Timestamp::now().as_second()),
             Err(e) => {
                 tracing::error!(error = %e, "could not build the snapshot; skipping the cycle");
                 return;

@@ -1167,3 +1167,48 @@ mod random {
         }
     }
 }
+
+#[test]
+fn a_groups_start_is_its_earliest_bound_pods_start_time() {
+    // Minimum run times count from the kubelet's `status.startTime` (tenants cannot write
+    // pod status); a pod being evicted does not count, nor does a pod's own annotation.
+    let started = |name: &str, at: &str| {
+        let mut p = dpod(name, "g", "1");
+        p["spec"]["nodeName"] = json!("n1");
+        p["status"] = json!({"phase": "Running", "startTime": at});
+        p["metadata"]["annotations"]["scheduling.drover.dev/started-at"] = json!("2020-01-01T00:00:00Z");
+        p
+    };
+    let mut leaving = started("p0", "2024-01-01T00:00:00Z");
+    leaving["metadata"]["deletionTimestamp"] = json!("2024-01-01T01:00:00Z");
+    let w = World {
+        nodes: vec![node("n1", "8", "0")],
+        pods: vec![leaving, started("p1", "2024-01-01T00:10:00Z"), started("p2", "2024-01-01T00:05:00Z")],
+        groups: vec![group("g", 1)],
+        ..world()
+    };
+    let c = w.convert();
+    assert_eq!(job(&c, "g").started_at, Some(1_704_067_500));
+    let none = World {
+        nodes: vec![node("n1", "8", "0")],
+        pods: vec![dpod("p", "g", "1")],
+        groups: vec![group("g", 1)],
+        ..world()
+    };
+    assert_eq!(job(&none.convert(), "g").started_at, None, "a group with no bound pod has not started");
+}
+
+#[test]
+fn running_limits_and_minimum_run_times_come_from_the_queue() {
+    let spec = json!({"maxRunningJobs": 3, "maxRunningPods": 40, "preemptMinRuntimeSeconds": 600});
+    let child = json!({"parent": "team", "reclaimMinRuntimeSeconds": 1800});
+    let w = World { queues: vec![queue("team", spec), queue("team-a", child)], ..world() };
+    let snap = build(&w.convert());
+    let bounds = |name: &str| snap.queues.iter().find(|q| q.name == name).expect("queue").bounds;
+    let team = bounds("team");
+    assert_eq!((team.max_running_jobs, team.max_running_pods), (Some(3), Some(40)));
+    assert_eq!((team.preempt_min_runtime, team.reclaim_min_runtime), (Some(600), None));
+    let child = bounds("team-a");
+    assert_eq!((child.max_running_jobs, child.max_running_pods), (None, None), "limits bound the subtree, not copied");
+    assert_eq!((child.preempt_min_runtime, child.reclaim_min_runtime), (Some(600), Some(1800)), "run times inherited");
+}

@@ -12,7 +12,8 @@ use drover_k8s::metrics::{
 use drover_scheduler::config::SchedulerConfig;
 use drover_scheduler::session::EvictReason;
 use drover_scheduler::snapshot::{
-    build, Constraints, JobInput, JobPhase, NodeInput, PodPhaseInput, QueueInput, QueueingStrategy, TaskInput,
+    build, Constraints, JobInput, JobPhase, NodeInput, PodPhaseInput, QueueBounds, QueueInput, QueueingStrategy,
+    TaskInput,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -205,6 +206,7 @@ fn a_cycle_is_recorded() {
         over_quota_weight: 1,
         reclaimable: true,
         strategy: QueueingStrategy::default(),
+        bounds: QueueBounds::default(),
     }];
     let job = |name: &str, pods: usize, cpu: i64| JobInput {
         name: name.into(),
@@ -229,6 +231,7 @@ fn a_cycle_is_recorded() {
         run_time: None,
         ends_at: None,
         preempted_at: None,
+        started_at: None,
         topology: None,
     };
     let snap = build(&nodes, &queues, &[job("fits", 2, 1000), job("too-big", 1, 8000)]).expect("snapshot");

@@ -116,6 +116,10 @@ pub enum PluginConfig {
     Nodeorder(#[serde(default)] PlacementConfig),
     /// Elastic pods of a job wait a minute after it lost pods to preemption or reclaim.
     Regrow,
+    /// Per queue, at most so many jobs and pods running at once.
+    Runninglimits,
+    /// Per queue, no preemption or reclaim of a job before it ran a minimum time.
+    Minruntime,
     /// Runtime-aware backfill: gangs that cannot start reserve the nodes where they will
     /// start soonest.
     Reservation(#[serde(default)] ReservationArgs),
@@ -283,6 +287,8 @@ impl PluginConfig {
             PluginConfig::Predicates => "predicates",
             PluginConfig::Nodeorder(_) => "nodeorder",
             PluginConfig::Regrow => "regrow",
+            PluginConfig::Runninglimits => "runninglimits",
+            PluginConfig::Minruntime => "minruntime",
             PluginConfig::Reservation(_) => "reservation",
             PluginConfig::Shortestfirst(_) => "shortestfirst",
         }

@@ -70,6 +70,12 @@ pub enum Rule {
     Reserved,
     /// Regrow: a job's elastic pods wait a while after it lost pods to preemption or reclaim.
     RegrowDelay,
+    /// Running limits: the queue's subtree runs as many jobs as it may.
+    RunningJobs,
+    /// Running limits: the queue's subtree would run more pods than it may.
+    RunningPods,
+    /// Eviction: the job has not yet run its queue's minimum run time.
+    MinRuntime,
 }
 
 impl Rule {
@@ -88,6 +94,8 @@ impl Rule {
                 | Rule::NonPreemptibleGangDeserved
                 | Rule::RegrowDelay
                 | Rule::NvlinkBelowMinimum
+                | Rule::RunningJobs
+                | Rule::RunningPods
         )
     }
 }
@@ -126,13 +134,15 @@ pub struct Why<'s> {
     pub excess: Option<Excess>,
     /// The topology and level whose domains the bound is about, for topology rules.
     pub level: Option<(usize, Level)>,
+    /// Until when the refusal holds, for rules that lapse (the clock of [`Snapshot::now`]).
+    pub until: Option<i64>,
     snap: &'s Snapshot,
 }
 
 impl<'s> Why<'s> {
     /// A refusal by `rule` of `subject`, without numbers.
     pub fn new(snap: &'s Snapshot, rule: Rule, subject: Subject) -> Why<'s> {
-        Why { rule, subject, excess: None, level: None, snap }
+        Why { rule, subject, excess: None, level: None, until: None, snap }
     }
 
     /// A refusal because `amount` of resource `resource` would exceed `bound`.
@@ -142,7 +152,12 @@ impl<'s> Why<'s> {
         subject: Subject,
         (resource, amount, bound): (usize, i64, i64),
     ) -> Why<'s> {
-        Why { rule, subject, excess: Some(Excess { resource, amount, bound }), level: None, snap }
+        Why { rule, subject, excess: Some(Excess { resource, amount, bound }), level: None, until: None, snap }
+    }
+
+    /// A refusal by `rule` of `subject` that holds until `until`.
+    pub fn until(snap: &'s Snapshot, rule: Rule, subject: Subject, until: i64) -> Why<'s> {
+        Why { until: Some(until), ..Why::new(snap, rule, subject) }
     }
 
     /// The same refusal, about the domains of `level` of topology `topology`.
@@ -236,6 +251,18 @@ impl fmt::Display for Why<'_> {
                 let ago = snap.now - snap.jobs[j].preempted_at.unwrap_or(snap.now);
                 write!(f, "job {s} lost pods to preemption or reclaim {ago} s ago and grows no elastic pods until {delay} s after it")
             }
+            Rule::RunningJobs | Rule::RunningPods => {
+                let what = if self.rule == Rule::RunningJobs { "job" } else { "pod" };
+                let Some(e) = self.excess else { return write!(f, "queue {s} is at its limit of running {what}s") };
+                let plural = if e.bound == 1 { "" } else { "s" };
+                return write!(f, "queue {s} at its limit of {} running {what}{plural}", e.bound);
+            }
+            Rule::MinRuntime => match self.until {
+                Some(t) => {
+                    write!(f, "job {s} is protected until {} by its queue's minimum run time", self.snap.time(t))
+                }
+                None => write!(f, "job {s} has not run its queue's minimum run time"),
+            },
         }?;
         if let Some(e) = self.excess {
             let snap = self.snap;

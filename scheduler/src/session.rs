@@ -142,12 +142,16 @@ pub struct Session<'s> {
     pub queue_alloc: TiVec<QueueId, Res>,
     /// Same, counting only non-preemptible jobs.
     pub queue_alloc_np: TiVec<QueueId, Res>,
+    /// Jobs holding pods (running or pipelined) per queue, including descendants.
+    pub queue_jobs: TiVec<QueueId, u32>,
     /// Running pods per job.
     pub job_running: TiVec<JobId, u32>,
     /// Pipelined pods per job.
     pub job_pipelined: TiVec<JobId, u32>,
     /// Per job, the pods evicted for it this cycle (its reason counts them).
     pub evicted_for: TiVec<JobId, u32>,
+    /// Per job, its pods counted in the queues' allocation (running or pipelined).
+    job_held: TiVec<JobId, u32>,
     /// Running pods per job and task.
     pub task_running: TiVec<JobId, Vec<u32>>,
     /// Phase of each job; changed outside statements, at admission and once a committed
@@ -189,9 +193,11 @@ impl<'s> Session<'s> {
             future_total: Res::zero(n),
             queue_alloc: ti_vec![Res::zero(n); snap.queues.len()],
             queue_alloc_np: ti_vec![Res::zero(n); snap.queues.len()],
+            queue_jobs: ti_vec![0; snap.queues.len()],
             job_running: ti_vec![0; snap.jobs.len()],
             job_pipelined: ti_vec![0; snap.jobs.len()],
             evicted_for: ti_vec![0; snap.jobs.len()],
+            job_held: ti_vec![0; snap.jobs.len()],
             task_running: snap.jobs.iter().map(|j| vec![0; j.tasks.len()]).collect(),
             job_phase: snap.jobs.iter().map(|j| j.phase).collect(),
             fair_share: ti_vec![snap.capacity.clone(); snap.queues.len()],
@@ -338,12 +344,25 @@ impl<'s> Session<'s> {
         let job = &self.snap.jobs[p.job];
         let req = &job.tasks[p.task].requests;
         let change = |r: &mut Res| if add { r.add(req) } else { r.sub(req) };
+        let held = &mut self.job_held[p.job];
+        let before = *held;
+        *held = if add { before + 1 } else { before - 1 };
+        // A job starts or stops counting as running in its queues.
+        let jobs_change = (before == 0) != (*held == 0);
         for q in self.snap.ancestry(job.queue).chain(std::iter::once(crate::snapshot::ROOT)) {
             change(&mut self.queue_alloc[q]);
             if !job.preemptible {
                 change(&mut self.queue_alloc_np[q]);
             }
+            if jobs_change {
+                self.queue_jobs[q] = if add { self.queue_jobs[q] + 1 } else { self.queue_jobs[q] - 1 };
+            }
         }
+    }
+
+    /// Whether the job holds pods (running or pipelined): it counts as running in its queues.
+    pub fn holds_pods(&self, job: JobId) -> bool {
+        self.job_held[job] > 0
     }
 
     fn account_running(&mut self, pod: PodId, add: bool) {

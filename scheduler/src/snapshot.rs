@@ -68,6 +68,25 @@ pub struct Queue {
     pub reclaimable: bool,
     /// Start order policy.
     pub strategy: QueueingStrategy,
+    /// How much work its subtree runs at once, and how long work runs before it may be
+    /// evicted: the minimum run times are those in force (its own, else its nearest
+    /// ancestor's); the running limits are its own, each bounding its whole subtree.
+    pub bounds: QueueBounds,
+}
+
+/// What a queue bounds besides resources: the jobs and pods its subtree runs at once, and
+/// the least time a job of it runs before it may be preempted or reclaimed (seconds).
+/// `None`: no bound (a minimum run time absent from a queue is its parent's).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueBounds {
+    /// Jobs of the subtree holding pods (bound or pipelined), at most.
+    pub max_running_jobs: Option<u32>,
+    /// Pods of the subtree bound or pipelined, at most.
+    pub max_running_pods: Option<u32>,
+    /// Seconds a job runs before preemption (within its queue) may take it.
+    pub preempt_min_runtime: Option<u32>,
+    /// Seconds a job runs before reclaim (for another queue) may take it.
+    pub reclaim_min_runtime: Option<u32>,
 }
 
 impl Queue {
@@ -158,6 +177,9 @@ pub struct Job {
     /// When the scheduler last preempted or reclaimed pods of the job (the clock of
     /// [`Snapshot::now`]), if it ever did: its elastic pods wait a while before regrowing.
     pub preempted_at: Option<i64>,
+    /// When its earliest running pod started (the clock of [`Snapshot::now`]), when known:
+    /// minimum run times count from it.
+    pub started_at: Option<i64>,
     /// Where the job's pods must (or should) go together.
     pub topology: Option<TopologyRequest>,
 }
@@ -238,6 +260,8 @@ pub struct Snapshot {
     pub topologies: Vec<Topology>,
     /// The time of the cycle, in seconds on the clock of `created_at` and `ends_at`.
     pub now: i64,
+    /// Whether that clock is Unix time (a cluster's) rather than a simulation's.
+    pub unix_clock: bool,
 }
 
 impl Snapshot {
@@ -246,6 +270,22 @@ impl Snapshot {
     pub fn at(mut self, now: i64) -> Snapshot {
         self.now = now;
         self
+    }
+
+    /// The snapshot taken at `now`, in seconds since the Unix epoch (a cluster's clock).
+    pub fn at_unix_time(self, now: i64) -> Snapshot {
+        Snapshot { unix_clock: true, ..self.at(now) }
+    }
+
+    /// A time on the snapshot's clock, for people: RFC 3339 (UTC) on a Unix clock, else
+    /// seconds of the simulation's clock.
+    pub fn time(&self, t: i64) -> String {
+        if !self.unix_clock {
+            return format!("t={t} s");
+        }
+        let (days, secs) = (t.div_euclid(86_400), t.rem_euclid(86_400));
+        let (y, m, d) = civil_from_days(days);
+        format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", secs / 3600, secs % 3600 / 60, secs % 60)
     }
 
     /// The two sibling queues where the paths from the root to `a` and to `b` part: (the
@@ -327,6 +367,8 @@ pub struct JobInput {
     pub ends_at: Option<i64>,
     /// When the scheduler last preempted or reclaimed pods of the job.
     pub preempted_at: Option<i64>,
+    /// When its earliest running pod started, when known.
+    pub started_at: Option<i64>,
     /// Where the job's pods must (or should) go together.
     pub topology: Option<TopologyRequestInput>,
 }
@@ -388,6 +430,8 @@ pub struct QueueInput {
     pub reclaimable: bool,
     /// Queueing strategy.
     pub strategy: QueueingStrategy,
+    /// Running limits and minimum run times (as declared: inheritance is the builder's).
+    pub bounds: QueueBounds,
 }
 
 /// A node as handed to the builder.
@@ -514,6 +558,7 @@ pub fn build_with_topologies(
         quota_resources,
         topologies: Vec::with_capacity(topologies.len()),
         now: 0,
+        unix_clock: false,
     };
     for t in topologies {
         if snap.topologies.iter().any(|o| o.name == t.name) {
@@ -550,6 +595,7 @@ fn build_queues(
         over_quota_weight: 1,
         reclaimable: true,
         strategy: QueueingStrategy::BestEffortFifo,
+        bounds: QueueBounds::default(),
     }];
     let mut by_name: HashMap<&str, QueueId> = HashMap::new();
     for q in &sorted {
@@ -574,6 +620,7 @@ fn build_queues(
             over_quota_weight: q.over_quota_weight,
             reclaimable: q.reclaimable,
             strategy: q.strategy,
+            bounds: q.bounds,
         });
     }
     for (i, q) in sorted.iter().enumerate() {
@@ -605,12 +652,30 @@ fn build_queues(
             return Err(SnapshotError::Cycle(out[start].name.clone()));
         }
     }
+    // Parents before children: depths, and minimum run times a queue does not set itself.
     let mut stack = vec![ROOT];
     while let Some(q) = stack.pop() {
+        let (depth, inherited) = (out[q].depth, out[q].bounds);
         for c in out[q].children.clone() {
-            out[c].depth = out[q].depth + 1;
+            let child = &mut out[c];
+            child.depth = depth + 1;
+            child.bounds.preempt_min_runtime = child.bounds.preempt_min_runtime.or(inherited.preempt_min_runtime);
+            child.bounds.reclaim_min_runtime = child.bounds.reclaim_min_runtime.or(inherited.reclaim_min_runtime);
             stack.push(c);
         }
     }
     Ok(out)
+}
+
+/// The proleptic Gregorian date of a day counted from 1970-01-01 (Hinnant's algorithm).
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
 }

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use drover_api::{ResourceList, CPU, GPU, PODS};
 
 use crate::snapshot::{
-    self, Constraints, JobInput, JobPhase, LevelInput, NodeInput, PodPhaseInput, QueueInput, QueueingStrategy,
-    Snapshot, TaskInput, TopologyInput,
+    self, Constraints, JobInput, JobPhase, LevelInput, NodeInput, PodPhaseInput, QueueBounds, QueueInput,
+    QueueingStrategy, Snapshot, TaskInput, TopologyInput,
 };
 
 fn resources(gpu: i64, cpu: i64) -> ResourceList {
@@ -60,6 +60,7 @@ pub fn cluster() -> Snapshot {
         run_time: None,
         ends_at: None,
         preempted_at: None,
+        started_at: None,
         topology: None,
     };
     let queue = QueueInput {
@@ -70,6 +71,7 @@ pub fn cluster() -> Snapshot {
         over_quota_weight: 1,
         reclaimable: true,
         strategy: QueueingStrategy::BestEffortFifo,
+        bounds: QueueBounds::default(),
     };
     let topology = TopologyInput {
         name: "default".into(),

@@ -10,7 +10,8 @@ use drover_api::{ResourceList, CPU, PODS};
 use drover_scheduler::config::SchedulerConfig;
 use drover_scheduler::cycle::{run_cycle, CycleOutcome};
 use drover_scheduler::snapshot::{
-    self, Constraints, JobInput, JobPhase, NodeInput, PodPhaseInput, QueueInput, QueueingStrategy, TaskInput,
+    self, Constraints, JobInput, JobPhase, NodeInput, PodPhaseInput, QueueBounds, QueueInput, QueueingStrategy,
+    TaskInput,
 };
 
 fn cpus(n: i64) -> ResourceList {
@@ -42,6 +43,7 @@ fn job(name: &str, phase: JobPhase, pods: usize, cpu: i64, created_at: i64) -> J
         run_time: None,
         ends_at: None,
         preempted_at: None,
+        started_at: None,
         topology: None,
     }
 }
@@ -62,6 +64,7 @@ fn run(jobs: Vec<JobInput>) -> (snapshot::Snapshot, CycleOutcome) {
         over_quota_weight: 1,
         reclaimable: true,
         strategy: QueueingStrategy::BestEffortFifo,
+        bounds: QueueBounds::default(),
     };
     let snap = snapshot::build(&[node], &[team], &jobs).expect("a valid cluster");
     let out = run_cycle(&snap, &SchedulerConfig::default());

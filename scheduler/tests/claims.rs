@@ -17,7 +17,8 @@ use drover_scheduler::cycle::{run_cycle, CycleOutcome};
 use drover_scheduler::ids::NodeId;
 use drover_scheduler::session::PodState;
 use drover_scheduler::snapshot::{
-    self, Constraints, JobInput, JobPhase, NodeInput, PodPhaseInput, QueueInput, QueueingStrategy, Snapshot, TaskInput,
+    self, Constraints, JobInput, JobPhase, NodeInput, PodPhaseInput, QueueBounds, QueueInput, QueueingStrategy,
+    Snapshot, TaskInput,
 };
 
 fn cpus(n: i64) -> ResourceList {
@@ -49,6 +50,7 @@ fn job(name: &str, queue: &str, cpu: i64, pod: PodPhaseInput) -> JobInput {
         run_time: None,
         ends_at: None,
         preempted_at: None,
+        started_at: None,
         topology: None,
     }
 }
@@ -62,6 +64,7 @@ fn queue(name: &str, deserved: ResourceList, weight: u32) -> QueueInput {
         over_quota_weight: weight,
         reclaimable: true,
         strategy: QueueingStrategy::BestEffortFifo,
+        bounds: QueueBounds::default(),
     }
 }
 

@@ -16,8 +16,8 @@ use drover_scheduler::config::{
 use drover_scheduler::cycle::run_cycle;
 use drover_scheduler::ids::{NodeId, TiVec};
 use drover_scheduler::snapshot::{
-    self, Constraints, JobInput, JobPhase, NodeInput, PodPhase, PodPhaseInput, QueueInput, QueueingStrategy, Snapshot,
-    TaskInput,
+    self, Constraints, JobInput, JobPhase, NodeInput, PodPhase, PodPhaseInput, QueueBounds, QueueInput,
+    QueueingStrategy, Snapshot, TaskInput,
 };
 use proptest::prelude::*;
 use proptest::sample::select;
@@ -58,6 +58,7 @@ fn pending_job(name: &str, queue: &str, min: u32, pods: usize, requests: Resourc
         run_time: None,
         ends_at: None,
         preempted_at: None,
+        started_at: None,
         topology: None,
     }
 }
@@ -78,6 +79,7 @@ fn cluster() -> Snapshot {
         over_quota_weight: 1,
         reclaimable: true,
         strategy: QueueingStrategy::BestEffortFifo,
+        bounds: QueueBounds::default(),
     };
     let tainted = Taint { key: "dedicated".into(), value: "x".into(), effect: TaintEffect::NoSchedule };
     let nodes = [node("n0", 4000, 4, vec![]), node("n1", 4000, 4, vec![]), node("n2", 2000, 0, vec![tainted])];

@@ -23,7 +23,7 @@ use drover_scheduler::ids::{ti_vec, JobId, NodeId, PodId, QueueId, TiVec};
 use drover_scheduler::res::Res;
 use drover_scheduler::session::{EvictReason, PodState};
 use drover_scheduler::snapshot::{
-    self, Constraints, JobInput, JobPhase, LevelInput, NodeInput, PodPhase, PodPhaseInput, QueueInput,
+    self, Constraints, JobInput, JobPhase, LevelInput, NodeInput, PodPhase, PodPhaseInput, QueueBounds, QueueInput,
     QueueingStrategy, Snapshot, TaskInput, TopologyInput, TopologyRequestInput, ROOT,
 };
 use proptest::collection::vec;
@@ -258,6 +258,7 @@ fn queue() -> impl Strategy<Value = (Index, QueueInput)> {
                 over_quota_weight: weight,
                 reclaimable,
                 strategy: if strict { QueueingStrategy::StrictFifo } else { QueueingStrategy::BestEffortFifo },
+                bounds: QueueBounds::default(),
             };
             (parent, queue)
         },
@@ -400,6 +401,7 @@ fn assemble(
             run_time: None,
             ends_at: None,
             preempted_at: None,
+            started_at: None,
             topology: racks.then(|| topology_request(spec.topology)).flatten(),
         };
         if spec.start {
@@ -1230,6 +1232,7 @@ fn tiny_case() -> Case {
             over_quota_weight: 1,
             reclaimable: true,
             strategy: QueueingStrategy::BestEffortFifo,
+            bounds: QueueBounds::default(),
         }],
         jobs: vec![JobInput {
             name: "j0".into(),
@@ -1257,6 +1260,7 @@ fn tiny_case() -> Case {
             run_time: None,
             ends_at: None,
             preempted_at: None,
+            started_at: None,
             topology: None,
         }],
         overrides: ConfigOverrides::default(),

@@ -10,8 +10,8 @@ use drover_scheduler::cycle::{run_cycle, CycleOutcome};
 use drover_scheduler::ids::JobId;
 use drover_scheduler::session::PodState;
 use drover_scheduler::snapshot::{
-    self, Constraints, JobInput, JobPhase, LevelInput, NodeInput, PodPhaseInput, QueueInput, QueueingStrategy,
-    SlicesInput, Snapshot, TaskInput, TopologyInput, TopologyRequestInput,
+    self, Constraints, JobInput, JobPhase, LevelInput, NodeInput, PodPhaseInput, QueueBounds, QueueInput,
+    QueueingStrategy, SlicesInput, Snapshot, TaskInput, TopologyInput, TopologyRequestInput,
 };
 
 fn gpus(n: i64) -> ResourceList {
@@ -78,6 +78,7 @@ fn job(name: &str, pods: usize, gpu: i64, min: u32, running: &[&str], priority: 
         run_time: None,
         ends_at: None,
         preempted_at: None,
+        started_at: None,
         topology: None,
     }
 }
@@ -91,6 +92,7 @@ fn build(nodes: &[NodeInput], jobs: &[JobInput]) -> Snapshot {
         over_quota_weight: 1,
         reclaimable: true,
         strategy: QueueingStrategy::BestEffortFifo,
+        bounds: QueueBounds::default(),
     };
     snapshot::build_with_topologies(nodes, &[team], &[topology()], jobs).expect("a valid cluster")
 }

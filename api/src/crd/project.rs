@@ -63,6 +63,21 @@ pub struct NodePoolQuota {
     /// Hard cap on GPUs in the pool; absent = none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_limit: Option<Quantity>,
+    /// Jobs run at once in the pool (a department's: its projects' together); absent = no
+    /// limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_running_jobs: Option<u32>,
+    /// Pods run at once in the pool; absent = no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_running_pods: Option<u32>,
+    /// Seconds a job runs before preemption may take it; absent = the department's (for a
+    /// project), else none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preempt_min_runtime_seconds: Option<u32>,
+    /// Seconds a job runs before reclaim may take it; absent = the department's (for a
+    /// project), else none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reclaim_min_runtime_seconds: Option<u32>,
 }
 
 fn one() -> u32 {

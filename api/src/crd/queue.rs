@@ -64,6 +64,21 @@ pub struct QueueSpec {
     /// selectors of the queue's ancestors must admit the namespace too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace_selector: Option<LabelSelector>,
+    /// Jobs the queue's subtree runs at once (a job runs while it holds a pod); absent =
+    /// no limit. Jobs beyond it wait, admitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_running_jobs: Option<u32>,
+    /// Pods the queue's subtree runs at once; absent = no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_running_pods: Option<u32>,
+    /// Seconds a job of this queue runs before preemption (by a job of its own queue) may
+    /// take it; absent = the parent queue's, and none at the top.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preempt_min_runtime_seconds: Option<u32>,
+    /// Seconds a job of this queue runs before reclaim (for another queue) may take it;
+    /// absent = the parent queue's, and none at the top.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reclaim_min_runtime_seconds: Option<u32>,
 }
 
 fn one() -> u32 {

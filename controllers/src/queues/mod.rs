@@ -30,7 +30,9 @@
 //! [`LABEL_DEPARTMENT`], and a controller ownerReference to its Project or Department. The
 //! controller owns `spec.parent`, `spec.deserved` (`nvidia.com/gpu`, `cpu`, `memory` from
 //! the pool's `gpu`, `cpu`, `memory`; absent ones are left out), `spec.limit`
-//! (`nvidia.com/gpu` from `gpuLimit`, absent without one) and `spec.overQuotaWeight`; it sets
+//! (`nvidia.com/gpu` from `gpuLimit`, absent without one), `spec.overQuotaWeight` and the
+//! running limits and minimum run times (`maxRunningJobs`, `maxRunningPods`,
+//! `preemptMinRuntimeSeconds`, `reclaimMinRuntimeSeconds`, as the pool gives them); it sets
 //! `reclaimable: true` when it creates a queue and then leaves `reclaimable`,
 //! `queueingStrategy` and `state` to the administrator.
 //!

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use drover_api::crd::queue::{implicit_default_selector, is_department_queue, Queue, QueueOpenState, QueueingStrategy};
 use drover_api::label_selector;
 use drover_api::ResourceList;
-use drover_scheduler::snapshot::QueueInput;
+use drover_scheduler::snapshot::{QueueBounds, QueueInput};
 
 use super::{declared_amounts, Problem, DEFAULT_QUEUE};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -142,6 +142,12 @@ pub(super) fn convert(
             over_quota_weight: q.spec.over_quota_weight,
             reclaimable: q.spec.reclaimable,
             strategy: q.spec.queueing_strategy,
+            bounds: QueueBounds {
+                max_running_jobs: q.spec.max_running_jobs,
+                max_running_pods: q.spec.max_running_pods,
+                preempt_min_runtime: q.spec.preempt_min_runtime_seconds,
+                reclaim_min_runtime: q.spec.reclaim_min_runtime_seconds,
+            },
         });
     }
     if !by_name.contains_key(DEFAULT_QUEUE) {
@@ -166,5 +172,6 @@ fn implicit_default() -> QueueInput {
         over_quota_weight: 1,
         reclaimable: true,
         strategy: QueueingStrategy::BestEffortFifo,
+        bounds: QueueBounds::default(),
     }
 }

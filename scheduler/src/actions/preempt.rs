@@ -6,9 +6,10 @@
 //! pipelined onto the capacity being freed and bound in a later cycle.
 
 use super::{
-    evicting_jobs, fits_without_eviction, jobs_by_queue, make_room, shortfall, starving, Ctx, NoRoom, VictimPool,
+    append_reason, evicting_jobs, fits_without_eviction, jobs_by_queue, make_room, shortfall, starving, Ctx, NoRoom,
+    VictimPool,
 };
-use crate::plugin::{EvictMode, ShareBound, Victim};
+use crate::plugin::{EvictMode, Rule, ShareBound, Victim};
 
 /// Runs the action.
 pub fn run(ctx: &mut Ctx) {
@@ -35,7 +36,21 @@ pub fn run(ctx: &mut Ctx) {
             let queues = [q];
             pool.prepare(ctx.ssn, ctx.fw, &queues);
             let order = pool.order(&queues, job);
-            if !order.units().any(|v| ctx.fw.may_evict(ctx.ssn, EvictMode::Preempt, job, v).is_ok()) {
+            let mut protected = None;
+            let mut evictable = |v: &Victim| match ctx.fw.may_evict(ctx.ssn, EvictMode::Preempt, job, v) {
+                Ok(()) => true,
+                Err(why) => {
+                    if why.rule == Rule::MinRuntime {
+                        protected.get_or_insert(why.to_string());
+                    }
+                    false
+                }
+            };
+            if !order.units().any(&mut evictable) {
+                // Work that only its minimum run time keeps is worth naming: it lapses.
+                if let Some(why) = protected {
+                    append_reason(ctx, job, &format!("preempt: {why}"));
+                }
                 failed = Some((NoRoom::new(ctx, job, need), priority));
                 continue;
             }

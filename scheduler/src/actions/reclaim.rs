@@ -138,11 +138,13 @@ fn attempt<'s>(ctx: &mut Ctx<'_, 's>, state: &mut Reclaim, job: JobId, pods: &[P
 }
 
 /// How far a refusal by `rule` got towards taking a unit: whether the request uses a quota
-/// resource at all, then whether the queue is above its deserved quota in one, then the rest.
+/// resource at all, then whether the queue is above its deserved quota in one, then the
+/// rest, and last a unit every other rule let go but that has not run its minimum run time.
 fn progress(rule: Rule) -> u8 {
     match rule {
         Rule::OutsideQuota => 0,
         Rule::NotAboveDeserved => 1,
+        Rule::MinRuntime => 3,
         _ => 2,
     }
 }
@@ -160,7 +162,8 @@ fn no_victims(ctx: &Ctx, job: JobId, need: &Res, furthest: Option<Why>) -> Strin
     let asked = |r: usize| r != snap.pods_resource && need[r] > 0;
     let wanted = names(&asked);
     let quota_wanted = names(&|r| asked(r) && snap.quota_resources[r]);
-    match furthest.map(|w| w.rule) {
+    match furthest.as_ref().map(|w| w.rule) {
+        Some(Rule::MinRuntime) => format!("reclaim: {}", furthest.expect("a refusal")),
         Some(Rule::OutsideQuota) | None if quota_wanted.is_empty() => {
             let quota = names(&|r| snap.quota_resources[r]);
             format!("reclaim: queue quotas cover only {quota}, which the request ({wanted}) does not use")

@@ -8,11 +8,13 @@ use crate::plugin::Plugin;
 pub mod drf;
 pub mod fairshare;
 pub mod gang;
+pub mod minruntime;
 pub mod nodeorder;
 pub mod predicates;
 pub mod priority;
 pub mod regrow;
 pub mod reservation;
+pub mod runninglimits;
 pub mod shortestfirst;
 
 /// Instantiates the plugins a configuration enables, in its order. When DRF orders queues,
@@ -28,6 +30,8 @@ pub fn build(config: &SchedulerConfig) -> Vec<Box<dyn Plugin>> {
             PluginConfig::Predicates => Box::new(predicates::Predicates),
             PluginConfig::Nodeorder(args) => Box::new(nodeorder::NodeOrder::new(args.clone())),
             PluginConfig::Regrow => Box::new(regrow::Regrow),
+            PluginConfig::Runninglimits => Box::new(runninglimits::RunningLimits),
+            PluginConfig::Minruntime => Box::new(minruntime::MinRuntime),
             PluginConfig::Reservation(args) => Box::new(reservation::ReservationPolicy::new(*args)),
             PluginConfig::Shortestfirst(args) => Box::new(shortestfirst::ShortestFirst::new(*args)),
         }

@@ -135,6 +135,7 @@ impl JobConverter {
             run_time: job.run_time,
             ends_at: job.ends_at,
             preempted_at: job.preempted_at,
+            started_at: job.started_at,
             topology,
         });
         snap.pods.extend(pods);

@@ -20,8 +20,8 @@ use drover_scheduler::cycle::{run_cycle, run_cycle_observed, CycleOutcome};
 use drover_scheduler::ids::JobId;
 use drover_scheduler::session::PodState;
 use drover_scheduler::snapshot::{
-    self, Constraints, JobInput, JobPhase, LevelInput, NodeInput, PodPhaseInput, QueueInput, QueueingStrategy,
-    SlicesInput, Snapshot, TaskInput, TopologyInput, TopologyRequest, TopologyRequestInput,
+    self, Constraints, JobInput, JobPhase, LevelInput, NodeInput, PodPhaseInput, QueueBounds, QueueInput,
+    QueueingStrategy, SlicesInput, Snapshot, TaskInput, TopologyInput, TopologyRequest, TopologyRequestInput,
 };
 use drover_sim::{scenario, synthetic};
 
@@ -229,6 +229,7 @@ pub fn gang(runs: usize, config: &SchedulerConfig) -> (f64, f64) {
         over_quota_weight: 1,
         reclaimable: true,
         strategy: QueueingStrategy::BestEffortFifo,
+        bounds: QueueBounds::default(),
     };
     let job = |tasks: Vec<TaskInput>| JobInput {
         name: "gang".into(),
@@ -245,6 +246,7 @@ pub fn gang(runs: usize, config: &SchedulerConfig) -> (f64, f64) {
         run_time: None,
         ends_at: None,
         preempted_at: None,
+        started_at: None,
         topology: None,
     };
     let slices = SlicesInput { size: group as u32, required: "rack".into() };

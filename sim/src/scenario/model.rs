@@ -10,7 +10,7 @@ use drover_api::{
 };
 use drover_scheduler::config::ConfigOverrides;
 use drover_scheduler::snapshot::{
-    Constraints, JobInput, JobPhase, NodeInput, PodPhaseInput, QueueInput, QueueingStrategy, TaskInput,
+    Constraints, JobInput, JobPhase, NodeInput, PodPhaseInput, QueueBounds, QueueInput, QueueingStrategy, TaskInput,
     TopologyRequestInput,
 };
 use serde::{Deserialize, Deserializer};
@@ -61,13 +61,10 @@ struct NodeFields {
     unschedulable: bool,
 }
 
+/// A queue as the file writes it.
 #[derive(Deserialize)]
-struct Queue(#[serde(with = "QueueFields")] QueueInput);
-
-/// A queue as the file writes it: the core's input.
-#[derive(Deserialize)]
-#[serde(remote = "QueueInput", rename_all = "camelCase")]
-struct QueueFields {
+#[serde(rename_all = "camelCase")]
+struct Queue {
     #[serde(deserialize_with = "name")]
     name: String,
     parent: Option<String>,
@@ -79,8 +76,33 @@ struct QueueFields {
     over_quota_weight: u32,
     #[serde(default = "yes")]
     reclaimable: bool,
-    #[serde(default, rename = "queueingStrategy", deserialize_with = "foreign")]
-    strategy: QueueingStrategy,
+    #[serde(default, deserialize_with = "foreign")]
+    queueing_strategy: QueueingStrategy,
+    max_running_jobs: Option<u32>,
+    max_running_pods: Option<u32>,
+    preempt_min_runtime_seconds: Option<u32>,
+    reclaim_min_runtime_seconds: Option<u32>,
+}
+
+impl Queue {
+    /// The core's input; a parent "" is the root, as when absent.
+    fn input(self) -> QueueInput {
+        QueueInput {
+            name: self.name,
+            parent: self.parent.filter(|p| !p.is_empty()),
+            deserved: self.deserved,
+            limit: self.limit,
+            over_quota_weight: self.over_quota_weight,
+            reclaimable: self.reclaimable,
+            strategy: self.queueing_strategy,
+            bounds: QueueBounds {
+                max_running_jobs: self.max_running_jobs,
+                max_running_pods: self.max_running_pods,
+                preempt_min_runtime: self.preempt_min_runtime_seconds,
+                reclaim_min_runtime: self.reclaim_min_runtime_seconds,
+            },
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -162,12 +184,7 @@ pub(super) fn validate(doc: &Doc, file: File) -> Result<Scenario, ScenarioError>
         }
         Some(classes) => classes.into_iter().map(|c| PriorityClass::new(&c.name, c.value, c.preemptible)).collect(),
     };
-    // A parent "" is the root, as when absent.
-    let queues = file
-        .queues
-        .into_iter()
-        .flatten()
-        .map(|Queue(q)| QueueInput { parent: q.parent.filter(|p| !p.is_empty()), ..q });
+    let queues = file.queues.into_iter().flatten().map(Queue::input);
     let mut scenario = Scenario {
         name: file.name,
         description: file.description.unwrap_or_default(),
@@ -276,10 +293,6 @@ fn job(doc: &Doc, s: &Scenario, names: &NodeNames, j: usize, job: Job) -> Result
             doc.error(steps!["jobs", j, "priorityClass"], message)
         })?),
     };
-    if job.started_at.is_some() && job.duration.is_none() {
-        let message = "needs `duration`, the run time after which the job ends";
-        return Err(doc.error(steps!["jobs", j, "startedAt"], message));
-    }
     if let Some(t) = job.started_at.filter(|&t| t > s.now) {
         return Err(doc.error(steps!["jobs", j, "startedAt"], format!("{t} is after the scenario's `now` ({})", s.now)));
     }
@@ -339,6 +352,7 @@ fn job(doc: &Doc, s: &Scenario, names: &NodeNames, j: usize, job: Job) -> Result
         run_time,
         ends_at: run_time.filter(|_| running > 0).map(|d| job.started_at.unwrap_or(s.now).saturating_add(d)),
         preempted_at: job.preempted_at,
+        started_at: job.started_at.filter(|_| running > 0),
         topology,
     })
 }

@@ -16,8 +16,8 @@ use drover_scheduler::cycle::run_cycle;
 use drover_scheduler::ids::{ti_vec, JobId, TiSlice, TiVec};
 use drover_scheduler::session::PodState;
 use drover_scheduler::snapshot::{
-    self, Constraints, JobConverter, JobInput, JobPhase, NodeInput, PodPhase, PodPhaseInput, QueueInput, Snapshot,
-    SnapshotError, TaskInput,
+    self, Constraints, JobConverter, JobInput, JobPhase, NodeInput, PodPhase, PodPhaseInput, QueueBounds, QueueInput,
+    Snapshot, SnapshotError, TaskInput,
 };
 
 use super::policy::Policy;
@@ -336,6 +336,7 @@ fn cycle(
             }
         }
         snap.jobs[j].ends_at = l.started.zip(l.run_time).map(|(start, d)| start + d);
+        snap.jobs[j].started_at = l.started;
     }
     !outcome.decisions.evictions.is_empty() || !outcome.decisions.pipelined.is_empty()
 }
@@ -388,6 +389,7 @@ fn submit(job: &TraceJob, index: usize, cluster: &Cluster, policy: Policy) -> (L
         run_time: policy.declares_run_times().then_some(job.duration),
         ends_at: None,
         preempted_at: None,
+        started_at: None,
         topology: cluster
             .racks
             .filter(|r| r.aware)
@@ -450,6 +452,7 @@ fn queue_inputs(cluster: &Cluster, policy: Policy) -> Vec<QueueInput> {
             over_quota_weight: 1,
             reclaimable: true,
             strategy: policy.strategy(),
+            bounds: QueueBounds::default(),
         })
         .collect()
 }
