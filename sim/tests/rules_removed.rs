@@ -33,3 +33,8 @@ fn min_runtime_scenarios_need_the_minruntime_plugin() {
         assert!(!holds_without(file, "minruntime"), "{file} holds without minimum run times");
     }
 }
+
+#[test]
+fn the_quota_decrease_scenario_needs_the_fairshare_plugin() {
+    assert!(!holds_without("quota-decrease-is-reclaimed-once.yaml", "fairshare"), "it holds without fair shares");
+}
