@@ -34,7 +34,9 @@
 //!
 //! **Stale stores.** Writes the stores have not shown yet (bindings, evictions, PodGroup
 //! patches) are laid over the store contents until the store shows a newer version of the
-//! object, so a cycle started right after another does not decide again on the same pods.
+//! object, so a cycle started right after another does not decide again on the same pods;
+//! a binding, until the store shows the pod on a node (the pod's charge record, written just
+//! before it, makes a newer version that is still unbound).
 //!
 //! **Failures.** An API error on one object is logged and retried next cycle; it never
 //! stops the cycle or the loop. Nothing here panics. Every problem the conversion finds in

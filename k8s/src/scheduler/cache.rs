@@ -169,10 +169,9 @@ impl ObjectLists {
     }
 }
 
-/// What the scheduler did to a pod.
+/// What the scheduler did to a pod, besides binding it.
 #[derive(Debug, Clone)]
 enum PodChange {
-    Bound(String),
     Deleting,
     Deleted,
     /// A status condition written (replacing the pod's condition of its type).
@@ -182,8 +181,11 @@ enum PodChange {
 #[derive(Debug, Clone)]
 struct PodEntry {
     uid: Option<String>,
+    /// The node of a binding the store does not show yet.
+    bound: Option<String>,
+    /// The version `change` was made on.
     stale_rv: Option<String>,
-    change: PodChange,
+    change: Option<PodChange>,
 }
 
 #[derive(Debug, Clone)]
@@ -193,11 +195,15 @@ struct GroupEntry {
     latest: Arc<PodGroup>,
 }
 
-/// The scheduler's own successful writes, applied over store contents that still show the
-/// object as it was before the write (same uid and resourceVersion). An entry is dropped as
-/// soon as the store shows any other version of the object, or none: the store has caught up
-/// (or someone else changed the object, and the store is the truth again). This keeps a
-/// cycle that starts right after another from deciding on pods it has just bound.
+/// The scheduler's own successful writes, applied over store contents that do not show them
+/// yet, so that a cycle that starts right after another does not decide on pods it has just
+/// bound or evicted. An entry is dropped when the store shows the object under another uid,
+/// or not at all. Otherwise a binding is kept until the store shows the pod on a node: the
+/// versions before that include the pod's charge record and domain annotation, written just
+/// before the binding, and dropping it on them would show the pod pending and its node's
+/// capacity free while the pod is bound there. Any other change is kept while the store shows
+/// the version it was made on (the store has caught up, or someone else changed the object,
+/// and the store is the truth again).
 #[derive(Debug, Default)]
 pub(super) struct Overlay {
     pods: HashMap<Key, PodEntry>,
@@ -206,7 +212,7 @@ pub(super) struct Overlay {
 
 impl Overlay {
     pub(super) fn pod_bound(&mut self, pod: &PodRef, node: &str) {
-        self.record_pod(pod, PodChange::Bound(node.to_string()));
+        self.pod_entry(pod).bound = Some(node.to_string());
     }
 
     pub(super) fn pod_deleting(&mut self, pod: &PodRef) {
@@ -221,14 +227,25 @@ impl Overlay {
         self.record_pod(pod, PodChange::Condition(condition));
     }
 
-    fn record_pod(&mut self, pod: &PodRef, change: PodChange) {
+    /// The pod's entry: the one of its uid (a change recorded on top of a binding keeps the
+    /// binding), else a new one.
+    fn pod_entry(&mut self, pod: &PodRef) -> &mut PodEntry {
         let key = (pod.namespace.clone(), pod.name.clone());
-        let stale_rv = match self.pods.get(&key) {
-            // A second change on top of one the store has not shown yet.
-            Some(e) if e.uid == pod.uid => e.stale_rv.clone(),
-            _ => pod.resource_version.clone(),
-        };
-        self.pods.insert(key, PodEntry { uid: pod.uid.clone(), stale_rv, change });
+        let fresh = || PodEntry { uid: pod.uid.clone(), bound: None, stale_rv: None, change: None };
+        let e = self.pods.entry(key).or_insert_with(fresh);
+        if e.uid != pod.uid {
+            *e = fresh();
+        }
+        e
+    }
+
+    fn record_pod(&mut self, pod: &PodRef, change: PodChange) {
+        let e = self.pod_entry(pod);
+        // A second change on top of one the store has not shown yet keeps its version.
+        if e.change.is_none() {
+            e.stale_rv = pod.resource_version.clone();
+        }
+        e.change = Some(change);
     }
 
     /// Records the object a write to a PodGroup returned; `before` is the resourceVersion
@@ -255,31 +272,38 @@ impl Overlay {
         let mut out = Vec::with_capacity(pods.len());
         for pod in pods {
             let key = key_of(&pod.metadata);
-            if let Some(e) = self.pods.get(&key) {
-                if e.uid == pod.metadata.uid && e.stale_rv == pod.metadata.resource_version {
-                    seen.insert(key);
-                    let mut p = (*pod).clone();
-                    match &e.change {
-                        PodChange::Bound(node) => {
-                            p.spec.get_or_insert_with(Default::default).node_name = Some(node.clone())
-                        }
-                        PodChange::Deleting => {
-                            p.metadata.deletion_timestamp.get_or_insert(Time(jiff::Timestamp::now()));
-                        }
-                        PodChange::Deleted => continue,
-                        PodChange::Condition(c) => {
-                            let list =
-                                p.status.get_or_insert_with(Default::default).conditions.get_or_insert_with(Vec::new);
-                            list.retain(|old| old.type_ != c.type_);
-                            list.push(c.clone());
-                        }
-                    }
-                    out.push(Arc::new(p));
-                    continue;
-                }
-                self.pods.remove(&key);
+            let Some(e) = self.pods.get_mut(&key).filter(|e| e.uid == pod.metadata.uid) else {
+                out.push(pod);
+                continue;
+            };
+            if pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty()) {
+                e.bound = None;
             }
-            out.push(pod);
+            if e.stale_rv != pod.metadata.resource_version {
+                e.change = None;
+            }
+            if e.bound.is_none() && e.change.is_none() {
+                out.push(pod);
+                continue;
+            }
+            seen.insert(key);
+            let mut p = (*pod).clone();
+            if let Some(node) = &e.bound {
+                p.spec.get_or_insert_with(Default::default).node_name = Some(node.clone());
+            }
+            match &e.change {
+                None => {}
+                Some(PodChange::Deleting) => {
+                    p.metadata.deletion_timestamp.get_or_insert(Time(jiff::Timestamp::now()));
+                }
+                Some(PodChange::Deleted) => continue,
+                Some(PodChange::Condition(c)) => {
+                    let list = p.status.get_or_insert_with(Default::default).conditions.get_or_insert_with(Vec::new);
+                    list.retain(|old| old.type_ != c.type_);
+                    list.push(c.clone());
+                }
+            }
+            out.push(Arc::new(p));
         }
         self.pods.retain(|k, _| seen.contains(k));
         out
@@ -305,5 +329,138 @@ impl Overlay {
             .collect();
         self.groups.retain(|k, _| seen.contains(k));
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::api;
+    use super::*;
+    use crate::charge::Charge;
+    use crate::convert::{convert, Objects, POD_GROUP_ANNOTATION};
+    use drover_scheduler::snapshot::{NodeId, PodPhase};
+    use serde_json::json;
+
+    fn object<T: DeserializeOwned>(v: serde_json::Value) -> Arc<T> {
+        Arc::new(serde_json::from_value(v).expect("a valid object"))
+    }
+
+    /// Pod `a` of group `g` at resourceVersion `rv`, asking for a whole node of 8 GPUs.
+    fn pod(uid: &str, rv: &str, node: Option<&str>, charged: bool) -> Arc<Pod> {
+        let charge = Charge { queue: "q".into(), group: "g".into(), priority_class: String::new() };
+        let conditions = if charged { vec![charge.condition(jiff::Timestamp::UNIX_EPOCH)] } else { vec![] };
+        object(json!({
+            "metadata": {"name": "a", "namespace": "ns", "uid": uid, "resourceVersion": rv,
+                         "annotations": {POD_GROUP_ANNOTATION: "g"}},
+            "spec": {"schedulerName": "drover", "nodeName": node, "containers": [
+                {"name": "c", "resources": {"requests": {"nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}}}
+            ]},
+            "status": {"conditions": conditions},
+        }))
+    }
+
+    /// The pod's phase in a snapshot of one node of 8 GPUs and `pods` (`None`: not in it).
+    fn phase(pods: &[Arc<Pod>]) -> Option<PodPhase> {
+        let objects = Objects {
+            nodes: &[object(json!({"metadata": {"name": "n1"},
+                                   "status": {"allocatable": {"cpu": "4", "pods": "9", "nvidia.com/gpu": "8"}}}))],
+            pods,
+            pod_groups: &[object(json!({"metadata": {"name": "g", "namespace": "ns"}, "spec": {"minMember": 1}}))],
+            namespaces: &[object(json!({"metadata": {"name": "ns"}}))],
+            queues: &[],
+            priority_classes: &[],
+            topologies: &[],
+        };
+        let snap = convert(&objects, "drover").snapshot().expect("a snapshot");
+        snap.pods.iter().next().map(|p| p.phase)
+    }
+
+    #[test]
+    fn a_binding_holds_its_node_until_the_store_shows_the_pod_bound() {
+        let mut overlay = Overlay::default();
+        let seen = pod("u1", "1", None, false);
+        overlay.pod_bound(&PodRef::of(&seen), "n1");
+        assert_eq!(phase(&overlay.apply_pods(vec![seen])), Some(PodPhase::Bound(NodeId(0))), "the store is behind");
+        // The charge record, written just before the binding, reaches the store first: a
+        // newer version that is still unbound.
+        let charged = pod("u1", "2", None, true);
+        for cycle in 0..2 {
+            let pods = overlay.apply_pods(vec![charged.clone()]);
+            assert_eq!(phase(&pods), Some(PodPhase::Bound(NodeId(0))), "cycle {cycle}: the binding is not shown yet");
+        }
+        let bound = pod("u1", "3", Some("n1"), true);
+        assert_eq!(phase(&overlay.apply_pods(vec![bound])), Some(PodPhase::Bound(NodeId(0))));
+        assert!(overlay.pods.is_empty(), "the store shows the binding: nothing left to lay over it");
+    }
+
+    #[test]
+    fn a_pod_evicted_before_the_store_shows_its_binding_still_holds_its_node() {
+        let mut overlay = Overlay::default();
+        overlay.pod_bound(&PodRef::of(&pod("u1", "1", None, false)), "n1");
+        let charged = pod("u1", "2", None, true);
+        let pods = overlay.apply_pods(vec![charged.clone()]);
+        overlay.pod_deleting(&PodRef::of(&pods[0]));
+        assert_eq!(phase(&overlay.apply_pods(vec![charged])), Some(PodPhase::Releasing(NodeId(0))));
+    }
+
+    #[test]
+    fn a_binding_is_forgotten_when_its_pod_is_gone_or_made_again() {
+        let mut overlay = Overlay::default();
+        overlay.pod_bound(&PodRef::of(&pod("u1", "1", None, false)), "n1");
+        assert_eq!(phase(&overlay.apply_pods(vec![pod("u2", "5", None, false)])), Some(PodPhase::Pending));
+        assert!(overlay.pods.is_empty(), "another pod under the same name");
+        overlay.pod_bound(&PodRef::of(&pod("u1", "1", None, false)), "n1");
+        assert!(overlay.apply_pods(vec![]).is_empty());
+        assert!(overlay.pods.is_empty(), "the pod was deleted");
+    }
+
+    /// The store's pod `a` in namespace `default`, as the watch shows it now.
+    fn stored(cache: &Cache, overlay: &mut Overlay) -> Option<Arc<Pod>> {
+        cache.gather(overlay).pods.into_iter().find(|p| key_of(&p.metadata) == ("default".into(), "a".into()))
+    }
+
+    fn node_of(pod: &Pod) -> Option<&str> {
+        pod.spec.as_ref()?.node_name.as_deref()
+    }
+
+    /// The same order against a real API server and the cache's own watch: the charge record
+    /// the binder writes reaches the store as a newer, unbound version before the binding.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_real_charge_record_seen_before_the_binding_keeps_the_binding() {
+        let Some(server) = drover_envtest::Server::start().await else { return };
+        let client = server.client();
+        drover_envtest::install_crds(&client, &drover_api::crd::all()).await.expect("CRDs are accepted");
+        let manifest = json!({
+            "metadata": {"name": "a"},
+            "spec": {"schedulerName": "drover", "containers": [{"name": "c", "image": "x"}]},
+        });
+        let api: Api<Pod> = Api::namespaced(client.clone(), "default");
+        api.create(&Default::default(), &serde_json::from_value(manifest).unwrap()).await.expect("pod created");
+        let cache = Cache::start(&client, "drover", Arc::new(Notify::new()));
+        cache.wait_ready().await.expect("caches synced");
+        let seen = drover_envtest::eventually(10, "the pod in the store", || async {
+            stored(&cache, &mut Overlay::default())
+        })
+        .await;
+        let pod = PodRef::of(&seen);
+        let mut overlay = Overlay::default();
+        overlay.pod_bound(&pod, "node-1");
+        let charge = Charge { queue: "q".into(), group: "g".into(), priority_class: String::new() };
+        api::record_charge(&client, &pod, &charge).await.expect("charge recorded");
+        let charged = drover_envtest::eventually(10, "the charge record in the store", || async {
+            stored(&cache, &mut Overlay::default()).filter(|p| Charge::of(p).is_some())
+        })
+        .await;
+        assert_eq!(node_of(&charged), None, "the store shows the charge record before the binding");
+        let laid = stored(&cache, &mut overlay);
+        assert_eq!(laid.as_deref().and_then(node_of), Some("node-1"), "the binding is laid over the unbound version");
+        api::bind(&client, &pod, "node-1").await.expect("bound");
+        drover_envtest::eventually(10, "the binding in the store", || async {
+            stored(&cache, &mut Overlay::default()).filter(|p| node_of(p).is_some())
+        })
+        .await;
+        assert_eq!(stored(&cache, &mut overlay).as_deref().and_then(node_of), Some("node-1"));
+        assert!(overlay.pods.is_empty(), "the store shows the binding: nothing left to lay over it");
+        server.stop().await;
     }
 }
