@@ -142,16 +142,16 @@ pub struct Session<'s> {
     pub queue_alloc: TiVec<QueueId, Res>,
     /// Same, counting only non-preemptible jobs.
     pub queue_alloc_np: TiVec<QueueId, Res>,
-    /// Jobs holding pods (running or pipelined) per queue, including descendants.
+    /// Jobs holding pods (running or pipelined) per queue, including descendants; counted
+    /// only when some queue limits its running jobs (`count_jobs`), else all 0.
     pub queue_jobs: TiVec<QueueId, u32>,
+    count_jobs: bool,
     /// Running pods per job.
     pub job_running: TiVec<JobId, u32>,
     /// Pipelined pods per job.
     pub job_pipelined: TiVec<JobId, u32>,
     /// Per job, the pods evicted for it this cycle (its reason counts them).
     pub evicted_for: TiVec<JobId, u32>,
-    /// Per job, its pods counted in the queues' allocation (running or pipelined).
-    job_held: TiVec<JobId, u32>,
     /// Running pods per job and task.
     pub task_running: TiVec<JobId, Vec<u32>>,
     /// Phase of each job; changed outside statements, at admission and once a committed
@@ -194,10 +194,10 @@ impl<'s> Session<'s> {
             queue_alloc: ti_vec![Res::zero(n); snap.queues.len()],
             queue_alloc_np: ti_vec![Res::zero(n); snap.queues.len()],
             queue_jobs: ti_vec![0; snap.queues.len()],
+            count_jobs: snap.queues.iter().any(|q| q.bounds.max_running_jobs.is_some()),
             job_running: ti_vec![0; snap.jobs.len()],
             job_pipelined: ti_vec![0; snap.jobs.len()],
             evicted_for: ti_vec![0; snap.jobs.len()],
-            job_held: ti_vec![0; snap.jobs.len()],
             task_running: snap.jobs.iter().map(|j| vec![0; j.tasks.len()]).collect(),
             job_phase: snap.jobs.iter().map(|j| j.phase).collect(),
             fair_share: ti_vec![snap.capacity.clone(); snap.queues.len()],
@@ -307,6 +307,7 @@ impl<'s> Session<'s> {
 
     /// Amount of one resource a node will have once releasing pods terminate, minus
     /// pipelined promises.
+    #[inline(always)]
     pub fn future_of(&self, node: NodeId, r: usize) -> i64 {
         self.snap.nodes[node].allocatable[r] - self.node_used[node][r] + self.node_releasing[node][r]
             - self.node_pipelined[node][r]
@@ -344,17 +345,17 @@ impl<'s> Session<'s> {
         let job = &self.snap.jobs[p.job];
         let req = &job.tasks[p.task].requests;
         let change = |r: &mut Res| if add { r.add(req) } else { r.sub(req) };
-        let held = &mut self.job_held[p.job];
-        let before = *held;
-        *held = if add { before + 1 } else { before - 1 };
-        // A job starts or stops counting as running in its queues.
-        let jobs_change = (before == 0) != (*held == 0);
         for q in self.snap.ancestry(job.queue).chain(std::iter::once(crate::snapshot::ROOT)) {
             change(&mut self.queue_alloc[q]);
             if !job.preemptible {
                 change(&mut self.queue_alloc_np[q]);
             }
-            if jobs_change {
+        }
+        // A job starts or stops counting as running in its queues (the callers change its
+        // pod counts after this).
+        let before = || self.job_running[p.job] + self.job_pipelined[p.job];
+        if self.count_jobs && ((add && before() == 0) || (!add && before() == 1)) {
+            for q in self.snap.ancestry(job.queue).chain(std::iter::once(crate::snapshot::ROOT)) {
                 self.queue_jobs[q] = if add { self.queue_jobs[q] + 1 } else { self.queue_jobs[q] - 1 };
             }
         }
@@ -362,7 +363,7 @@ impl<'s> Session<'s> {
 
     /// Whether the job holds pods (running or pipelined): it counts as running in its queues.
     pub fn holds_pods(&self, job: JobId) -> bool {
-        self.job_held[job] > 0
+        self.job_running[job] + self.job_pipelined[job] > 0
     }
 
     fn account_running(&mut self, pod: PodId, add: bool) {
@@ -447,9 +448,9 @@ impl<'s> Session<'s> {
             Op::Pipeline(..) => {
                 change(&mut self.node_pipelined[node]);
                 self.pod_state[pod] = if forward { PodState::Pipelined(node) } else { PodState::Pending };
+                self.account_queues(pod, forward);
                 let pipelined = &mut self.job_pipelined[self.snap.pods[pod].job];
                 *pipelined = if forward { *pipelined + 1 } else { *pipelined - 1 };
-                self.account_queues(pod, forward);
             }
             Op::Evict(_, _, prev, _, for_job) => {
                 change(&mut self.node_releasing[node]);

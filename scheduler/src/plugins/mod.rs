@@ -30,7 +30,7 @@ pub fn build(config: &SchedulerConfig) -> Vec<Box<dyn Plugin>> {
             PluginConfig::Predicates => Box::new(predicates::Predicates),
             PluginConfig::Nodeorder(args) => Box::new(nodeorder::NodeOrder::new(args.clone())),
             PluginConfig::Regrow => Box::new(regrow::Regrow),
-            PluginConfig::Runninglimits => Box::new(runninglimits::RunningLimits),
+            PluginConfig::Runninglimits => Box::new(runninglimits::RunningLimits::default()),
             PluginConfig::Minruntime => Box::new(minruntime::MinRuntime),
             PluginConfig::Reservation(args) => Box::new(reservation::ReservationPolicy::new(*args)),
             PluginConfig::Shortestfirst(args) => Box::new(shortestfirst::ShortestFirst::new(*args)),

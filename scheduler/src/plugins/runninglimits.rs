@@ -12,14 +12,27 @@ use crate::session::Session;
 use crate::snapshot::{JobId, QueueId};
 
 /// The running limits plugin.
-pub struct RunningLimits;
+#[derive(Default)]
+pub struct RunningLimits {
+    /// Whether any queue sets a running limit this cycle (most clusters set none: then no
+    /// request walks its queue's ancestry for them).
+    any: bool,
+}
 
 impl Plugin for RunningLimits {
     fn name(&self) -> &'static str {
         "runninglimits"
     }
 
+    fn on_open(&mut self, ssn: &mut Session) {
+        let limited = |b: &crate::snapshot::QueueBounds| b.max_running_jobs.is_some() || b.max_running_pods.is_some();
+        self.any = ssn.snap.queues.iter().any(|q| limited(&q.bounds));
+    }
+
     fn allocatable<'s>(&self, ssn: &Session<'s>, job: JobId, req: &Res, _bound: ShareBound) -> Verdict<'s> {
+        if !self.any {
+            return Ok(());
+        }
         let queue = ssn.snap.jobs[job].queue;
         ssn.snap.ancestry(queue).try_for_each(|q| within_limits(ssn, q, job, req))
     }
@@ -28,6 +41,9 @@ impl Plugin for RunningLimits {
     /// job its own queue's limits hold back does not reclaim (one held back by a parent's
     /// may, from the parent's other queues).
     fn may_reclaim<'s>(&self, ssn: &Session<'s>, job: JobId, req: &Res) -> Verdict<'s> {
+        if !self.any {
+            return Ok(());
+        }
         within_limits(ssn, ssn.snap.jobs[job].queue, job, req)
     }
 }
