@@ -252,8 +252,9 @@ async fn departments_and_projects_become_the_queue_tree() {
     assert_eq!(as_json(&top.spec.deserved), quantities(&[("cpu", "64"), ("memory", "256Gi"), ("nvidia.com/gpu", "8")]));
     assert_eq!(top.spec.limit.as_ref().map(as_json), Some(quantities(&[("nvidia.com/gpu", "12")])));
     assert_eq!(top.spec.over_quota_weight, 2);
-    assert_eq!((top.spec.max_running_jobs, top.spec.max_running_pods), (Some(20), Some(300)));
-    assert_eq!((top.spec.preempt_min_runtime_seconds, top.spec.reclaim_min_runtime_seconds), (Some(600), Some(1800)));
+    let run = &top.spec.run_bounds;
+    assert_eq!((run.max_running_jobs, run.max_running_pods), (Some(20), Some(300)));
+    assert_eq!((run.preempt_min_runtime_seconds, run.reclaim_min_runtime_seconds), (Some(600), Some(1800)));
     assert!(top.spec.reclaimable);
     assert_eq!(top.labels().get(queues::LABEL_NODE_POOL).map(String::as_str), Some("a100"));
     assert_eq!(top.labels().get(queues::LABEL_DEPARTMENT).map(String::as_str), Some("research"));

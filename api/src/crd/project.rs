@@ -2,6 +2,7 @@
 //! controller turns it into one queue per node pool under its department's queue, and maps
 //! its namespaces to it so that pods and Jobs there land in its queue by default.
 
+use super::queue::RunBounds;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
@@ -63,21 +64,10 @@ pub struct NodePoolQuota {
     /// Hard cap on GPUs in the pool; absent = none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_limit: Option<Quantity>,
-    /// Jobs run at once in the pool (a department's: its projects' together); absent = no
-    /// limit.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_running_jobs: Option<u32>,
-    /// Pods run at once in the pool; absent = no limit.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_running_pods: Option<u32>,
-    /// Seconds a job runs before preemption may take it; absent = the department's (for a
-    /// project), else none.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub preempt_min_runtime_seconds: Option<u32>,
-    /// Seconds a job runs before reclaim may take it; absent = the department's (for a
-    /// project), else none.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reclaim_min_runtime_seconds: Option<u32>,
+    /// Running limits and minimum run times of the pool's queue (a department's limits bound
+    /// its projects together; a project's absent minimum run times are the department's).
+    #[serde(flatten)]
+    pub run_bounds: RunBounds,
 }
 
 fn one() -> u32 {

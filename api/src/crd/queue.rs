@@ -64,19 +64,29 @@ pub struct QueueSpec {
     /// selectors of the queue's ancestors must admit the namespace too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace_selector: Option<LabelSelector>,
-    /// Jobs the queue's subtree runs at once (a job runs while it holds a pod); absent =
-    /// no limit. Jobs beyond it wait, admitted.
+    /// Running limits and minimum run times.
+    #[serde(flatten)]
+    pub run_bounds: RunBounds,
+}
+
+/// How much work a queue runs at once and how long a job runs before it may be evicted: on
+/// a Queue, and on a Department's or Project's node-pool quota (copied to the pool's queue).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunBounds {
+    /// Jobs the queue and the queues below it run at once (a job runs while it holds a
+    /// pod); absent = no limit. Jobs beyond it wait, admitted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_running_jobs: Option<u32>,
-    /// Pods the queue's subtree runs at once; absent = no limit.
+    /// Pods the queue and the queues below it run at once; absent = no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_running_pods: Option<u32>,
-    /// Seconds a job of this queue runs before preemption (by a job of its own queue) may
-    /// take it; absent = the parent queue's, and none at the top.
+    /// Seconds a job runs before preemption (by a job of its own queue) may take it;
+    /// absent = the parent queue's, and none at the top.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preempt_min_runtime_seconds: Option<u32>,
-    /// Seconds a job of this queue runs before reclaim (for another queue) may take it;
-    /// absent = the parent queue's, and none at the top.
+    /// Seconds a job runs before reclaim (for another queue) may take it; absent = the
+    /// parent queue's, and none at the top.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reclaim_min_runtime_seconds: Option<u32>,
 }

@@ -243,10 +243,7 @@ impl Desired {
         q.spec.deserved = deserved(&self.quota);
         q.spec.limit = self.quota.gpu_limit.as_ref().map(|l| BTreeMap::from([(GPU_RESOURCE.to_string(), l.clone())]));
         q.spec.over_quota_weight = self.quota.over_quota_weight;
-        q.spec.max_running_jobs = self.quota.max_running_jobs;
-        q.spec.max_running_pods = self.quota.max_running_pods;
-        q.spec.preempt_min_runtime_seconds = self.quota.preempt_min_runtime_seconds;
-        q.spec.reclaim_min_runtime_seconds = self.quota.reclaim_min_runtime_seconds;
+        q.spec.run_bounds = self.quota.run_bounds.clone();
         q.spec.namespace_selector = Some(self.selector.clone());
     }
 

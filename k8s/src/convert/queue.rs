@@ -143,10 +143,10 @@ pub(super) fn convert(
             reclaimable: q.spec.reclaimable,
             strategy: q.spec.queueing_strategy,
             bounds: QueueBounds {
-                max_running_jobs: q.spec.max_running_jobs,
-                max_running_pods: q.spec.max_running_pods,
-                preempt_min_runtime: q.spec.preempt_min_runtime_seconds,
-                reclaim_min_runtime: q.spec.reclaim_min_runtime_seconds,
+                max_running_jobs: q.spec.run_bounds.max_running_jobs,
+                max_running_pods: q.spec.run_bounds.max_running_pods,
+                preempt_min_runtime: q.spec.run_bounds.preempt_min_runtime_seconds,
+                reclaim_min_runtime: q.spec.run_bounds.reclaim_min_runtime_seconds,
             },
         });
     }
