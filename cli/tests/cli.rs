@@ -147,15 +147,18 @@ fn crds_prints_every_custom_resource_definition() {
 
 #[test]
 fn queue_tables_name_the_resource_that_decided_a_queues_state() {
-    let scenario = repo("scenarios/reclaim-for-elastic-pods.yaml");
+    // pb runs 8 GPUs, over its fair share of 4, and keeps them (its job is protected by its
+    // minimum run time); pa waits within its quota.
+    let scenario = repo("scenarios/min-runtime-protects-work-just-started.yaml");
     let out = drover(&["sim", &scenario, "--cycles", "1", "--output", "json"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(report["queues"]["qb"]["state"], "OverFairShare");
-    assert_eq!(report["queues"]["qb"]["stateResource"], "nvidia.com/gpu");
-    assert!(report["queues"]["qa"].get("stateResource").is_none(), "an in-quota queue has no deciding resource");
+    assert_eq!(report["queues"]["pb"]["state"], "OverFairShare");
+    assert_eq!(report["queues"]["pb"]["stateResource"], "nvidia.com/gpu");
+    assert_eq!(report["queues"]["pa"]["state"], "InQuota");
+    assert!(report["queues"]["pa"].get("stateResource").is_none(), "an in-quota queue has no deciding resource");
     let table = String::from_utf8(drover(&["sim", &scenario, "--cycles", "1"]).stdout).unwrap();
-    assert!(table.lines().any(|l| l.starts_with("qb") && l.contains("OverFairShare (nvidia.com/gpu)")), "{table}");
+    assert!(table.lines().any(|l| l.starts_with("pb") && l.contains("OverFairShare (nvidia.com/gpu)")), "{table}");
 }
 
 /// Trace mode as `scenario-format.md` specifies it: every policy by default, side by side, the
