@@ -37,7 +37,7 @@ use crate::session::{PodState, Statement};
 use crate::snapshot::JobPhase;
 
 use super::{
-    elastic_evicting_jobs, elastic_request, elastic_waiting, evicting_jobs, jobs_by_queue, serve_in_queue_order,
+    elastic_evicting_jobs, elastic_waiting, evicting_jobs, jobs_by_queue, serve_elastic_need, serve_in_queue_order,
     starving, try_place_all, Ctx,
 };
 
@@ -202,16 +202,7 @@ pub fn run(ctx: &mut Ctx) {
     // Each job's whole elastic need at once, else pod by pod while they fit (as reclaim).
     let elastic = elastic_evicting_jobs(ctx);
     claim(ctx, &elastic, &releasing, &elastic_waiting, &|c, job, releasing| {
-        let request = elastic_request(c, job);
-        if request.len() > 1 && claim_pods(c, job, &request, releasing) {
-            return;
-        }
-        for _ in 0..request.len() {
-            let Some(pod) = c.ssn.pending_pods(job).next() else { break };
-            if !claim_pods(c, job, &[pod], releasing) {
-                break;
-            }
-        }
+        serve_elastic_need(c, job, &mut |c, pods, _| claim_pods(c, job, pods, releasing));
     });
 }
 

@@ -75,6 +75,22 @@ pub fn elastic_waiting(ctx: &Ctx, job: JobId) -> bool {
     ready && ssn.pending_pods(job).next().is_some()
 }
 
+/// Serves a job's elastic pods: its whole elastic need (see [`elastic_request`]) by `try_pods`
+/// in one go (`whole` true); when that fails, pod by pod, up to as many, while `try_pods`
+/// succeeds. Reclaim and claims both grow a job this way.
+pub fn serve_elastic_need(ctx: &mut Ctx, job: JobId, try_pods: &mut dyn FnMut(&mut Ctx, &[PodId], bool) -> bool) {
+    let request = elastic_request(ctx, job);
+    if request.len() > 1 && try_pods(ctx, &request, true) {
+        return;
+    }
+    for _ in 0..request.len() {
+        let Some(pod) = ctx.ssn.pending_pods(job).next() else { break };
+        if !try_pods(ctx, &[pod], false) {
+            break;
+        }
+    }
+}
+
 /// A job's whole elastic need as one request: the longest run of its pending pods, in order,
 /// that the plugins allow its queue within fair share (and every other bound), or else its
 /// first pending pod alone (to be refused with a reason). Reclaim and claims ask for it in

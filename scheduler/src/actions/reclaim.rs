@@ -15,8 +15,8 @@ use crate::res::Res;
 use crate::snapshot::{JobId, PodId, QueueId, ROOT};
 
 use super::{
-    append_reason, elastic_evicting_jobs, elastic_request, elastic_waiting, evicting_jobs, fits_without_eviction,
-    jobs_by_queue, make_room, serve_in_queue_order, shortfall, starving, Ctx, Failure, NoRoom, VictimPool,
+    append_reason, elastic_evicting_jobs, elastic_waiting, evicting_jobs, fits_without_eviction, jobs_by_queue,
+    make_room, serve_elastic_need, serve_in_queue_order, shortfall, starving, Ctx, Failure, NoRoom, VictimPool,
 };
 
 /// Runs the action: first for gang minimums, then for elastic pods.
@@ -61,21 +61,11 @@ fn serve(
     serve_in_queue_order(ctx, by_queue, wants, &|_, _| true, &mut |c, job| attempts(c, state, job));
 }
 
-/// Serves a job's elastic pods: its whole elastic need in one attempt (see
-/// [`elastic_request`]); when no set of victims frees room for all of it, pod by pod, up to
-/// as many, while room is found. Each pod is judged by the same rules either way: taking a
-/// batch only saves the cycles a pod per attempt would cost.
+/// Serves a job's elastic pods (see [`serve_elastic_need`]); each pod is judged by the same
+/// rules either way: taking a batch only saves the cycles a pod per attempt would cost. A
+/// whole request that fails is tried again in parts, so it does not add to the reason.
 fn serve_elastic(ctx: &mut Ctx, state: &mut Reclaim, job: JobId) {
-    let request = elastic_request(ctx, job);
-    if request.len() > 1 && attempt(ctx, state, job, &request, false) {
-        return;
-    }
-    for _ in 0..request.len() {
-        let Some(pod) = ctx.ssn.pending_pods(job).next() else { break };
-        if !attempt(ctx, state, job, &[pod], true) {
-            break;
-        }
-    }
+    serve_elastic_need(ctx, job, &mut |c, pods, whole| attempt(c, state, job, pods, !whole));
 }
 
 /// One reclaim attempt for `pods` of `job`; whether it made room. `explain`: whether a
