@@ -133,9 +133,17 @@ struct SimArgs {
     #[arg(long = "policy")]
     policies: Vec<String>,
     /// Trace mode: queues to hash users (or, without users, job ids) into, each deserving an
-    /// equal part of the cluster.
+    /// equal part of the cluster (unless --queue-quota none).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     queues: u32,
+    /// Trace mode: what each queue deserves: `equal` parts of the cluster, or `none` (the
+    /// whole cluster shared by over-quota weight, 1 each).
+    #[arg(long, value_enum, default_value_t = QueueQuotaArg::Equal)]
+    queue_quota: QueueQuotaArg,
+    /// Trace mode: turn on time-based fair share (the `fairshare` plugin's `timeBased`, with
+    /// its defaults unless the configuration file sets them) in the `drover` configuration.
+    #[arg(long)]
+    time_based_fair_share: bool,
     /// Trace mode: seconds between scheduling cycles.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(i64).range(1..))]
     period: i64,
@@ -166,6 +174,22 @@ struct SimArgs {
     /// mode, the configuration the `drover` policy runs.
     #[arg(long)]
     config: Option<PathBuf>,
+}
+
+/// `--queue-quota`.
+#[derive(Clone, Copy, ValueEnum)]
+enum QueueQuotaArg {
+    Equal,
+    None,
+}
+
+impl From<QueueQuotaArg> for drover_sim::trace::replay::QueueQuota {
+    fn from(q: QueueQuotaArg) -> Self {
+        match q {
+            QueueQuotaArg::Equal => Self::Equal,
+            QueueQuotaArg::None => Self::None,
+        }
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -264,6 +288,9 @@ fn sim(args: SimArgs) -> ExitCode {
         }
     };
     if let Some(trace) = &args.trace {
+        if args.time_based_fair_share {
+            config.enable_time_based();
+        }
         return trace_replay(&args, trace, config);
     }
     let file = args.file.clone().expect("clap requires a scenario file without --trace");
@@ -334,6 +361,7 @@ fn trace_replay(args: &SimArgs, path: &std::path::Path, config: SchedulerConfig)
         gpus_per_node: args.gpus_per_node,
         cpus_per_node: args.cpus_per_node.unwrap_or_else(|| trace::default_cpus_per_node(&jobs, args.gpus_per_node)),
         queues: args.queues,
+        quota: args.queue_quota.into(),
         period: args.period,
         config,
         racks: args.nodes_per_rack.map(|nodes_per_rack| Racks {

@@ -33,6 +33,7 @@ use drover_scheduler::snapshot::{
     Constraints, JobInput, JobPhase, NodeInput, PodPhaseInput, QueueInput, Snapshot, SnapshotError, TaskInput,
     TopologyInput,
 };
+use drover_scheduler::usage::UsageLedger;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -247,6 +248,8 @@ pub struct Converted {
     pub groups: BTreeMap<(String, String), GroupFacts>,
     /// Problems, sorted.
     pub problems: Vec<Problem>,
+    /// Time-based fair share's ledger, as the Queues' status keeps it.
+    pub ledger: UsageLedger,
 }
 
 impl Converted {
@@ -356,6 +359,7 @@ pub fn convert(objects: &Objects, scheduler_name: &str) -> Converted {
     let classes = Classes::new(objects.priority_classes, &mut problems);
     let mut nodes = convert_nodes(objects.nodes, &mut problems);
     let (queues, queue_state) = queue::convert(objects.queues, &mut problems);
+    let ledger = queue::usage_ledger(objects.queues, &mut problems);
     let (topologies, catalog) = topology::convert(objects.topologies, &mut problems);
 
     let groups = unique(objects.pod_groups, |g| &g.metadata);
@@ -513,6 +517,7 @@ pub fn convert(objects: &Objects, scheduler_name: &str) -> Converted {
         pods: refs,
         groups: facts,
         problems,
+        ledger,
     }
 }
 

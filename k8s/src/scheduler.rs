@@ -240,6 +240,13 @@ impl State {
         if recovery.wrote {
             g = cache.gather(&mut self.overlay);
         }
+        // Time-based fair share: the ledger from Queue status, brought to the current tick.
+        let ledger = options.config.time_based().map(|time_based| {
+            let mut ledger = converted.ledger.clone();
+            ledger.advance(&snap, &time_based);
+            snap.past_usage = ledger.for_snapshot(&snap);
+            ledger
+        });
         let mut actions = Vec::new();
         let outcome = run_cycle_observed(&snap, &options.config, &mut |a, d, _| actions.push((a, d)));
         let mut evictions = 0;
@@ -269,7 +276,7 @@ impl State {
                 g = cache.gather(&mut self.overlay);
             }
             status::write_groups(&writer, &mut self.overlay, &g, &snap, &converted, &outcome).await;
-            status::write_queues(&writer, &g, &snap, &outcome).await;
+            status::write_queues(&writer, &g, &snap, &outcome, ledger.as_ref()).await;
             waiting::mark(&writer, &mut self.marked, &mut self.overlay, &g, &snap, &converted, &outcome).await;
             let report = CycleReport {
                 duration: started.elapsed(),

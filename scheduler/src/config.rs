@@ -176,12 +176,83 @@ impl Default for ReservationArgs {
 }
 
 /// Arguments of the `fairshare` plugin.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct FairShareArgs {
     /// How unused capacity is divided.
     #[serde(default)]
     pub mode: FairShareMode,
+    /// Whether, and how, past usage lowers a queue's share of unused capacity.
+    #[serde(default)]
+    pub time_based: TimeBasedArgs,
+}
+
+/// Time-based fair share (KAI's time-aware fairness, Slurm's half-life fair share): each
+/// queue's usage is kept in a decayed ledger (Queue status `usage`), advanced once per tick,
+/// and a queue that used more than its weight's part of the cluster lately gets less of the
+/// capacity left after deserved quotas. Off unless `enabled`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TimeBasedArgs {
+    /// Turns it on; the other fields have working defaults.
+    #[serde(default)]
+    pub enabled: bool,
+    /// Seconds after which past usage counts half as much; 0: no decay (then `windowSeconds`
+    /// must bound the memory).
+    #[serde(default = "TimeBasedArgs::default_half_life")]
+    pub half_life_seconds: u32,
+    /// Length of the tumbling window the ledger remembers, in seconds (windows start at
+    /// multiples of it on the clock); 0: no window, decay alone forgets.
+    #[serde(default)]
+    pub window_seconds: u32,
+    /// Seconds between ledger updates; shares use the ledger of the last tick, so every
+    /// cycle within a tick (and a new leader) computes the same shares.
+    #[serde(default = "TimeBasedArgs::default_tick")]
+    pub tick_seconds: u32,
+    /// How much past usage weighs (KAI's `kValue`): 0 changes nothing, larger corrects harder.
+    #[serde(default = "TimeBasedArgs::default_k_value")]
+    pub k_value: f64,
+}
+
+impl TimeBasedArgs {
+    fn default_half_life() -> u32 {
+        86_400
+    }
+
+    fn default_tick() -> u32 {
+        60
+    }
+
+    fn default_k_value() -> f64 {
+        1.0
+    }
+
+    /// Why the settings cannot work, if they cannot.
+    fn problem(&self) -> Option<&'static str> {
+        if self.tick_seconds == 0 {
+            Some("fairshare timeBased.tickSeconds must be at least 1")
+        } else if self.half_life_seconds == 0 && self.window_seconds == 0 {
+            Some("fairshare timeBased needs halfLifeSeconds or windowSeconds (else usage is never forgotten)")
+        } else if !(self.k_value.is_finite() && self.k_value >= 0.0) {
+            Some("fairshare timeBased.kValue must be a number of at least 0")
+        } else if self.window_seconds != 0 && self.window_seconds < self.tick_seconds {
+            Some("fairshare timeBased.windowSeconds must be 0 or at least tickSeconds")
+        } else {
+            None
+        }
+    }
+}
+
+impl Default for TimeBasedArgs {
+    fn default() -> Self {
+        TimeBasedArgs {
+            enabled: false,
+            half_life_seconds: TimeBasedArgs::default_half_life(),
+            window_seconds: 0,
+            tick_seconds: TimeBasedArgs::default_tick(),
+            k_value: TimeBasedArgs::default_k_value(),
+        }
+    }
 }
 
 /// A full scheduler configuration.
@@ -203,6 +274,9 @@ pub enum ConfigError {
     /// A plugin or action appears twice.
     #[error("invalid scheduler configuration: {0} is listed twice")]
     Duplicate(String),
+    /// A setting is out of its range.
+    #[error("invalid scheduler configuration: {0}")]
+    Invalid(&'static str),
 }
 
 impl SchedulerConfig {
@@ -224,7 +298,10 @@ impl SchedulerConfig {
                 return Err(ConfigError::Duplicate(format!("plugin {}", p.name())));
             }
         }
-        Ok(())
+        match self.fairshare().and_then(|f| f.time_based.problem()) {
+            Some(problem) => Err(ConfigError::Invalid(problem)),
+            None => Ok(()),
+        }
     }
 
     /// Whether a plugin kind is enabled.
@@ -240,13 +317,27 @@ impl SchedulerConfig {
         })
     }
 
+    /// Time-based fair share's settings, when the fair-share plugin has it on.
+    pub fn time_based(&self) -> Option<TimeBasedArgs> {
+        self.fairshare().map(|f| f.time_based).filter(|t| t.enabled)
+    }
+
+    /// Turns time-based fair share on in the fair-share plugin (keeping its other settings),
+    /// enabling the plugin if it is not.
+    pub fn enable_time_based(&mut self) {
+        let mut args = self.fairshare().unwrap_or_default();
+        args.time_based.enabled = true;
+        self.set_plugin(PluginConfig::Fairshare(args));
+    }
+
     /// Applies per-scenario overrides.
     pub fn apply(&mut self, o: &ConfigOverrides) {
         if let Some(actions) = &o.actions {
             self.actions = actions.clone();
         }
         if let Some(mode) = o.fair_share {
-            self.set_plugin(PluginConfig::Fairshare(FairShareArgs { mode }));
+            let args = self.fairshare().unwrap_or_default();
+            self.set_plugin(PluginConfig::Fairshare(FairShareArgs { mode, ..args }));
         }
         if let Some(placement) = &o.placement {
             let config = match placement {

@@ -24,3 +24,4 @@ pub mod share_division;
 pub mod snapshot;
 #[cfg(test)]
 mod test_cluster;
+pub mod usage;

@@ -22,8 +22,20 @@ pub struct Claim {
     pub weight: u32,
 }
 
-/// Divides `total` among `claims`; returns each child's fair share.
-pub fn divide(total: i64, claims: &[Claim], mode: FairShareMode) -> Vec<i64> {
+/// Time-based fair share's input to one division: how much past usage weighs, and each
+/// child's past usage of the resource as a part of what the cluster could have given it over
+/// the remembered time (0 to 1, in the claims' order).
+#[derive(Debug, Clone, Copy)]
+pub struct PastUsage<'a> {
+    /// KAI's `kValue`.
+    pub k_value: f64,
+    /// Per child, its normalized past usage.
+    pub usage: &'a [f64],
+}
+
+/// Divides `total` among `claims`; returns each child's fair share. With `past`, the part
+/// left after guaranteed quotas goes by weights corrected for past usage ([`corrected`]).
+pub fn divide(total: i64, claims: &[Claim], mode: FairShareMode, past: Option<PastUsage>) -> Vec<i64> {
     let total = total.max(0);
     let guaranteed: Vec<i64> = claims.iter().map(|c| c.deserved.min(c.demand).max(0)).collect();
     let sum: i128 = guaranteed.iter().map(|&g| i128::from(g)).sum();
@@ -39,8 +51,39 @@ pub fn divide(total: i64, claims: &[Claim], mode: FairShareMode) -> Vec<i64> {
             claims.iter().zip(&unmet).map(|(c, u)| i128::from(c.weight) * i128::from(*u)).collect()
         }
     };
+    let weights = match past {
+        Some(past) => corrected(&weights, &unmet, past),
+        None => weights,
+    };
     let extra = water_fill(left, &weights, &unmet);
     guaranteed.iter().zip(extra).map(|(g, e)| g + e).collect()
+}
+
+/// KAI's time-aware portions: among the children that want more, each child's weight as a
+/// part of theirs, `w`, becomes `max(w + k * (w - u), 0)` where `u` is its normalized past
+/// usage: a child that used more than its part lately gets less of what is left, one that
+/// used less gets more, and with no usage anywhere the split is the plain one. The portions
+/// are fixed once per division (water-filling keeps their ratios among the children not yet
+/// satisfied). When every portion would be 0, the plain weights stand.
+fn corrected(weights: &[i128], unmet: &[i64], past: PastUsage) -> Vec<i128> {
+    const SCALE: f64 = (1u64 << 40) as f64;
+    let wants = |i: usize| weights[i] > 0 && unmet[i] > 0;
+    let sum: f64 = (0..weights.len()).filter(|&i| wants(i)).map(|i| weights[i] as f64).sum();
+    let portions: Vec<i128> = (0..weights.len())
+        .map(|i| {
+            if !wants(i) {
+                return 0;
+            }
+            let w = weights[i] as f64 / sum;
+            let u = past.usage.get(i).copied().unwrap_or(0.0);
+            ((w + past.k_value * (w - u)).max(0.0) * SCALE).round() as i128
+        })
+        .collect();
+    if portions.iter().all(|&p| p == 0) {
+        weights.to_vec()
+    } else {
+        portions
+    }
 }
 
 /// Distributes `total` in proportion to `weights`, never giving a child more than its cap;
@@ -108,16 +151,16 @@ mod tests {
 
     #[test]
     fn determined_demand_proportional_example() {
-        let split = divide(8, &[claim(0, 10, 1), claim(0, 30, 1)], FairShareMode::DemandProportional);
+        let split = divide(8, &[claim(0, 10, 1), claim(0, 30, 1)], FairShareMode::DemandProportional, None);
         assert_eq!(split, [2, 6]);
-        let weighted = divide(8, &[claim(0, 10, 3), claim(0, 30, 1)], FairShareMode::DemandProportional);
+        let weighted = divide(8, &[claim(0, 10, 3), claim(0, 30, 1)], FairShareMode::DemandProportional, None);
         assert_eq!(weighted, [4, 4]);
     }
 
     #[test]
     fn runai_formula_example_quota_six_weight_three_of_six_with_twenty_unused() {
         let claims = [claim(14, 100, 2), claim(6, 100, 3), claim(0, 100, 1)];
-        let split = divide(40, &claims, FairShareMode::MaxMin);
+        let split = divide(40, &claims, FairShareMode::MaxMin, None);
         assert_eq!(split[1], 16);
         assert_eq!(split.iter().sum::<i64>(), 40);
         assert_eq!(split, [21, 16, 3]);
@@ -125,28 +168,49 @@ mod tests {
 
     #[test]
     fn max_min_never_exceeds_demand_and_redistributes() {
-        let split = divide(10, &[claim(0, 2, 1), claim(0, 100, 1), claim(0, 100, 2)], FairShareMode::MaxMin);
+        let split = divide(10, &[claim(0, 2, 1), claim(0, 100, 1), claim(0, 100, 2)], FairShareMode::MaxMin, None);
         assert_eq!(split, [2, 3, 5]);
     }
 
     #[test]
     fn zero_weight_gets_only_its_guarantee() {
-        let split = divide(10, &[claim(2, 50, 0), claim(0, 50, 1)], FairShareMode::MaxMin);
+        let split = divide(10, &[claim(2, 50, 0), claim(0, 50, 1)], FairShareMode::MaxMin, None);
         assert_eq!(split, [2, 8]);
     }
 
     #[test]
     fn leftover_nobody_wants_stays_unassigned() {
-        let split = divide(10, &[claim(4, 1, 1), claim(0, 3, 1)], FairShareMode::MaxMin);
+        let split = divide(10, &[claim(4, 1, 1), claim(0, 3, 1)], FairShareMode::MaxMin, None);
         assert_eq!(split, [1, 3]);
     }
 
     #[test]
     fn over_subscribed_quotas_are_scaled_by_deserved() {
-        let split = divide(8, &[claim(8, 8, 1), claim(8, 8, 1)], FairShareMode::MaxMin);
+        let split = divide(8, &[claim(8, 8, 1), claim(8, 8, 1)], FairShareMode::MaxMin, None);
         assert_eq!(split, [4, 4]);
-        let split = divide(9, &[claim(12, 12, 1), claim(6, 6, 1)], FairShareMode::MaxMin);
+        let split = divide(9, &[claim(12, 12, 1), claim(6, 6, 1)], FairShareMode::MaxMin, None);
         assert_eq!(split, [6, 3]);
+    }
+
+    #[test]
+    fn past_usage_moves_the_leftover_to_the_queue_that_used_less() {
+        let claims = [claim(0, 16, 1), claim(0, 16, 1)];
+        let split = |k_value: f64, usage: &[f64]| {
+            divide(16, &claims, FairShareMode::MaxMin, Some(PastUsage { k_value, usage }))
+        };
+        assert_eq!(split(1.0, &[0.0, 0.0]), [8, 8], "no usage anywhere: the plain split");
+        // Portions w + k(w - u): 0.5 + (0.5 - 0.5) = 0.5 against 0.5 + 0.5 = 1.0.
+        assert_eq!(split(1.0, &[0.5, 0.0]), [5, 11]);
+        assert_eq!(split(1.0, &[1.0, 0.0]), [0, 16], "a queue that used everything gets no leftover");
+        assert_eq!(split(0.0, &[0.5, 0.0]), [8, 8], "kValue 0: usage weighs nothing");
+        assert_eq!(split(1.0, &[3.0, 3.0]), [8, 8], "every portion 0: the plain split");
+    }
+
+    #[test]
+    fn past_usage_leaves_guaranteed_quota_alone() {
+        let claims = [claim(6, 16, 1), claim(2, 16, 1)];
+        let split = divide(16, &claims, FairShareMode::MaxMin, Some(PastUsage { k_value: 1.0, usage: &[1.0, 0.0] }));
+        assert_eq!(split, [6, 10], "the first keeps its deserved 6 and gets none of the 8 left");
     }
 
     proptest::proptest! {
@@ -158,7 +222,7 @@ mod tests {
         ) {
             let claims: Vec<Claim> = raw.iter().map(|&(d, m, w)| claim(d, m, w)).collect();
             let mode = if proportional { FairShareMode::DemandProportional } else { FairShareMode::MaxMin };
-            let split = divide(total, &claims, mode);
+            let split = divide(total, &claims, mode, None);
             proptest::prop_assert!(split.iter().sum::<i64>() <= total);
             for (s, c) in split.iter().zip(&claims) {
                 proptest::prop_assert!(*s >= 0 && *s <= c.demand);

@@ -262,6 +262,9 @@ pub struct Snapshot {
     pub now: i64,
     /// Whether that clock is Unix time (a cluster's) rather than a simulation's.
     pub unix_clock: bool,
+    /// Per queue, per resource, its decayed past usage for time-based fair share
+    /// ([`crate::usage::UsageLedger::for_snapshot`]); empty when nobody keeps a ledger.
+    pub past_usage: TiVec<QueueId, Vec<f64>>,
 }
 
 impl Snapshot {
@@ -559,6 +562,7 @@ pub fn build_with_topologies(
         topologies: Vec::with_capacity(topologies.len()),
         now: 0,
         unix_clock: false,
+        past_usage: TiVec::new(),
     };
     for t in topologies {
         if snap.topologies.iter().any(|o| o.name == t.name) {

@@ -497,7 +497,7 @@ fn valid_config() -> impl Strategy<Value = SchedulerConfig> {
         Just(PluginConfig::Predicates),
         Just(PluginConfig::Regrow),
         select(vec![FairShareMode::MaxMin, FairShareMode::DemandProportional])
-            .prop_map(|mode| PluginConfig::Fairshare(FairShareArgs { mode })),
+            .prop_map(|mode| PluginConfig::Fairshare(FairShareArgs { mode, ..FairShareArgs::default() })),
         (any::<bool>(), any::<bool>())
             .prop_map(|(job_order, queue_order)| PluginConfig::Drf(DrfConfig { job_order, queue_order })),
         (pool(), prop::collection::btree_map(".{0,8}", pool(), 0..3))

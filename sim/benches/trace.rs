@@ -9,7 +9,11 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use drover_sim::trace::{self, policy, replay::Cluster, rows};
+use drover_sim::trace::{
+    self, policy,
+    replay::{Cluster, QueueQuota},
+    rows,
+};
 
 fn main() {
     let filters: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
@@ -33,6 +37,7 @@ fn main() {
             gpus_per_node: 8,
             cpus_per_node: trace::default_cpus_per_node(&jobs, 8),
             queues: 1,
+            quota: QueueQuota::default(),
             period: 10,
             config: Default::default(),
             racks: None,

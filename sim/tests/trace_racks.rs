@@ -2,7 +2,14 @@
 //! when one rack can hold them, a gang too large for any rack still runs, and the figures of
 //! the replay without topology are exactly those of a replay without racks.
 
-use drover_sim::trace::{self, policy::Policy, racks::Racks, replay, replay::Cluster, rows};
+use drover_sim::trace::{
+    self,
+    policy::Policy,
+    racks::Racks,
+    replay,
+    replay::{Cluster, QueueQuota},
+    rows,
+};
 use serde_json::Value;
 
 /// Four 8-GPU nodes; with `nodes_per_rack`, racks of that many nodes.
@@ -12,6 +19,7 @@ fn cluster(nodes_per_rack: Option<u32>) -> Cluster {
         gpus_per_node: 8,
         cpus_per_node: 96,
         queues: 1,
+        quota: QueueQuota::default(),
         period: 10,
         config: Default::default(),
         racks: nodes_per_rack.map(|n| Racks { nodes_per_rack: n, racks_per_block: None, aware: true }),

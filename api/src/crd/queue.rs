@@ -4,7 +4,9 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, LabelSelectorRequirement, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    Condition, LabelSelector, LabelSelectorRequirement, ObjectMeta, Time,
+};
 use kube::{CustomResource, KubeSchema, Resource};
 
 use super::department::Department;
@@ -153,6 +155,24 @@ pub struct QueueStatus {
     /// Conditions, e.g. `Valid` false when the parent is missing or the tree has a cycle.
     #[serde(default)]
     pub conditions: Vec<Condition>,
+    /// Time-based fair share's memory of the queue (with it turned on in the scheduler
+    /// configuration): written by the scheduler once per tick, read back by every cycle and
+    /// by a new leader, so that all compute the same fair shares.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<QueueUsage>,
+}
+
+/// A queue's decayed past usage as of one tick.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueUsage {
+    /// The tick the figures are as of.
+    pub tick: Time,
+    /// Per resource, the queue's (and its descendants') use over the remembered time, each
+    /// tick's use decayed by the half-life since: resource-seconds in the units the scheduler
+    /// counts (GPUs, CPU millicores, memory bytes).
+    #[serde(default)]
+    pub resources: BTreeMap<String, f64>,
 }
 
 /// A queue's allocated, deserved and limit amounts (exact units, as

@@ -17,6 +17,7 @@ use drover_api::crd::queue::{implicit_default_selector, is_department_queue, Que
 use drover_api::label_selector;
 use drover_api::ResourceList;
 use drover_scheduler::snapshot::{QueueBounds, QueueInput};
+use drover_scheduler::usage::{QueueUsage, UsageLedger};
 
 use super::{declared_amounts, Problem, DEFAULT_QUEUE};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -39,6 +40,34 @@ pub(super) enum QueueState {
     },
     /// Left out; the message says why.
     Invalid(String),
+}
+
+/// Time-based fair share's ledger as the queues' status keeps it. A figure that is not a
+/// finite, non-negative number (only a hand edit makes one) counts as none, with a problem.
+pub(super) fn usage_ledger(queues: &[Arc<Queue>], problems: &mut Vec<Problem>) -> UsageLedger {
+    let mut ledger = UsageLedger::default();
+    for queue in queues {
+        let (Some(name), Some(usage)) = (&queue.metadata.name, queue.status.as_ref().and_then(|s| s.usage.as_ref()))
+        else {
+            continue;
+        };
+        let mut resources = BTreeMap::new();
+        for (resource, &v) in &usage.resources {
+            if v.is_finite() && v >= 0.0 {
+                resources.insert(resource.clone(), v);
+            } else {
+                problems.push(Problem {
+                    kind: "Queue",
+                    namespace: None,
+                    name: name.clone(),
+                    reason: "InvalidUsage".into(),
+                    message: format!("status.usage.resources[{resource}] is {v}, not a usage; counted as 0"),
+                });
+            }
+        }
+        ledger.queues.insert(name.clone(), QueueUsage { at: usage.tick.0.as_second(), resources });
+    }
+    ledger
 }
 
 /// The queue inputs, the state of every queue name, and problems.

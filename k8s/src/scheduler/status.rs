@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use drover_api::crd::conditions;
 use drover_api::crd::podgroup::{Admission, Nomination, PodGroup, PodGroupPhase, PodGroupStatus, ReservationStatus};
-use drover_api::crd::queue::{summary as queue_summary, Queue};
+use drover_api::crd::queue::{summary as queue_summary, Queue, QueueUsage as QueueUsageStatus};
 use drover_api::crd::topology::TopologyPlacement;
 use drover_kubeutil::events::{self, EventType};
 use drover_scheduler::cycle::CycleOutcome;
@@ -14,6 +14,7 @@ use drover_scheduler::ids::{ti_vec, TiVec};
 use drover_scheduler::plugin::Reservation;
 use drover_scheduler::res::Res;
 use drover_scheduler::snapshot::{JobId, JobPhase, NodeId, PodPhase, QueueId, Snapshot};
+use drover_scheduler::usage::{QueueUsage, UsageLedger};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Patch, PatchParams};
@@ -318,14 +319,31 @@ fn map_patch(current: &BTreeMap<String, Quantity>, want: &BTreeMap<String, Strin
     (!m.is_empty()).then_some(Value::Object(m))
 }
 
+/// The merge-patch value turning the status's `usage` into the ledger's entry for the
+/// queue; `None` when they agree (or the queue has no entry).
+fn usage_patch(current: Option<&QueueUsageStatus>, want: Option<&QueueUsage>) -> Option<Value> {
+    let want = want?;
+    let unchanged = current.is_some_and(|c| c.tick.0.as_second() == want.at && c.resources == want.resources);
+    if unchanged {
+        return None;
+    }
+    let mut resources: Map<String, Value> = want.resources.iter().map(|(k, &v)| (k.clone(), json!(v))).collect();
+    for k in current.iter().flat_map(|c| c.resources.keys()) {
+        resources.entry(k.clone()).or_insert(Value::Null);
+    }
+    let tick = jiff::Timestamp::from_second(want.at).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+    Some(json!({ "tick": Time(tick), "resources": resources }))
+}
+
 /// Writes the scheduler's fields of every Queue status that changed (`allocated`,
-/// `deserved`, `fairShare`, `queueState` and their `summary` for people). Returns the number
-/// written.
+/// `deserved`, `fairShare`, `queueState`, their `summary` for people and, with time-based
+/// fair share, `usage` from `ledger`). Returns the number written.
 pub(super) async fn write_queues(
     writer: &Writer<'_>,
     g: &ObjectLists,
     snap: &Snapshot,
     outcome: &CycleOutcome,
+    ledger: Option<&UsageLedger>,
 ) -> usize {
     let ids: HashMap<&str, QueueId> =
         snap.queues.iter_enumerated().skip(1).map(|(i, q)| (q.name.as_str(), i)).collect();
@@ -362,6 +380,9 @@ pub(super) async fn write_queues(
         }
         if current.summary.as_deref() != Some(summary.as_str()) {
             status.insert("summary".into(), Value::String(summary));
+        }
+        if let Some(usage) = usage_patch(current.usage.as_ref(), ledger.and_then(|l| l.queues.get(name))) {
+            status.insert("usage".into(), usage);
         }
         if status.is_empty() {
             continue;

@@ -11,19 +11,22 @@
 use std::cell::{Cell, RefCell};
 use std::cmp::Ordering;
 
-use crate::config::FairShareMode;
+use crate::config::{FairShareArgs, TimeBasedArgs};
 use crate::ids::{ti_vec, TiSlice, TiVec};
 use crate::plugin::{EvictMode, Plugin, Rule, ShareBound, Subject, Verdict, Victim, Why};
 use crate::queue_state::queue_state;
 use crate::res::{Res, UNLIMITED};
 use crate::session::Session;
-use crate::share_division::{divide, Claim};
+use crate::share_division::{divide, Claim, PastUsage};
 use crate::snapshot::{JobId, JobPhase, QueueId, Snapshot, ROOT};
 
 /// The fair-share plugin.
 pub struct FairShare {
-    mode: FairShareMode,
+    args: FairShareArgs,
     defer_queue_order: bool,
+    /// With time-based fair share, per queue, the largest part of the cluster it used lately
+    /// in any resource: of two queues equally served, the one that used less goes first.
+    past: TiVec<QueueId, f64>,
     jobs_by_queue: TiVec<QueueId, Vec<JobId>>,
     /// Per queue, the running elastic pods (above their job's minimum) of its whole subtree,
     /// at the start of the cycle: free capacity for admission (Volcano's elastic rule).
@@ -52,11 +55,13 @@ struct Need {
 }
 
 impl FairShare {
-    /// A plugin dividing spare capacity by `mode`; `defer_queue_order` lets DRF order queues.
-    pub fn new(mode: FairShareMode, defer_queue_order: bool) -> FairShare {
+    /// A plugin dividing spare capacity as `args` say; `defer_queue_order` lets DRF order
+    /// queues.
+    pub fn new(args: FairShareArgs, defer_queue_order: bool) -> FairShare {
         FairShare {
-            mode,
+            args,
             defer_queue_order,
+            past: TiVec::new(),
             jobs_by_queue: TiVec::new(),
             elastic_subtree: TiVec::new(),
             needs: RefCell::new(TiVec::new()),
@@ -67,7 +72,7 @@ impl FairShare {
 }
 
 /// Computes demand and fair share of every queue into the session.
-pub fn compute_shares(ssn: &mut Session, jobs_by_queue: &TiSlice<QueueId, Vec<JobId>>, mode: FairShareMode) {
+pub fn compute_shares(ssn: &mut Session, jobs_by_queue: &TiSlice<QueueId, Vec<JobId>>, args: &FairShareArgs) {
     let snap = ssn.snap;
     let n = snap.resources.len();
     let mut demand = ti_vec![Res::zero(n); snap.queues.len()];
@@ -81,6 +86,7 @@ pub fn compute_shares(ssn: &mut Session, jobs_by_queue: &TiSlice<QueueId, Vec<Jo
     fill_demand(snap, ROOT, &mut demand);
     let mut fair = ti_vec![Res::zero(n); snap.queues.len()];
     fair[ROOT] = snap.capacity.clone();
+    let past = past_usage(snap, args.time_based);
     let mut stack = vec![ROOT];
     while let Some(p) = stack.pop() {
         let children = &snap.queues[p].children;
@@ -93,7 +99,10 @@ pub fn compute_shares(ssn: &mut Session, jobs_by_queue: &TiSlice<QueueId, Vec<Jo
                     weight: snap.queues[c].over_quota_weight,
                 })
                 .collect();
-            for (&c, share) in children.iter().zip(divide(fair[p][r], &claims, mode)) {
+            let usage: Vec<f64> =
+                past.as_ref().map(|u| children.iter().map(|&c| u[c][r]).collect()).unwrap_or_default();
+            let past = past.is_some().then_some(PastUsage { k_value: args.time_based.k_value, usage: &usage });
+            for (&c, share) in children.iter().zip(divide(fair[p][r], &claims, args.mode, past)) {
                 fair[c][r] = share;
             }
         }
@@ -105,6 +114,26 @@ pub fn compute_shares(ssn: &mut Session, jobs_by_queue: &TiSlice<QueueId, Vec<Jo
     }
     ssn.demand = demand;
     ssn.fair_share = fair;
+}
+
+/// With time-based fair share on, per queue and resource, its past usage as a part of what
+/// the cluster's capacity could have given over the remembered time (0 where the cluster has
+/// none of the resource); `None` when it is off.
+fn past_usage(snap: &Snapshot, time_based: TimeBasedArgs) -> Option<TiVec<QueueId, Vec<f64>>> {
+    if !time_based.enabled {
+        return None;
+    }
+    let memory = crate::usage::memory_seconds(&time_based);
+    let part = |q: QueueId, r: usize| {
+        let used = snap.past_usage.get(q).and_then(|u| u.get(r)).copied().unwrap_or(0.0);
+        let could = snap.capacity[r] as f64 * memory;
+        if could > 0.0 && used.is_finite() {
+            (used / could).max(0.0)
+        } else {
+            0.0
+        }
+    };
+    Some(snap.queues.keys().map(|q| (0..snap.resources.len()).map(|r| part(q, r)).collect()).collect())
 }
 
 fn fill_demand(snap: &Snapshot, q: QueueId, demand: &mut TiSlice<QueueId, Res>) {
@@ -322,8 +351,15 @@ impl Plugin for FairShare {
         for (j, job) in ssn.snap.jobs.iter_enumerated() {
             by_queue[job.queue].push(j);
         }
-        compute_shares(ssn, &by_queue, self.mode);
+        compute_shares(ssn, &by_queue, &self.args);
         let snap = ssn.snap;
+        self.past = match past_usage(snap, self.args.time_based) {
+            Some(parts) => parts
+                .iter()
+                .map(|u| (0..u.len()).filter(|&r| r != snap.pods_resource).map(|r| u[r]).fold(0.0, f64::max))
+                .collect(),
+            None => TiVec::new(),
+        };
         let mut elastic = ti_vec![Res::zero(snap.resources.len()); snap.queues.len()];
         for (q, jobs) in by_queue.iter_enumerated() {
             let mut sum = Res::zero(snap.resources.len());
@@ -364,7 +400,11 @@ impl Plugin for FairShare {
             return first;
         }
         let (da, db) = (deprivation(ssn, a), deprivation(ssn, b));
-        first.then(da.0.cmp(&db.0)).then(da.1.total_cmp(&db.1))
+        let order = first.then(da.0.cmp(&db.0)).then(da.1.total_cmp(&db.1));
+        match (self.past.get(a), self.past.get(b)) {
+            (Some(pa), Some(pb)) => order.then(pa.total_cmp(pb)),
+            _ => order,
+        }
     }
 
     fn allocatable<'s>(&self, ssn: &Session<'s>, job: JobId, req: &Res, bound: ShareBound) -> Verdict<'s> {

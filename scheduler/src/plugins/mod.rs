@@ -25,7 +25,7 @@ pub fn build(config: &SchedulerConfig) -> Vec<Box<dyn Plugin>> {
         match p {
             PluginConfig::Priority => Box::new(priority::Priority),
             PluginConfig::Gang => Box::new(gang::Gang),
-            PluginConfig::Fairshare(args) => Box::new(fairshare::FairShare::new(args.mode, drf_queue_order)),
+            PluginConfig::Fairshare(args) => Box::new(fairshare::FairShare::new(*args, drf_queue_order)),
             PluginConfig::Drf(args) => Box::new(drf::Drf::new(*args)),
             PluginConfig::Predicates => Box::new(predicates::Predicates),
             PluginConfig::Nodeorder(args) => Box::new(nodeorder::NodeOrder::new(args.clone())),

@@ -17,7 +17,7 @@ use drover_scheduler::snapshot::SnapshotError;
 use metrics::Summary;
 use policy::Policy;
 use racks::{Placement, Racks};
-use replay::{Cluster, Replay};
+use replay::{Cluster, QueueQuota, Replay};
 use rows::TraceJob;
 
 /// CPUs per GPU a node has when `--cpus-per-node` is not given (96 for 8 GPUs, as on common
@@ -112,6 +112,13 @@ pub fn to_json(cluster: &Cluster, runs: &[Run]) -> String {
             "queues": cluster.queues.max(1), "periodSeconds": cluster.period},
         "policies": policies,
     });
+    if cluster.quota == QueueQuota::None {
+        report["cluster"]["queueQuota"] = json!("none");
+    }
+    if let Some(t) = cluster.config.time_based() {
+        report["cluster"]["timeBasedFairShare"] = json!({"halfLifeSeconds": t.half_life_seconds,
+            "windowSeconds": t.window_seconds, "tickSeconds": t.tick_seconds, "kValue": t.k_value});
+    }
     if let Some(racks) = &cluster.racks {
         let c = &mut report["cluster"];
         c["nodesPerRack"] = json!(racks.nodes_per_rack);

@@ -3,7 +3,9 @@
 //! Jobs arrive at their submission times. Scheduling cycles run on a grid of `period`
 //! seconds, but only when something changed since the last cycle (a submission, a completion,
 //! or evictions and pipelined pods that the next cycle settles): a cycle on unchanged input
-//! decides nothing new, so skipping it keeps the result and saves the time. A job starts its
+//! decides nothing new, so skipping it keeps the result and saves the time (with time-based
+//! fair share, whose shares move at each tick, a cycle also runs each tick while work waits).
+//! A job starts its
 //! `duration` when all its pods are bound and frees its pods at its exact end. An evicted job
 //! loses its progress and waits again from the start (the checkpoint-free worst case).
 
@@ -19,6 +21,7 @@ use drover_scheduler::snapshot::{
     self, Constraints, JobConverter, JobInput, JobPhase, NodeInput, PodPhase, PodPhaseInput, QueueBounds, QueueInput,
     Snapshot, SnapshotError, TaskInput,
 };
+use drover_scheduler::usage::UsageLedger;
 
 use super::policy::Policy;
 use super::racks::Racks;
@@ -33,9 +36,10 @@ pub struct Cluster {
     pub gpus_per_node: u32,
     /// CPUs per node.
     pub cpus_per_node: u32,
-    /// Queues; users (or, without users, job ids) are hashed into them. Each deserves an equal
-    /// part of the cluster.
+    /// Queues; users (or, without users, job ids) are hashed into them.
     pub queues: u32,
+    /// What each queue deserves.
+    pub quota: QueueQuota,
     /// Seconds between scheduling cycles.
     pub period: i64,
     /// The configuration the `drover` policy runs (`config/scheduler.yaml` unless the user
@@ -43,6 +47,16 @@ pub struct Cluster {
     pub config: SchedulerConfig,
     /// Racks the nodes are grouped into (`--nodes-per-rack`), if any.
     pub racks: Option<Racks>,
+}
+
+/// What the trace's queues deserve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum QueueQuota {
+    /// Each an equal part of the cluster.
+    #[default]
+    Equal,
+    /// Nothing: the whole cluster is shared by over-quota weight (1 each).
+    None,
 }
 
 /// Memory per node: plenty, so that memory never decides (the traces do not record it).
@@ -159,6 +173,8 @@ struct World {
     converter: JobConverter,
     config: SchedulerConfig,
     racks: Option<Racks>,
+    /// Time-based fair share's ledger, as Queue status would keep it.
+    ledger: UsageLedger,
 }
 
 /// Replays `trace` under `policy` on `cluster`.
@@ -167,7 +183,11 @@ pub fn replay(trace: &[TraceJob], cluster: &Cluster, policy: Policy) -> Result<R
     let snap =
         snapshot::build_with_topologies(&node_inputs(cluster), &queue_inputs(cluster, policy), &topologies, &[])?;
     let converter = JobConverter::new(&snap);
-    let mut world = World { snap, converter, config: policy.config(&cluster.config), racks: cluster.racks };
+    let config = policy.config(&cluster.config);
+    // With time-based fair share, shares change at each tick even when no job comes or goes:
+    // while work waits, a cycle runs at least once a tick, as the scheduler's would.
+    let tick = config.time_based().map(|t| i64::from(t.tick_seconds));
+    let mut world = World { snap, converter, config, racks: cluster.racks, ledger: UsageLedger::default() };
     let total_gpus = cluster.nodes * cluster.gpus_per_node;
     let fits_empty = |j: &TraceJob| {
         j.gpus_per_pod > 0 && j.gpus_per_pod <= cluster.gpus_per_node && j.pods * j.gpus_per_pod <= total_gpus
@@ -229,6 +249,8 @@ pub fn replay(trace: &[TraceJob], cluster: &Cluster, policy: Policy) -> Result<R
             out.cycles += 1;
             if cycle(&mut live, &mut world, now, &mut records, &mut ends, &mut fair) {
                 next_cycle = Some(now + cluster.period);
+            } else if let Some(tick) = tick.filter(|_| live.iter().any(|l| l.started.is_none())) {
+                next_cycle = Some(grid(now.div_euclid(tick) * tick + tick));
             }
         }
         let gpus = allocated(&live);
@@ -291,6 +313,10 @@ fn cycle(
     fair: &mut BTreeMap<String, i64>,
 ) -> bool {
     world.snap.now = now;
+    if let Some(time_based) = world.config.time_based() {
+        world.ledger.advance(&world.snap, &time_based);
+        world.snap.past_usage = world.ledger.for_snapshot(&world.snap);
+    }
     let outcome = run_cycle(&world.snap, &world.config);
     let snap = &mut world.snap;
     if let Some(g) = snap.gpu {
@@ -435,12 +461,16 @@ fn node_inputs(cluster: &Cluster) -> Vec<NodeInput> {
         .collect()
 }
 
-/// One queue deserving the whole cluster, or `queues` queues deserving equal parts of it.
+/// One queue deserving the whole cluster, or `queues` queues deserving equal parts of it
+/// (or nothing, as `cluster.quota` says).
 fn queue_inputs(cluster: &Cluster, policy: Policy) -> Vec<QueueInput> {
     let n = i64::from(cluster.queues.max(1));
     let gpus = i64::from(cluster.nodes * cluster.gpus_per_node);
     let cpus = i64::from(cluster.nodes * cluster.cpus_per_node) * 1000;
-    let deserved = ResourceList(BTreeMap::from([(GPU.to_string(), gpus / n), (CPU.to_string(), cpus / n)]));
+    let deserved = match cluster.quota {
+        QueueQuota::Equal => ResourceList(BTreeMap::from([(GPU.to_string(), gpus / n), (CPU.to_string(), cpus / n)])),
+        QueueQuota::None => ResourceList::default(),
+    };
     let names: Vec<String> = if n == 1 { vec!["trace".into()] } else { (0..n).map(|q| format!("q{q}")).collect() };
     names
         .into_iter()
