@@ -1,11 +1,13 @@
 //! The plugin framework: the session-wide combination of every enabled plugin's hooks (see
-//! [`crate::plugin`]) that actions call.
+//! [`crate::plugin`]) that actions call. Each hook walks only the plugins that declare it
+//! ([`Plugin::hooks`]): most plugins decide a few hooks, and actions call hooks in their
+//! innermost loops (orders in sorts, eviction checks per victim).
 
 use std::cmp::Ordering;
 
 use crate::config::PlacementStrategy;
 use crate::ids::{ti_vec, TiSlice, TiVec};
-use crate::plugin::{EvictMode, Plugin, Reservation, Rule, ShareBound, Subject, Verdict, Victim, Why};
+use crate::plugin::{EvictMode, Hook, Plugin, Reservation, Rule, ShareBound, Subject, Verdict, Victim, Why};
 use crate::res::Res;
 use crate::session::Session;
 use crate::snapshot::{JobId, NodeId, PodId, QueueId, Snapshot};
@@ -19,6 +21,8 @@ pub type VictimKey = ([i64; MAX_RANKS], std::cmp::Reverse<i64>, std::cmp::Revers
 /// The enabled plugin set, combined.
 pub struct Framework {
     enabled: Vec<Box<dyn Plugin>>,
+    /// Per [`Hook`] (by its index), the enabled plugins that declare it, in their order.
+    by_hook: [Vec<usize>; Hook::COUNT],
     victim_precedence: Vec<usize>,
     job_name_rank: TiVec<JobId, usize>,
 }
@@ -31,7 +35,13 @@ impl Framework {
             (0..enabled.len()).filter(|&i| enabled[i].victim_rank_precedence().is_some()).collect();
         victim_precedence.sort_by_key(|&i| enabled[i].victim_rank_precedence());
         assert!(victim_precedence.len() <= MAX_RANKS, "at most {MAX_RANKS} victim ranks");
-        Framework { enabled, victim_precedence, job_name_rank: TiVec::new() }
+        let mut by_hook: [Vec<usize>; Hook::COUNT] = Default::default();
+        for (i, p) in enabled.iter().enumerate() {
+            for hook in p.hooks() {
+                by_hook[hook as usize].push(i);
+            }
+        }
+        Framework { enabled, by_hook, victim_precedence, job_name_rank: TiVec::new() }
     }
 
     /// Runs every plugin's `on_open`.
@@ -50,13 +60,14 @@ impl Framework {
 
     /// Combined queue order; ties broken by name.
     pub fn queue_order(&self, ssn: &Session, a: QueueId, b: QueueId) -> Ordering {
-        self.first(|p| p.queue_order(ssn, a, b)).then_with(|| ssn.snap.queues[a].name.cmp(&ssn.snap.queues[b].name))
+        self.first(Hook::QueueOrder, |p| p.queue_order(ssn, a, b))
+            .then_with(|| ssn.snap.queues[a].name.cmp(&ssn.snap.queues[b].name))
     }
 
     /// Combined job order; ties broken by creation time, then namespace/name.
     pub fn job_order(&self, ssn: &Session, a: JobId, b: JobId) -> Ordering {
         let (ja, jb) = (&ssn.snap.jobs[a], &ssn.snap.jobs[b]);
-        self.first(|p| p.job_order(ssn, a, b))
+        self.first(Hook::JobOrder, |p| p.job_order(ssn, a, b))
             .then(ja.created_at.cmp(&jb.created_at))
             .then_with(|| (&ja.namespace, &ja.name).cmp(&(&jb.namespace, &jb.name)))
     }
@@ -64,37 +75,37 @@ impl Framework {
     /// Combined task order; ties broken by task, then pod index.
     pub fn task_order(&self, ssn: &Session, a: PodId, b: PodId) -> Ordering {
         let (pa, pb) = (&ssn.snap.pods[a], &ssn.snap.pods[b]);
-        self.first(|p| p.task_order(ssn, a, b)).then((pa.task, pa.index).cmp(&(pb.task, pb.index)))
+        self.first(Hook::TaskOrder, |p| p.task_order(ssn, a, b)).then((pa.task, pa.index).cmp(&(pb.task, pb.index)))
     }
 
     /// All node filters; the first failure's reason.
     pub fn node_filter(&self, snap: &Snapshot, job: JobId, task: usize, node: NodeId) -> Result<(), String> {
-        self.enabled.iter().try_for_each(|p| p.node_filter(snap, job, task, node))
+        self.declaring(Hook::NodeFilter).try_for_each(|p| p.node_filter(snap, job, task, node))
     }
 
     /// The placement strategy for a pool and class (bin-pack when no plugin says).
     pub fn placement(&self, pool: &str, gpu: bool) -> PlacementStrategy {
-        self.enabled.iter().find_map(|p| p.placement(pool, gpu)).unwrap_or_default()
+        self.declaring(Hook::Placement).find_map(|p| p.placement(pool, gpu)).unwrap_or_default()
     }
 
     /// Whether every plugin lets the victim be evicted; else the first refusal.
     pub fn may_evict<'s>(&self, ssn: &Session<'s>, mode: EvictMode, preemptor: JobId, v: &Victim) -> Verdict<'s> {
-        self.enabled.iter().try_for_each(|p| p.may_evict(ssn, mode, preemptor, v))
+        self.declaring(Hook::MayEvict).try_for_each(|p| p.may_evict(ssn, mode, preemptor, v))
     }
 
     /// Whether every plugin lets some work of `queue` be reclaimed for `preemptor`.
     pub fn may_reclaim_from<'s>(&self, ssn: &Session<'s>, preemptor: JobId, queue: QueueId) -> Verdict<'s> {
-        self.enabled.iter().try_for_each(|p| p.may_reclaim_from(ssn, preemptor, queue))
+        self.declaring(Hook::MayReclaimFrom).try_for_each(|p| p.may_reclaim_from(ssn, preemptor, queue))
     }
 
     /// Whether every plugin lets `job`'s queue reclaim `req` at all.
     pub fn may_reclaim<'s>(&self, ssn: &Session<'s>, job: JobId, req: &Res) -> Verdict<'s> {
-        self.enabled.iter().try_for_each(|p| p.may_reclaim(ssn, job, req))
+        self.declaring(Hook::MayReclaim).try_for_each(|p| p.may_reclaim(ssn, job, req))
     }
 
     /// Whether every plugin finds `job`'s queue within its deserved quota with `req` added.
     pub fn within_deserved<'s>(&self, ssn: &Session<'s>, job: JobId, req: &Res) -> Verdict<'s> {
-        self.enabled.iter().try_for_each(|p| p.within_deserved(ssn, job, req))
+        self.declaring(Hook::WithinDeserved).try_for_each(|p| p.within_deserved(ssn, job, req))
     }
 
     /// A victim's ranks by each ranking plugin, in precedence order (the first part of
@@ -125,7 +136,7 @@ impl Framework {
 
     /// Whether the job is ready; without an opinion from any plugin, when anything runs.
     pub fn job_ready(&self, ssn: &Session, job: JobId) -> bool {
-        self.enabled.iter().find_map(|p| p.job_ready(ssn, job)).unwrap_or(ssn.job_running[job] > 0)
+        self.declaring(Hook::JobReady).find_map(|p| p.job_ready(ssn, job)).unwrap_or(ssn.job_running[job] > 0)
     }
 
     /// Whether every plugin admits the job.
@@ -135,27 +146,27 @@ impl Framework {
         job: JobId,
         reserved: Option<&TiSlice<QueueId, Res>>,
     ) -> Verdict<'s> {
-        self.enabled.iter().try_for_each(|p| p.enqueueable(ssn, job, reserved))
+        self.declaring(Hook::Enqueueable).try_for_each(|p| p.enqueueable(ssn, job, reserved))
     }
 
     /// Whether every plugin lets the job's queue take `req` more.
     pub fn allocatable<'s>(&self, ssn: &Session<'s>, job: JobId, req: &Res, bound: ShareBound) -> Verdict<'s> {
-        self.enabled.iter().try_for_each(|p| p.allocatable(ssn, job, req, bound))
+        self.declaring(Hook::Allocatable).try_for_each(|p| p.allocatable(ssn, job, req, bound))
     }
 
     /// Whether every plugin finds the queue within its fair share.
     pub fn within_fair_share<'s>(&self, ssn: &Session<'s>, queue: QueueId) -> Verdict<'s> {
-        self.enabled.iter().try_for_each(|p| p.within_fair_share(ssn, queue))
+        self.declaring(Hook::WithinFairShare).try_for_each(|p| p.within_fair_share(ssn, queue))
     }
 
     /// How many gangs may hold a reservation each cycle: the most any plugin allows.
     pub fn max_reservations(&self) -> usize {
-        self.enabled.iter().map(|p| p.max_reservations()).max().unwrap_or(0)
+        self.declaring(Hook::MaxReservations).map(|p| p.max_reservations()).max().unwrap_or(0)
     }
 
     /// Whether every plugin lets the gang reserve nodes.
     pub fn may_reserve<'s>(&self, ssn: &Session<'s>, job: JobId) -> Verdict<'s> {
-        self.enabled.iter().try_for_each(|p| p.may_reserve(ssn, job))
+        self.declaring(Hook::MayReserve).try_for_each(|p| p.may_reserve(ssn, job))
     }
 
     /// Whether some plugin lets `job`, placed within `bound`, use the capacity reservation `r`
@@ -168,10 +179,19 @@ impl Framework {
         r: &Reservation,
     ) -> Verdict<'s> {
         let reserved = Err(Why::new(ssn.snap, Rule::Reserved, Subject::Job(r.job)));
-        self.enabled.iter().map(|p| p.may_use_reserved(ssn, job, bound, r)).find(Result::is_ok).unwrap_or(reserved)
+        self.declaring(Hook::MayUseReserved)
+            .map(|p| p.may_use_reserved(ssn, job, bound, r))
+            .find(Result::is_ok)
+            .unwrap_or(reserved)
     }
 
-    fn first(&self, f: impl Fn(&dyn Plugin) -> Ordering) -> Ordering {
-        self.enabled.iter().map(|p| f(p.as_ref())).find(|o| *o != Ordering::Equal).unwrap_or(Ordering::Equal)
+    /// The enabled plugins that declare `hook`, in their order.
+    fn declaring(&self, hook: Hook) -> impl Iterator<Item = &dyn Plugin> {
+        self.by_hook[hook as usize].iter().map(|&i| self.enabled[i].as_ref())
+    }
+
+    /// The first order other than `Equal` that a plugin declaring `hook` gives.
+    fn first(&self, hook: Hook, f: impl Fn(&dyn Plugin) -> Ordering) -> Ordering {
+        self.declaring(hook).map(f).find(|o| *o != Ordering::Equal).unwrap_or(Ordering::Equal)
     }
 }

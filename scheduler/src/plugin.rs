@@ -318,10 +318,60 @@ pub struct Reservation {
     pub(crate) held: Vec<(NodeId, Res)>,
 }
 
-/// A policy component. Every hook has a neutral default; a plugin overrides what it decides.
+/// A hook the framework walks for a decision or an order. A plugin declares those it
+/// implements ([`Plugin::hooks`]) and the framework walks only the plugins that declare a
+/// hook, so a plugin costs nothing in the hooks it leaves neutral.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hook {
+    /// [`Plugin::queue_order`].
+    QueueOrder,
+    /// [`Plugin::job_order`].
+    JobOrder,
+    /// [`Plugin::task_order`].
+    TaskOrder,
+    /// [`Plugin::node_filter`].
+    NodeFilter,
+    /// [`Plugin::placement`].
+    Placement,
+    /// [`Plugin::may_evict`].
+    MayEvict,
+    /// [`Plugin::may_reclaim_from`].
+    MayReclaimFrom,
+    /// [`Plugin::may_reclaim`].
+    MayReclaim,
+    /// [`Plugin::within_deserved`].
+    WithinDeserved,
+    /// [`Plugin::job_ready`].
+    JobReady,
+    /// [`Plugin::enqueueable`].
+    Enqueueable,
+    /// [`Plugin::allocatable`].
+    Allocatable,
+    /// [`Plugin::within_fair_share`].
+    WithinFairShare,
+    /// [`Plugin::max_reservations`].
+    MaxReservations,
+    /// [`Plugin::may_reserve`].
+    MayReserve,
+    /// [`Plugin::may_use_reserved`].
+    MayUseReserved,
+}
+
+impl Hook {
+    /// How many hooks there are (the last one's index, plus one).
+    pub const COUNT: usize = Hook::MayUseReserved as usize + 1;
+}
+
+/// A policy component. Every hook has a neutral default; a plugin overrides what it decides
+/// and declares those hooks in [`Plugin::hooks`]. Every plugin's `on_open` is called, and
+/// [`Plugin::victim_rank`] by the plugins that have a [`Plugin::victim_rank_precedence`].
 pub trait Plugin {
     /// The plugin's configuration name.
     fn name(&self) -> &'static str;
+
+    /// The hooks this plugin implements, as configured: the framework calls no other
+    /// [`Hook`] of it.
+    fn hooks(&self) -> Vec<Hook>;
 
     /// Called once per cycle before any action, e.g. to compute fair shares.
     fn on_open(&mut self, _ssn: &mut Session) {}

@@ -5,12 +5,12 @@
 use std::cmp::Ordering;
 
 use crate::config::DrfConfig;
-use crate::plugin::Plugin;
+use crate::plugin::{Hook, Plugin};
 use crate::res::Res;
 use crate::session::Session;
 use crate::snapshot::{JobId, QueueId};
 
-/// The DRF plugin.
+/// The DRF plugin: its orders are hooks only where the configuration enables them.
 pub struct Drf {
     config: DrfConfig,
 }
@@ -40,18 +40,20 @@ impl Plugin for Drf {
         "drf"
     }
 
+    fn hooks(&self) -> Vec<Hook> {
+        let DrfConfig { job_order, queue_order } = self.config;
+        [(job_order, Hook::JobOrder), (queue_order, Hook::QueueOrder)]
+            .into_iter()
+            .filter_map(|(on, h)| on.then_some(h))
+            .collect()
+    }
+
     fn job_order(&self, ssn: &Session, a: JobId, b: JobId) -> Ordering {
-        if !self.config.job_order {
-            return Ordering::Equal;
-        }
         let cap = &ssn.snap.capacity;
         dominant_share(&job_alloc(ssn, a), cap).total_cmp(&dominant_share(&job_alloc(ssn, b), cap))
     }
 
     fn queue_order(&self, ssn: &Session, a: QueueId, b: QueueId) -> Ordering {
-        if !self.config.queue_order {
-            return Ordering::Equal;
-        }
         let cap = &ssn.snap.capacity;
         dominant_share(&ssn.queue_alloc[a], cap).total_cmp(&dominant_share(&ssn.queue_alloc[b], cap))
     }

@@ -346,6 +346,20 @@ impl Plugin for FairShare {
         "fairshare"
     }
 
+    fn hooks(&self) -> Vec<crate::plugin::Hook> {
+        use crate::plugin::Hook::*;
+        vec![
+            QueueOrder,
+            Allocatable,
+            Enqueueable,
+            WithinFairShare,
+            MayReclaim,
+            WithinDeserved,
+            MayEvict,
+            MayReclaimFrom,
+        ]
+    }
+
     fn on_open(&mut self, ssn: &mut Session) {
         let mut by_queue = ti_vec![Vec::new(); ssn.snap.queues.len()];
         for (j, job) in ssn.snap.jobs.iter_enumerated() {

@@ -3,7 +3,7 @@
 //! eviction never leaves a gang running below its minimum: a victim is either one pod above
 //! the minimum (elastic) or every running pod of the job.
 
-use crate::plugin::{EvictMode, Plugin, Rule, Subject, Verdict, Victim, Why};
+use crate::plugin::{EvictMode, Hook, Plugin, Rule, Subject, Verdict, Victim, Why};
 use crate::session::Session;
 use crate::snapshot::JobId;
 
@@ -13,6 +13,10 @@ pub struct Gang;
 impl Plugin for Gang {
     fn name(&self) -> &'static str {
         "gang"
+    }
+
+    fn hooks(&self) -> Vec<Hook> {
+        vec![Hook::JobReady, Hook::MayEvict]
     }
 
     fn job_ready(&self, ssn: &Session, job: JobId) -> Option<bool> {

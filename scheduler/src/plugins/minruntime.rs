@@ -6,7 +6,7 @@
 //! started, as the kubelet reports it: a tenant cannot make its job look younger without
 //! giving up every pod it runs.
 
-use crate::plugin::{EvictMode, Plugin, Rule, Subject, Verdict, Victim, Why};
+use crate::plugin::{EvictMode, Hook, Plugin, Rule, Subject, Verdict, Victim, Why};
 use crate::session::Session;
 use crate::snapshot::JobId;
 
@@ -16,6 +16,10 @@ pub struct MinRuntime;
 impl Plugin for MinRuntime {
     fn name(&self) -> &'static str {
         "minruntime"
+    }
+
+    fn hooks(&self) -> Vec<Hook> {
+        vec![Hook::MayEvict]
     }
 
     fn may_evict<'s>(&self, ssn: &Session<'s>, mode: EvictMode, _preemptor: JobId, v: &Victim) -> Verdict<'s> {

@@ -2,7 +2,7 @@
 //! node pool and separately for GPU and CPU-only workloads.
 
 use crate::config::{PlacementConfig, PlacementStrategy};
-use crate::plugin::Plugin;
+use crate::plugin::{Hook, Plugin};
 
 /// The node-order plugin.
 pub struct NodeOrder {
@@ -19,6 +19,10 @@ impl NodeOrder {
 impl Plugin for NodeOrder {
     fn name(&self) -> &'static str {
         "nodeorder"
+    }
+
+    fn hooks(&self) -> Vec<Hook> {
+        vec![Hook::Placement]
     }
 
     fn placement(&self, pool: &str, gpu: bool) -> Option<PlacementStrategy> {

@@ -10,7 +10,7 @@ use drover_api::tolerates_all;
 use drover_api::topology::{nvlink_gpus, NVLINK_PAIRS_LABEL};
 
 use crate::ids::TiSlice;
-use crate::plugin::{Plugin, Rule, Subject, Verdict, Why};
+use crate::plugin::{Hook, Plugin, Rule, Subject, Verdict, Why};
 use crate::res::Res;
 use crate::session::Session;
 use crate::snapshot::{JobId, Level, NodeId, QueueId, Snapshot};
@@ -21,6 +21,10 @@ pub struct Predicates;
 impl Plugin for Predicates {
     fn name(&self) -> &'static str {
         "predicates"
+    }
+
+    fn hooks(&self) -> Vec<Hook> {
+        vec![Hook::Enqueueable, Hook::NodeFilter]
     }
 
     fn enqueueable<'s>(&self, ssn: &Session<'s>, job: JobId, _: Option<&TiSlice<QueueId, Res>>) -> Verdict<'s> {

@@ -7,7 +7,7 @@
 
 use std::cmp::Ordering;
 
-use crate::plugin::{EvictMode, Plugin, Rule, Subject, Verdict, Victim, Why};
+use crate::plugin::{EvictMode, Hook, Plugin, Rule, Subject, Verdict, Victim, Why};
 use crate::session::Session;
 use crate::snapshot::JobId;
 
@@ -17,6 +17,10 @@ pub struct Priority;
 impl Plugin for Priority {
     fn name(&self) -> &'static str {
         "priority"
+    }
+
+    fn hooks(&self) -> Vec<Hook> {
+        vec![Hook::JobOrder, Hook::MayEvict]
     }
 
     fn job_order(&self, ssn: &Session, a: JobId, b: JobId) -> Ordering {

@@ -5,7 +5,7 @@
 //! the same pods evicted over and over for nothing. Its gang minimum is not held back: a
 //! job preempted whole starts again as soon as it fits.
 
-use crate::plugin::{Plugin, Rule, ShareBound, Subject, Verdict, Why};
+use crate::plugin::{Hook, Plugin, Rule, ShareBound, Subject, Verdict, Why};
 use crate::res::Res;
 use crate::session::Session;
 use crate::snapshot::JobId;
@@ -19,6 +19,10 @@ pub struct Regrow;
 impl Plugin for Regrow {
     fn name(&self) -> &'static str {
         "regrow"
+    }
+
+    fn hooks(&self) -> Vec<Hook> {
+        vec![Hook::Allocatable, Hook::MayReclaim]
     }
 
     fn allocatable<'s>(&self, ssn: &Session<'s>, job: JobId, _req: &Res, _bound: ShareBound) -> Verdict<'s> {

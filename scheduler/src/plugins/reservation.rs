@@ -9,7 +9,7 @@
 //! may use what they reserved.
 
 use crate::config::ReservationArgs;
-use crate::plugin::{Plugin, Reservation, Rule, ShareBound, Subject, Verdict, Why};
+use crate::plugin::{Hook, Plugin, Reservation, Rule, ShareBound, Subject, Verdict, Why};
 use crate::session::Session;
 use crate::snapshot::JobId;
 
@@ -30,6 +30,10 @@ impl ReservationPolicy {
 impl Plugin for ReservationPolicy {
     fn name(&self) -> &'static str {
         "reservation"
+    }
+
+    fn hooks(&self) -> Vec<Hook> {
+        vec![Hook::MaxReservations, Hook::MayReserve, Hook::MayUseReserved]
     }
 
     fn max_reservations(&self) -> usize {

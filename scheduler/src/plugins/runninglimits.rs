@@ -6,7 +6,7 @@
 //! grow within the pod limit. Evicting a whole job frees its place, so priority preemption
 //! within a queue at its limit swaps jobs rather than adding one.
 
-use crate::plugin::{Plugin, Rule, ShareBound, Subject, Verdict, Why};
+use crate::plugin::{Hook, Plugin, Rule, ShareBound, Subject, Verdict, Why};
 use crate::res::Res;
 use crate::session::Session;
 use crate::snapshot::{JobId, QueueId};
@@ -22,6 +22,10 @@ pub struct RunningLimits {
 impl Plugin for RunningLimits {
     fn name(&self) -> &'static str {
         "runninglimits"
+    }
+
+    fn hooks(&self) -> Vec<Hook> {
+        vec![Hook::Allocatable, Hook::MayReclaim]
     }
 
     fn on_open(&mut self, ssn: &mut Session) {

@@ -11,7 +11,7 @@ use std::cmp::Ordering;
 
 use crate::config::ShortestFirstArgs;
 use crate::ids::{JobId, TiVec};
-use crate::plugin::Plugin;
+use crate::plugin::{Hook, Plugin};
 use crate::session::Session;
 
 /// The shortest-first plugin.
@@ -31,6 +31,10 @@ impl ShortestFirst {
 impl Plugin for ShortestFirst {
     fn name(&self) -> &'static str {
         "shortestfirst"
+    }
+
+    fn hooks(&self) -> Vec<Hook> {
+        vec![Hook::JobOrder]
     }
 
     fn on_open(&mut self, ssn: &mut Session) {
