@@ -204,3 +204,38 @@ fn implicit_default() -> QueueInput {
         bounds: QueueBounds::default(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn queue(name: &str, status: serde_json::Value) -> Arc<Queue> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "scheduling.drover.dev/v1alpha1", "kind": "Queue",
+                "metadata": {"name": name}, "spec": {}, "status": status
+            }))
+            .expect("a Queue"),
+        )
+    }
+
+    #[test]
+    fn the_ledger_is_read_from_status_and_figures_that_are_no_usage_count_as_none() {
+        let queues = [
+            queue("a", json!({"usage": {"tick": "1970-01-01T00:02:00Z", "resources": {"nvidia.com/gpu": 960.5}}})),
+            queue("b", json!({"usage": {"tick": "1970-01-01T00:02:00Z", "resources": {"nvidia.com/gpu": -3.0}}})),
+            queue("c", json!({})),
+        ];
+        let mut problems = Vec::new();
+        let ledger = usage_ledger(&queues, &mut problems);
+        assert_eq!(
+            ledger.queues["a"],
+            QueueUsage { at: 120, resources: BTreeMap::from([("nvidia.com/gpu".into(), 960.5)]) }
+        );
+        assert!(ledger.queues["b"].resources.is_empty());
+        assert!(!ledger.queues.contains_key("c"), "no status usage: no entry (it starts from none)");
+        assert_eq!(problems.len(), 1);
+        assert_eq!((problems[0].name.as_str(), problems[0].reason.as_str()), ("b", "InvalidUsage"));
+    }
+}

@@ -430,4 +430,23 @@ mod tests {
         let unschedulable = again.conditions.iter().find(|c| c.type_ == UNSCHEDULABLE).expect("a condition");
         assert_eq!((unschedulable.status.as_str(), unschedulable.message.as_str()), ("True", "waiting"));
     }
+
+    #[test]
+    fn the_usage_patch_writes_a_moved_entry_whole_and_clears_resources_gone() {
+        let entry = QueueUsage { at: 120, resources: BTreeMap::from([("nvidia.com/gpu".into(), 960.5)]) };
+        let written: QueueUsageStatus = serde_json::from_value(json!({
+            "tick": "1970-01-01T00:02:00Z", "resources": {"nvidia.com/gpu": 960.5}
+        }))
+        .expect("a usage status");
+        assert_eq!(usage_patch(Some(&written), Some(&entry)), None, "the same tick and figures: nothing to write");
+        assert_eq!(usage_patch(Some(&written), None), None, "no ledger: the status is left alone");
+        let stale: QueueUsageStatus = serde_json::from_value(json!({
+            "tick": "1970-01-01T00:01:00Z", "resources": {"nvidia.com/gpu": 480.0, "cpu": 1000.0}
+        }))
+        .expect("a usage status");
+        let patch = usage_patch(Some(&stale), Some(&entry)).expect("a moved entry is written");
+        assert_eq!(patch, json!({"tick": "1970-01-01T00:02:00Z", "resources": {"nvidia.com/gpu": 960.5, "cpu": null}}));
+        let first = usage_patch(None, Some(&entry)).expect("a first entry is written");
+        assert_eq!(first["resources"], json!({"nvidia.com/gpu": 960.5}));
+    }
 }
