@@ -351,6 +351,10 @@ impl SchedulerConfig {
         if let Some(drf) = o.drf {
             self.set_plugin(PluginConfig::Drf(drf));
         }
+        if let Some(time_based) = o.time_based {
+            let args = self.fairshare().unwrap_or_default();
+            self.set_plugin(PluginConfig::Fairshare(FairShareArgs { time_based, ..args }));
+        }
     }
 
     fn set_plugin(&mut self, plugin: PluginConfig) {
@@ -412,6 +416,9 @@ pub struct ConfigOverrides {
     /// Dominant-resource fairness ordering.
     #[serde(default)]
     pub drf: Option<DrfConfig>,
+    /// Time-based fair share's settings.
+    #[serde(default)]
+    pub time_based: Option<TimeBasedArgs>,
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use drover_api::{
 use drover_scheduler::carry::{carry, Termination};
 use drover_scheduler::config::{
     ActionName, ConfigOverrides, DrfConfig, FairShareMode, PlacementConfig, PlacementOverride, PlacementStrategy,
-    PoolPlacement, SchedulerConfig,
+    PoolPlacement, SchedulerConfig, TimeBasedArgs,
 };
 use drover_scheduler::cycle::{run_cycle, CycleOutcome};
 use drover_scheduler::ids::{ti_vec, JobId, NodeId, PodId, QueueId, TiVec};
@@ -26,6 +26,7 @@ use drover_scheduler::snapshot::{
     self, Constraints, JobInput, JobPhase, LevelInput, NodeInput, PodPhase, PodPhaseInput, QueueBounds, QueueInput,
     QueueingStrategy, Snapshot, TaskInput, TopologyInput, TopologyRequestInput, ROOT,
 };
+use drover_scheduler::usage::memory_seconds;
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::sample::Index;
@@ -58,6 +59,9 @@ struct Case {
     slow_termination: bool,
     /// Whether nodes' rack labels form a `default` topology (and jobs may require a rack).
     racks: bool,
+    /// With time-based fair share, per queue in input order, its past usage of every
+    /// resource in percent of what the cluster could have given it.
+    past: Vec<u32>,
 }
 
 impl Case {
@@ -76,7 +80,20 @@ impl Case {
 
     /// The snapshot of the case with `jobs`.
     fn build(&self, jobs: &[JobInput]) -> Result<Snapshot, snapshot::SnapshotError> {
-        snapshot::build_with_topologies(&self.nodes, &self.queues, &self.topologies(), jobs)
+        let mut snap = snapshot::build_with_topologies(&self.nodes, &self.queues, &self.topologies(), jobs)?;
+        if let Some(time_based) = self.overrides.time_based {
+            let memory = memory_seconds(&time_based);
+            let past = |name: &str| {
+                let i = self.queues.iter().position(|q| q.name == name);
+                f64::from(i.and_then(|i| self.past.get(i)).copied().unwrap_or(0)) / 100.0
+            };
+            snap.past_usage = snap
+                .queues
+                .iter()
+                .map(|q| snap.capacity.0.iter().map(|&c| past(&q.name) * c as f64 * memory).collect())
+                .collect();
+        }
+        Ok(snap)
     }
 }
 
@@ -98,7 +115,11 @@ impl fmt::Debug for Case {
             )?;
         }
         writeln!(f, "queues:")?;
-        for q in &self.queues {
+        for (i, q) in self.queues.iter().enumerate() {
+            if let Some(t) = self.overrides.time_based {
+                let past = self.past.get(i).copied().unwrap_or(0);
+                writeln!(f, "  (time-based, kValue {}: {} past usage {past}%)", t.k_value, q.name)?;
+            }
             writeln!(
                 f,
                 "  {} parent {} deserved [{}] limit [{}] weight {} reclaimable {} {:?}",
@@ -326,8 +347,8 @@ fn job() -> impl Strategy<Value = JobSpec> {
 /// The configuration overrides: fair-share mode, placement per workload class, DRF ordering.
 fn overrides() -> impl Strategy<Value = ConfigOverrides> {
     let strategy = || prop_oneof![Just(PlacementStrategy::Binpack), Just(PlacementStrategy::Spread)];
-    (any::<bool>(), strategy(), strategy(), any::<bool>(), any::<bool>(), any::<bool>()).prop_map(
-        |(proportional, gpu, cpu, job_order, queue_order, consolidation)| ConfigOverrides {
+    (any::<bool>(), strategy(), strategy(), any::<bool>(), any::<bool>(), any::<bool>(), 0u8..4).prop_map(
+        |(proportional, gpu, cpu, job_order, queue_order, consolidation, k)| ConfigOverrides {
             // Half the cases also run consolidation (off by default), after allocate as KAI does.
             actions: consolidation.then(|| {
                 use ActionName::*;
@@ -339,6 +360,13 @@ fn overrides() -> impl Strategy<Value = ConfigOverrides> {
             })),
             fair_share: Some(if proportional { FairShareMode::DemandProportional } else { FairShareMode::MaxMin }),
             drf: Some(DrfConfig { job_order, queue_order }),
+            // Half the cases run time-based fair share, with kValue 0.5 to 2 (their queues'
+            // past usage is drawn with the case).
+            time_based: (k > 1).then(|| TimeBasedArgs {
+                enabled: true,
+                k_value: if k == 2 { 0.5 } else { 2.0 },
+                ..TimeBasedArgs::default()
+            }),
         },
     )
 }
@@ -353,9 +381,11 @@ fn case() -> impl Strategy<Value = Case> {
         overrides(),
         any::<bool>(),
         any::<bool>(),
+        vec(0u32..=100, 6),
     )
-        .prop_map(|(nodes, queues, classes, jobs, overrides, slow, racks)| {
-            assemble(nodes, queues, &classes, jobs, overrides, (slow, racks))
+        .prop_map(|(nodes, queues, classes, jobs, overrides, slow, racks, past)| Case {
+            past,
+            ..assemble(nodes, queues, &classes, jobs, overrides, (slow, racks))
         })
 }
 
@@ -410,7 +440,7 @@ fn assemble(
         }
         jobs.push(job);
     }
-    Case { nodes, queues, jobs, overrides, slow_termination, racks }
+    Case { nodes, queues, jobs, overrides, slow_termination, racks, past: Vec::new() }
 }
 
 /// A job's topology request by its generated pick (see [`JobSpec::topology`]).
@@ -1266,6 +1296,7 @@ fn tiny_case() -> Case {
         overrides: ConfigOverrides::default(),
         slow_termination: false,
         racks: false,
+        past: Vec::new(),
     }
 }
 

@@ -55,8 +55,12 @@ pub fn simulate(scenario: &Scenario, config: &SchedulerConfig, cycles: u32) -> R
     let mut cycle = 0;
     loop {
         cycle += 1;
-        let snap = snapshot::build_with_topologies(&scenario.nodes, &scenario.queues, &scenario.topologies, &jobs)?
+        let mut snap = snapshot::build_with_topologies(&scenario.nodes, &scenario.queues, &scenario.topologies, &jobs)?
             .at(scenario.now);
+        if config.time_based().is_some() {
+            // The scenario's clock stands still: the ledger stays as the file gives it.
+            snap.past_usage = scenario.usage.for_snapshot(&snap);
+        }
         let outcome = run_cycle(&snap, config);
         let node = |n: NodeId| snap.nodes[n].name.clone();
         let fates: TiVec<PodId, PodFate> = outcome

@@ -4,18 +4,25 @@
 
 use std::path::Path;
 
-use drover_scheduler::config::SchedulerConfig;
+use drover_scheduler::config::{ConfigOverrides, SchedulerConfig, TimeBasedArgs};
 use drover_sim::{check, report, run, scenario};
 
 /// Whether the scenario meets its expectations with the plugin `without` (by name) left out.
 fn holds_without(file: &str, without: &str) -> bool {
+    holds_changed(file, |config| {
+        let before = config.plugins.len();
+        config.plugins.retain(|p| p.name() != without);
+        assert_eq!(config.plugins.len() + 1, before, "the default configuration enables {without}");
+    })
+}
+
+/// Whether the scenario meets its expectations with its configuration changed by `change`.
+fn holds_changed(file: &str, change: impl FnOnce(&mut SchedulerConfig)) -> bool {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios").join(file);
     let s = scenario::load(&path).expect("the scenario is valid");
     let mut config = SchedulerConfig::default();
     config.apply(&s.config);
-    let before = config.plugins.len();
-    config.plugins.retain(|p| p.name() != without);
-    assert_eq!(config.plugins.len() + 1, before, "the default configuration enables {without}");
+    change(&mut config);
     let result = run::simulate(&s, &config, s.cycles).expect("validated scenarios build");
     check::mismatches(&s, &report::report(&s.name, &result)).is_empty()
 }
@@ -37,4 +44,12 @@ fn min_runtime_scenarios_need_the_minruntime_plugin() {
 #[test]
 fn the_quota_decrease_scenario_needs_the_fairshare_plugin() {
     assert!(!holds_without("quota-decrease-is-reclaimed-once.yaml", "fairshare"), "it holds without fair shares");
+}
+
+#[test]
+fn the_time_based_scenario_needs_time_based_fair_share() {
+    let file = "time-based-fair-share-favours-the-queue-that-used-less.yaml";
+    assert!(holds_changed(file, |_| {}), "it holds as written");
+    let off = ConfigOverrides { time_based: Some(TimeBasedArgs::default()), ..ConfigOverrides::default() };
+    assert!(!holds_changed(file, |config| config.apply(&off)), "it holds without time-based fair share");
 }

@@ -203,6 +203,7 @@ fn the_contract_example_parses() {
             placement: Some(PlacementOverride::Strategy(PlacementStrategy::Binpack)),
             fair_share: Some(FairShareMode::MaxMin),
             drf: None,
+            time_based: None,
         }
     );
 

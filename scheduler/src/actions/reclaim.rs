@@ -170,10 +170,11 @@ fn no_victims(ctx: &Ctx, job: JobId, need: &Res, furthest: Option<Why>) -> Strin
                 "reclaim: elastic pods take only from queues above their fair share, and no other queue is above it in {}",
                 wanted
             ),
-            _ => {
-                "reclaim: the work above other queues' deserved quota is non-preemptible or in non-reclaimable queues"
-                    .into()
-            }
+            _ => format!(
+                "reclaim: the work above other queues' deserved quota in {quota_wanted} is non-preemptible or in \
+                 non-reclaimable queues ({})",
+                furthest.expect("a refusal")
+            ),
         },
     }
 }

@@ -15,6 +15,7 @@ use drover_api::PriorityClass;
 use drover_scheduler::config::ConfigOverrides;
 pub use drover_scheduler::snapshot::QueueingStrategy;
 use drover_scheduler::snapshot::{JobInput, NodeInput, QueueInput, TaskInput, TopologyInput};
+use drover_scheduler::usage::UsageLedger;
 use serde::Deserialize;
 use serde_yaml::Value;
 
@@ -47,6 +48,9 @@ pub struct Scenario {
     pub topologies: Vec<TopologyInput>,
     /// The queue tree, as a flat list with parent links.
     pub queues: Vec<QueueInput>,
+    /// The queues' past usage for time-based fair share (Drover's extension, a queue's
+    /// `usage`: decayed resource-seconds, as Queue status keeps them), as of `now`.
+    pub usage: UsageLedger,
     /// The priority classes jobs may use (the built-in ones when the file lists none).
     pub priority_classes: Vec<PriorityClass>,
     /// The workloads, one job per pod group; `running` pods are bound, the rest pending, and

@@ -13,6 +13,7 @@ use drover_scheduler::snapshot::{
     Constraints, JobInput, JobPhase, NodeInput, PodPhaseInput, QueueBounds, QueueInput, QueueingStrategy, TaskInput,
     TopologyRequestInput,
 };
+use drover_scheduler::usage::{QueueUsage, UsageLedger};
 use serde::{Deserialize, Deserializer};
 
 use super::de::{foreign, foreign_list, name, resources, Step};
@@ -82,6 +83,8 @@ struct Queue {
     max_running_pods: Option<u32>,
     preempt_min_runtime_seconds: Option<u32>,
     reclaim_min_runtime_seconds: Option<u32>,
+    #[serde(default)]
+    usage: BTreeMap<String, f64>,
 }
 
 impl Queue {
@@ -184,7 +187,19 @@ pub(super) fn validate(doc: &Doc, file: File) -> Result<Scenario, ScenarioError>
         }
         Some(classes) => classes.into_iter().map(|c| PriorityClass::new(&c.name, c.value, c.preemptible)).collect(),
     };
-    let queues = file.queues.into_iter().flatten().map(Queue::input);
+    let queues: Vec<Queue> = file.queues.into_iter().flatten().collect();
+    let mut ledger = UsageLedger::default();
+    for (i, q) in queues.iter().enumerate() {
+        if let Some((resource, _)) = q.usage.iter().find(|(_, v)| !(v.is_finite() && **v >= 0.0)) {
+            let message = "must be a number of resource-seconds, at least 0";
+            return Err(doc.error(steps!["queues", i, "usage", resource.as_str()], message));
+        }
+        if !q.usage.is_empty() {
+            let entry = QueueUsage { at: file.now.unwrap_or(0), resources: q.usage.clone() };
+            ledger.queues.insert(q.name.clone(), entry);
+        }
+    }
+    let queues = queues.into_iter().map(Queue::input);
     let mut scenario = Scenario {
         name: file.name,
         description: file.description.unwrap_or_default(),
@@ -194,6 +209,7 @@ pub(super) fn validate(doc: &Doc, file: File) -> Result<Scenario, ScenarioError>
         nodes: file.nodes.into_iter().flatten().map(|n| n.0).collect(),
         topologies: topology::hierarchies(doc, file.topologies.unwrap_or_default())?,
         queues: queues.collect(),
+        usage: ledger,
         priority_classes,
         jobs: Vec::new(),
         expect: None,
