@@ -111,6 +111,9 @@ fn advice(snap: &Snapshot, by: Option<Blocker>, need: &Res) -> String {
             "raise queue {q}'s limit of {r} to at least {amount}, or wait until {} of {r} is freed in it",
             snap.amount(e.resource, freed)
         ),
+        Rule::UsableShare => format!(
+            "wait until free capacity that one of queue {q}'s waiting gangs can start on brings its fair share of {r} to {amount}"
+        ),
         Rule::FairShare | Rule::OverFairShare => format!(
             "wait until queue {q}'s fair share of {r} reaches {amount} (other queues' demand falls) or raise its deserved quota"
         ),

@@ -26,6 +26,10 @@ pub enum Rule {
     FairShare,
     /// The queue already uses more than its fair share.
     OverFairShare,
+    /// Allocation within fair share: the queue would exceed its fair share, lowered to the
+    /// capacity its waiting work can use (free capacity none of its waiting gangs can start on
+    /// is no part of it).
+    UsableShare,
     /// Non-preemptible work only within its queue's deserved quota.
     NonPreemptibleDeserved,
     /// Admission: a non-preemptible gang larger than its queue's deserved quota.
@@ -194,6 +198,10 @@ impl fmt::Display for Why<'_> {
             Rule::Limit => write!(f, "queue {s} would exceed its limit"),
             Rule::LimitForGang => write!(f, "queue {s} cannot hold the gang's minimum within its limit"),
             Rule::FairShare => write!(f, "queue {s} would exceed its fair share"),
+            Rule::UsableShare => write!(
+                f,
+                "queue {s} would exceed its fair share, which counts only capacity its waiting gangs can start on"
+            ),
             Rule::OverFairShare => write!(f, "queue {s} is over its fair share"),
             Rule::NonPreemptibleDeserved => write!(f, "non-preemptible work may only use queue {s}'s deserved quota"),
             Rule::NonPreemptibleGangDeserved => write!(

@@ -1,12 +1,14 @@
 //! Hierarchical fair share: per queue, deserved quota, hard limit, over-quota weight and
 //! reclaimable flag. Each cycle it computes every queue's demand and fair share (see
-//! [`crate::share_division`]), orders sibling queues most-deprived first, keeps allocations
-//! within limits and (in the fair pass) within fair shares, keeps non-preemptible work within
-//! deserved quota, admits pod groups only when their queue can hold their minimum, and
-//! decides which reclaim victims may be taken (KAI's rule, see [`reclaimable_from`]): from
-//! queues over fair share first, never from a queue at or below its deserved quota, and never
-//! from non-reclaimable queues (except their elastic pods while they are overused). The pod
-//! count is node capacity, not quota: it has no fair-share bound here.
+//! [`crate::share_division`]) and lowers each leaf queue's share to the capacity its waiting
+//! gangs can use (see [`count_only_usable_capacity`]), orders sibling queues most-deprived
+//! first, keeps allocations within limits and (in the fair pass) within fair shares, keeps
+//! non-preemptible work within deserved quota, admits pod groups only when their queue can
+//! hold their minimum, and decides which reclaim victims may be taken (KAI's rule, see
+//! [`reclaimable_from`]): from queues over fair share first, never from a queue at or below
+//! its deserved quota, and never from non-reclaimable queues (except their elastic pods while
+//! they are overused). The pod count is node capacity, not quota: it has no fair-share bound
+//! here.
 
 use std::cell::{Cell, RefCell};
 use std::cmp::Ordering;
@@ -18,7 +20,7 @@ use crate::queue_state::queue_state;
 use crate::res::{Res, UNLIMITED};
 use crate::session::Session;
 use crate::share_division::{divide, Claim, PastUsage};
-use crate::snapshot::{JobId, JobPhase, QueueId, Snapshot, ROOT};
+use crate::snapshot::{JobId, JobPhase, PodId, QueueId, Snapshot, ROOT};
 
 /// The fair-share plugin.
 pub struct FairShare {
@@ -42,6 +44,9 @@ pub struct FairShare {
     /// Per queue, how many of its first `waiting` jobs are known to have no pod left to place
     /// this cycle (placed or pipelined).
     placed: TiVec<QueueId, Cell<usize>>,
+    /// Per queue, its fair share before [`count_only_usable_capacity`] lowered it: a refusal
+    /// by a lowered share says so.
+    full_share: TiVec<QueueId, Res>,
 }
 
 /// A job's running and pipelined pod counts: its request is fixed while these are.
@@ -67,6 +72,7 @@ impl FairShare {
             needs: RefCell::new(TiVec::new()),
             waiting: TiVec::new(),
             placed: TiVec::new(),
+            full_share: TiVec::new(),
         }
     }
 }
@@ -134,6 +140,115 @@ fn past_usage(snap: &Snapshot, time_based: TimeBasedArgs) -> Option<TiVec<QueueI
         }
     };
     Some(snap.queues.keys().map(|q| (0..snap.resources.len()).map(|r| part(q, r)).collect()).collect())
+}
+
+/// Lowers each leaf queue's fair share to the capacity its waiting work can use: what it
+/// holds, plus what reclaim could take for it from other leaf queues, plus the free capacity
+/// (idle or being freed) of the nodes where a pod of one of its waiting gangs fits, counted
+/// only when one of those gangs fits the free capacity whole; never below its guaranteed
+/// part, `min(deserved, demand)`. Free capacity split into pieces that none of the queue's
+/// waiting gangs can start on is no part of its share: counting it made the queue look
+/// deprived of capacity no rule could give it. What the queue cannot use stays unassigned,
+/// as demand nobody has does.
+///
+/// A queue's waiting gang is each job's gang minimum still to place, or its next pod once
+/// the minimum runs. The fit is counted on capacity alone (node selectors and taints are not
+/// looked at), so the share may count capacity a gang still cannot use; it places the gang's
+/// pods first fit, so a gang only a tighter packing would seat counts as not fitting. What
+/// reclaim could take is what other leaf queues hold above their deserved quota while the
+/// queue is within its own, else above the larger of their fair share and deserved quota
+/// (KAI's rule, as [`reclaimable_from`] judges it).
+///
+/// Returns every queue's fair share before it was lowered, so that a refusal can say which
+/// bound refused.
+pub fn count_only_usable_capacity(
+    ssn: &mut Session,
+    jobs_by_queue: &TiSlice<QueueId, Vec<JobId>>,
+) -> TiVec<QueueId, Res> {
+    let full = ssn.fair_share.clone();
+    let fair = &full;
+    let snap = ssn.snap;
+    let n = snap.resources.len();
+    let free: Vec<Res> = snap
+        .nodes
+        .keys()
+        .filter(|&node| !snap.nodes[node].unschedulable)
+        .map(|node| Res((0..n).map(|r| ssn.future_of(node, r).max(0)).collect()))
+        .collect();
+    let mut total_free = Res::zero(n);
+    free.iter().for_each(|f| total_free.add(f));
+    let leaves: Vec<QueueId> =
+        snap.queues.keys().filter(|&q| q != ROOT && snap.queues[q].children.is_empty()).collect();
+    let mut lowered = Vec::new();
+    for &q in &leaves {
+        let Some(pods) = startable_pods(ssn, &jobs_by_queue[q], &free, &total_free) else { continue };
+        let (alloc, deserved) = (&ssn.queue_alloc[q], &snap.queues[q].deserved);
+        let mut usable = alloc.clone();
+        for f in free.iter().filter(|f| pods.iter().any(|r| r.fits_in(f))) {
+            usable.add(f);
+        }
+        let within_deserved = (0..n).all(|r| !snap.quota_resources[r] || alloc[r] <= deserved[r]);
+        for &v in leaves.iter().filter(|&&v| v != q) {
+            let (held, bar) = (&ssn.queue_alloc[v], &snap.queues[v].deserved);
+            for r in 0..n {
+                let bar = if within_deserved { bar[r] } else { bar[r].max(fair[v][r]) };
+                usable[r] = usable[r].saturating_add((held[r] - bar).max(0));
+            }
+        }
+        let mut share = fair[q].clone();
+        for r in (0..n).filter(|&r| r != snap.pods_resource) {
+            let guaranteed = deserved[r].min(ssn.demand[q][r]);
+            share[r] = share[r].min(usable[r].max(guaranteed));
+        }
+        lowered.push((q, share));
+    }
+    for (q, share) in lowered {
+        ssn.fair_share[q] = share;
+    }
+    full
+}
+
+/// The distinct pod requests of the waiting gangs among `jobs` that fit the nodes' `free`
+/// capacity whole (none when no gang does); `None` when no job waits. A gang of alike pods
+/// that does not fit rules out every later gang of as many such pods or more.
+fn startable_pods<'s>(ssn: &Session<'s>, jobs: &[JobId], free: &[Res], total: &Res) -> Option<Vec<&'s Res>> {
+    let mut waiting = false;
+    let mut pods: Vec<&Res> = Vec::new();
+    let mut too_big: Vec<(&Res, usize)> = Vec::new();
+    for &j in jobs {
+        let mut gang = ssn.gang_pods(j);
+        if gang.is_empty() {
+            gang.extend(ssn.pending_pods(j).take(1));
+        }
+        let Some(&first) = gang.first() else { continue };
+        waiting = true;
+        let first = ssn.requests(first);
+        let alike = gang.iter().all(|&p| ssn.requests(p) == first);
+        if alike && too_big.iter().any(|&(r, k)| r == first && k <= gang.len()) {
+            continue;
+        }
+        if ssn.sum_requests(&gang).fits_in(total) && fits_whole(ssn, &gang, free) {
+            for &p in &gang {
+                let r = ssn.requests(p);
+                if !pods.contains(&r) {
+                    pods.push(r);
+                }
+            }
+        } else if alike {
+            too_big.push((first, gang.len()));
+        }
+    }
+    waiting.then_some(pods)
+}
+
+/// Whether the pods fit the nodes' `free` capacity together, each on the first node with
+/// room left.
+fn fits_whole(ssn: &Session, pods: &[PodId], free: &[Res]) -> bool {
+    let mut left = free.to_vec();
+    pods.iter().all(|&p| {
+        let r = ssn.requests(p);
+        left.iter_mut().find(|f| r.fits_in(f)).map(|f| f.sub(r)).is_some()
+    })
 }
 
 fn fill_demand(snap: &Snapshot, q: QueueId, demand: &mut TiSlice<QueueId, Res>) {
@@ -282,10 +397,15 @@ fn within_deserved_with<'s>(ssn: &Session<'s>, q: QueueId, req: &Res) -> Verdict
     }
 }
 
-/// Whether queue `q` stays within its fair share with `req` added.
-fn within_fair_share_with<'s>(ssn: &Session<'s>, q: QueueId, req: &Res) -> Verdict<'s> {
+/// Whether queue `q` stays within its fair share with `req` added; a refusal by a share
+/// lowered to the capacity the queue's waiting work can use (`full`: the share before) says so.
+fn within_fair_share_with<'s>(ssn: &Session<'s>, full: &TiSlice<QueueId, Res>, q: QueueId, req: &Res) -> Verdict<'s> {
     match exceeding(req, &ssn.queue_alloc[q], &ssn.fair_share[q]) {
-        Some(e) => Err(Why::exceeding(ssn.snap, Rule::FairShare, Subject::Queue(q), e)),
+        Some(e) => {
+            let lowered = full.get(q).is_some_and(|f| f[e.0] > ssn.fair_share[q][e.0]);
+            let rule = if lowered { Rule::UsableShare } else { Rule::FairShare };
+            Err(Why::exceeding(ssn.snap, rule, Subject::Queue(q), e))
+        }
         None => Ok(()),
     }
 }
@@ -366,6 +486,7 @@ impl Plugin for FairShare {
             by_queue[job.queue].push(j);
         }
         compute_shares(ssn, &by_queue, &self.args);
+        self.full_share = count_only_usable_capacity(ssn, &by_queue);
         let snap = ssn.snap;
         self.past = match past_usage(snap, self.args.time_based) {
             Some(parts) => parts
@@ -437,7 +558,7 @@ impl Plugin for FairShare {
                 }
             }
             if bound == ShareBound::FairShare {
-                within_fair_share_with(ssn, q, req)?;
+                within_fair_share_with(ssn, &self.full_share, q, req)?;
             }
         }
         Ok(())
@@ -497,7 +618,7 @@ impl Plugin for FairShare {
     fn may_reclaim<'s>(&self, ssn: &Session<'s>, job: JobId, req: &Res) -> Verdict<'s> {
         let q = ssn.snap.jobs[job].queue;
         self.within_fair_share(ssn, q)?;
-        within_fair_share_with(ssn, q, req)
+        within_fair_share_with(ssn, &self.full_share, q, req)
     }
 
     fn within_deserved<'s>(&self, ssn: &Session<'s>, job: JobId, req: &Res) -> Verdict<'s> {
