@@ -151,10 +151,12 @@ async fn explain_and_queue_commands_read_and_change_the_cluster_with_documented_
     waiting_job(&client, "team-a", "finetune", "nlp", 1).await;
     let kubeconfig = server.kubeconfig();
 
-    // explain: the core's answer — the fair share of the job's queue blocks it; the queue limit
+    // explain: the core's answer — the fair share of the job's queue blocks it (lowered to what
+    // it can use: the only node is not ready, so it can use what it holds); the queue limit
     // blocks the other job.
     let table = stdout(&drover(&kubeconfig, &["explain", "job", "team-a/train"]));
-    assert!(table.contains("queue vision would exceed its fair share (nvidia.com/gpu 10 > 6)"), "{table}");
+    let refusal = "queue vision would exceed its fair share, which counts only capacity its waiting gangs can start on (cpu 10 > 6)";
+    assert!(table.contains(refusal), "{table}");
     assert!(table.contains("What would let it start:"), "{table}");
     let limited = stdout(&drover(&kubeconfig, &["explain", "job", "team-a/finetune"]));
     assert!(limited.contains("queue nlp would exceed its limit (nvidia.com/gpu 3 > 2)"), "{limited}");
