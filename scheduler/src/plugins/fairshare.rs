@@ -222,6 +222,11 @@ fn startable_pods<'s>(ssn: &Session<'s>, jobs: &[JobId], free: &[Res], total: &R
         }
         let Some(&first) = gang.first() else { continue };
         waiting = true;
+        // Only the distinct requests count: a gang whose pods' requests are all in already
+        // adds nothing, so it is not fitted again.
+        if gang.iter().all(|&p| pods.contains(&ssn.requests(p))) {
+            continue;
+        }
         let first = ssn.requests(first);
         let alike = gang.iter().all(|&p| ssn.requests(p) == first);
         if alike && too_big.iter().any(|&(r, k)| r == first && k <= gang.len()) {
