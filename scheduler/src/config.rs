@@ -325,9 +325,7 @@ impl SchedulerConfig {
     /// Turns time-based fair share on in the fair-share plugin (keeping its other settings),
     /// enabling the plugin if it is not.
     pub fn enable_time_based(&mut self) {
-        let mut args = self.fairshare().unwrap_or_default();
-        args.time_based.enabled = true;
-        self.set_plugin(PluginConfig::Fairshare(args));
+        self.edit_fairshare(|args| args.time_based.enabled = true);
     }
 
     /// Applies per-scenario overrides.
@@ -336,8 +334,7 @@ impl SchedulerConfig {
             self.actions = actions.clone();
         }
         if let Some(mode) = o.fair_share {
-            let args = self.fairshare().unwrap_or_default();
-            self.set_plugin(PluginConfig::Fairshare(FairShareArgs { mode, ..args }));
+            self.edit_fairshare(|args| args.mode = mode);
         }
         if let Some(placement) = &o.placement {
             let config = match placement {
@@ -352,9 +349,16 @@ impl SchedulerConfig {
             self.set_plugin(PluginConfig::Drf(drf));
         }
         if let Some(time_based) = o.time_based {
-            let args = self.fairshare().unwrap_or_default();
-            self.set_plugin(PluginConfig::Fairshare(FairShareArgs { time_based, ..args }));
+            self.edit_fairshare(|args| args.time_based = time_based);
         }
+    }
+
+    /// Changes the fair-share plugin's arguments in place, enabling it (with its defaults
+    /// first) if it is not.
+    fn edit_fairshare(&mut self, edit: impl FnOnce(&mut FairShareArgs)) {
+        let mut args = self.fairshare().unwrap_or_default();
+        edit(&mut args);
+        self.set_plugin(PluginConfig::Fairshare(args));
     }
 
     fn set_plugin(&mut self, plugin: PluginConfig) {

@@ -5,7 +5,7 @@
 //! the snapshot ([`Snapshot::past_usage`]); the callers that keep it between cycles (the
 //! scheduler binary in Queue status, the simulator in memory) advance it before each cycle.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::config::TimeBasedArgs;
 use crate::ids::{ti_vec, TiVec};
@@ -42,7 +42,8 @@ impl UsageLedger {
         let window_start = |t: i64| if window > 0 { t.div_euclid(window) * window } else { i64::MIN };
         let d = decay_per_tick(args);
         let held = holdings(snap);
-        self.queues.retain(|name, _| snap.queues.iter().any(|q| !q.name.is_empty() && &q.name == name));
+        let names: BTreeSet<&str> = snap.queues.iter().skip(1).map(|q| q.name.as_str()).collect();
+        self.queues.retain(|name, _| names.contains(name.as_str()));
         let mut changed = Vec::new();
         for (q, queue) in snap.queues.iter_enumerated().skip(1) {
             let entry = self

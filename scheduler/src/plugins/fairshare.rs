@@ -77,8 +77,14 @@ impl FairShare {
     }
 }
 
-/// Computes demand and fair share of every queue into the session.
-pub fn compute_shares(ssn: &mut Session, jobs_by_queue: &TiSlice<QueueId, Vec<JobId>>, args: &FairShareArgs) {
+/// Computes demand and fair share of every queue into the session; `past` is every queue's
+/// normalized past usage when time-based fair share is on ([`past_usage`]).
+pub fn compute_shares(
+    ssn: &mut Session,
+    jobs_by_queue: &TiSlice<QueueId, Vec<JobId>>,
+    args: &FairShareArgs,
+    past: Option<&TiSlice<QueueId, Vec<f64>>>,
+) {
     let snap = ssn.snap;
     let n = snap.resources.len();
     let mut demand = ti_vec![Res::zero(n); snap.queues.len()];
@@ -92,7 +98,6 @@ pub fn compute_shares(ssn: &mut Session, jobs_by_queue: &TiSlice<QueueId, Vec<Jo
     fill_demand(snap, ROOT, &mut demand);
     let mut fair = ti_vec![Res::zero(n); snap.queues.len()];
     fair[ROOT] = snap.capacity.clone();
-    let past = past_usage(snap, args.time_based);
     let mut stack = vec![ROOT];
     while let Some(p) = stack.pop() {
         let children = &snap.queues[p].children;
@@ -105,8 +110,7 @@ pub fn compute_shares(ssn: &mut Session, jobs_by_queue: &TiSlice<QueueId, Vec<Jo
                     weight: snap.queues[c].over_quota_weight,
                 })
                 .collect();
-            let usage: Vec<f64> =
-                past.as_ref().map(|u| children.iter().map(|&c| u[c][r]).collect()).unwrap_or_default();
+            let usage: Vec<f64> = past.map(|u| children.iter().map(|&c| u[c][r]).collect()).unwrap_or_default();
             let past = past.is_some().then_some(PastUsage { k_value: args.time_based.k_value, usage: &usage });
             for (&c, share) in children.iter().zip(divide(fair[p][r], &claims, args.mode, past)) {
                 fair[c][r] = share;
@@ -490,10 +494,11 @@ impl Plugin for FairShare {
         for (j, job) in ssn.snap.jobs.iter_enumerated() {
             by_queue[job.queue].push(j);
         }
-        compute_shares(ssn, &by_queue, &self.args);
-        self.full_share = count_only_usable_capacity(ssn, &by_queue);
         let snap = ssn.snap;
-        self.past = match past_usage(snap, self.args.time_based) {
+        let past = past_usage(snap, self.args.time_based);
+        compute_shares(ssn, &by_queue, &self.args, past.as_deref());
+        self.full_share = count_only_usable_capacity(ssn, &by_queue);
+        self.past = match past {
             Some(parts) => parts
                 .iter()
                 .map(|u| (0..u.len()).filter(|&r| r != snap.pods_resource).map(|r| u[r]).fold(0.0, f64::max))
