@@ -4,7 +4,8 @@
 //! [`run`] watches Nodes, Pods (all of them: the conversion subtracts foreign usage),
 //! PodGroups, Queues and PriorityClasses into reflector stores and waits until every store
 //! has listed once. Then, every [`SchedulerOptions::period`], and about 50 ms after a pending
-//! pod of the scheduler, a new PodGroup or a new Node appears, it runs a cycle — only while
+//! pod of the scheduler, a new PodGroup or a new Node appears or a bound pod is deleted (a
+//! claim waiting for its victims starts as soon as they are gone), it runs a cycle — only while
 //! `is_leader()` says so. A cycle never lists the API: it converts the store contents once
 //! ([`crate::convert`]: jobs, and each PodGroup's members and counts), builds a snapshot,
 //! runs the core synchronously (after recovery) and writes, in this order:

@@ -239,3 +239,45 @@ fn a_claim_that_no_longer_completes_its_gang_is_dropped() {
     let states: Vec<PodState> = snap.jobs[a].tasks[0].pods.iter().map(|&p| out.pod_state[p]).collect();
     assert_eq!(states, [PodState::Pending, PodState::Pending], "never half a gang");
 }
+
+/// The cluster above with a second node n2 (8 idle CPUs) and `a` an elastic job of two
+/// 8-CPU pods (minimum `min`), one nominated to n1, where v is still terminating (4 CPUs
+/// idle), the other to n2, whose victims are gone.
+fn half_freed_claim(min: u32) -> (Snapshot, CycleOutcome, Vec<PodState>) {
+    let mut inputs = claimed_cluster();
+    inputs.0.push(NodeInput { name: "n2".into(), ..inputs.0[0].clone() });
+    inputs.0[1].allocatable.0.insert(CPU.to_string(), 8_000);
+    inputs.2.retain(|j| j.name != "b" && j.name != "s");
+    let a = inputs.2.iter_mut().find(|j| j.name == "a").expect("a exists");
+    a.min_member = min;
+    a.tasks[0].min_available = min;
+    a.tasks[0].requests = cpus(8);
+    a.tasks[0].pods = vec![PodPhaseInput::Nominated("n1".into()), PodPhaseInput::Nominated("n2".into())];
+    let (snap, out) = run_inputs(&inputs);
+    let a = snap.jobs.position(|j| j.name == "a").expect("a exists");
+    let states = snap.jobs[a].tasks[0].pods.iter().map(|&p| out.pod_state[p]).collect();
+    (snap, out, states)
+}
+
+#[test]
+fn an_elastic_claim_starts_each_pod_whose_victims_are_gone() {
+    let (_, out, states) = half_freed_claim(1);
+    assert_eq!(
+        states,
+        [PodState::Pipelined(NodeId(0)), PodState::Allocated(NodeId(1))],
+        "the pod on n2 starts now, the one on n1 keeps its claim: {:?}",
+        out.reasons
+    );
+    assert!(out.decisions.evictions.is_empty(), "{:?}", out.decisions.evictions);
+}
+
+#[test]
+fn a_gang_claim_starts_only_whole() {
+    let (_, out, states) = half_freed_claim(2);
+    assert_eq!(
+        states,
+        [PodState::Pipelined(NodeId(0)), PodState::Pipelined(NodeId(1))],
+        "half the gang may not start: {:?}",
+        out.reasons
+    );
+}

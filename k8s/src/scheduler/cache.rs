@@ -93,11 +93,17 @@ fn on_new<K: Resource>(trigger: Arc<Notify>) -> impl FnMut(&watcher::Event<K>) +
 
 impl Cache {
     /// Starts the watches. `trigger` is notified when a pending pod of the scheduler, a new
-    /// PodGroup or a new Node appears.
+    /// PodGroup or a new Node appears, and when a bound pod is deleted (its capacity is free).
     pub(super) fn start(client: &Client, scheduler_name: &str, trigger: Arc<Notify>) -> Cache {
         let name = scheduler_name.to_string();
         let t = trigger.clone();
         let (pods, pods_task) = reflect(Api::<Pod>::all(client.clone()), "Pod", move |event| {
+            if let watcher::Event::Delete(pod) = event {
+                if pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty()) {
+                    t.notify_one(); // capacity freed: a claim waiting for its victims may bind now
+                }
+                return;
+            }
             let Some(pod) = applied(event) else { return };
             let Some(spec) = pod.spec.as_ref() else { return };
             if spec.scheduler_name.as_deref() == Some(name.as_str())

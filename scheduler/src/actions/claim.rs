@@ -13,7 +13,9 @@
 //! placed again as one statement, each on its own node when that node still passes the
 //! pod's filters, will have room for it and keeps the job's topology requirements, else on
 //! the same nodes in whatever order the usual placement finds: bound there once the
-//! victims are gone, pipelined again while they terminate.
+//! victims are gone, pipelined again while they terminate. Pods whose nodes have room
+//! already bind at once when they complete the gang without the others (a job's elastic
+//! pods, or a gang whose minimum runs), so a claim never holds back work that could start.
 //! A claim is dropped, and its pods wait like any others, only when it can no longer be met:
 //! its nodes no longer hold its pods, its queue's fair share no longer allows them, or they
 //! no longer complete the gang (its minimum grew). And a job whose victims have not all
@@ -75,8 +77,10 @@ pub fn keep(ctx: &mut Ctx) {
 }
 
 /// Places the job's nominated pods on their nodes: binds them there (committed) when every
-/// one fits there now, else returns the uncommitted statement pipelining them; `None` as
-/// well when the claim can no longer be met.
+/// one fits there now, else returns the uncommitted statement pipelining those that must
+/// still wait, after binding the others when they complete the gang on their own (an elastic
+/// job starts each pod as soon as its victims are gone); `None` when all bound, or when the
+/// claim can no longer be met.
 fn keep_claim(ctx: &mut Ctx, job: JobId) -> Option<Statement> {
     let ssn = &ctx.ssn;
     let nominated: Vec<(PodId, NodeId)> =
@@ -99,15 +103,26 @@ fn keep_claim(ctx: &mut Ctx, job: JobId) -> Option<Statement> {
     let placed = pipelined(ctx, job);
     ctx.ssn.discard(pipe);
     let mut bind = Statement::new();
+    let (mut now, mut later) = (0, Vec::new());
     for &(p, n) in &placed {
-        if !ctx.ssn.fits_idle(n, ctx.ssn.requests(p), None) {
-            ctx.ssn.discard(bind);
-            return Some(pipeline(ctx, &placed));
+        if ctx.ssn.fits_idle(n, ctx.ssn.requests(p), None) {
+            ctx.ssn.allocate(&mut bind, p, n);
+            now += 1;
+        } else {
+            later.push((p, n));
         }
-        ctx.ssn.allocate(&mut bind, p, n);
+    }
+    if later.is_empty() {
+        ctx.ssn.commit(bind);
+        return None;
+    }
+    // The pods bound now count as running: the job is ready when they complete its gang.
+    if now == 0 || !ctx.fw.job_ready(ctx.ssn, job) {
+        ctx.ssn.discard(bind);
+        return Some(pipeline(ctx, &placed));
     }
     ctx.ssn.commit(bind);
-    None
+    Some(pipeline(ctx, &later))
 }
 
 /// Pipelines each nominated pod onto its own node, when the node still passes the pod's
