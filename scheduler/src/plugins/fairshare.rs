@@ -13,6 +13,8 @@
 use std::cell::{Cell, RefCell};
 use std::cmp::Ordering;
 
+use foldhash::HashMap;
+
 use crate::config::{FairShareArgs, TimeBasedArgs};
 use crate::ids::{ti_vec, TiSlice, TiVec};
 use crate::plugin::{EvictMode, Plugin, Rule, ShareBound, Subject, Verdict, Victim, Why};
@@ -184,13 +186,19 @@ pub fn count_only_usable_capacity(
     let leaves: Vec<QueueId> =
         snap.queues.keys().filter(|&q| q != ROOT && snap.queues[q].children.is_empty()).collect();
     let mut lowered = Vec::new();
+    // Queues often wait with gangs of the same requests: each is fitted, and each set of
+    // requests' reachable capacity summed, once per cycle.
+    let mut fitted: Fitted = HashMap::default();
+    let mut reachable: HashMap<Vec<&Res>, Res> = HashMap::default();
     for &q in &leaves {
-        let Some(pods) = startable_pods(ssn, &jobs_by_queue[q], &free, &total_free) else { continue };
+        let Some(pods) = startable_pods(ssn, &jobs_by_queue[q], &free, &total_free, &mut fitted) else { continue };
         let (alloc, deserved) = (&ssn.queue_alloc[q], &snap.queues[q].deserved);
         let mut usable = alloc.clone();
-        for f in free.iter().filter(|f| pods.iter().any(|r| r.fits_in(f))) {
-            usable.add(f);
-        }
+        usable.add(reachable.entry(pods).or_insert_with_key(|pods| {
+            let mut sum = Res::zero(n);
+            free.iter().filter(|f| pods.iter().any(|r| r.fits_in(f))).for_each(|f| sum.add(f));
+            sum
+        }));
         let within_deserved = (0..n).all(|r| !snap.quota_resources[r] || alloc[r] <= deserved[r]);
         for &v in leaves.iter().filter(|&&v| v != q) {
             let (held, bar) = (&ssn.queue_alloc[v], &snap.queues[v].deserved);
@@ -212,10 +220,20 @@ pub fn count_only_usable_capacity(
     full
 }
 
+/// Whether a gang of these requests, in this order, fits the nodes' free capacity whole.
+type Fitted<'s> = HashMap<Vec<&'s Res>, bool>;
+
 /// The distinct pod requests of the waiting gangs among `jobs` that fit the nodes' `free`
 /// capacity whole (none when no gang does); `None` when no job waits. A gang of alike pods
-/// that does not fit rules out every later gang of as many such pods or more.
-fn startable_pods<'s>(ssn: &Session<'s>, jobs: &[JobId], free: &[Res], total: &Res) -> Option<Vec<&'s Res>> {
+/// that does not fit rules out every later gang of as many such pods or more; a gang of
+/// requests already fitted (for any queue) is not fitted again.
+fn startable_pods<'s>(
+    ssn: &Session<'s>,
+    jobs: &[JobId],
+    free: &[Res],
+    total: &Res,
+    fitted: &mut Fitted<'s>,
+) -> Option<Vec<&'s Res>> {
     let mut waiting = false;
     let mut pods: Vec<&Res> = Vec::new();
     let mut too_big: Vec<(&Res, usize)> = Vec::new();
@@ -236,7 +254,11 @@ fn startable_pods<'s>(ssn: &Session<'s>, jobs: &[JobId], free: &[Res], total: &R
         if alike && too_big.iter().any(|&(r, k)| r == first && k <= gang.len()) {
             continue;
         }
-        if ssn.sum_requests(&gang).fits_in(total) && fits_whole(ssn, &gang, free) {
+        let requests: Vec<&Res> = gang.iter().map(|&p| ssn.requests(p)).collect();
+        let fits = *fitted
+            .entry(requests)
+            .or_insert_with(|| ssn.sum_requests(&gang).fits_in(total) && fits_whole(ssn, &gang, free));
+        if fits {
             for &p in &gang {
                 let r = ssn.requests(p);
                 if !pods.contains(&r) {
