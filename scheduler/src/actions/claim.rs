@@ -103,11 +103,10 @@ fn keep_claim(ctx: &mut Ctx, job: JobId) -> Option<Statement> {
     let placed = pipelined(ctx, job);
     ctx.ssn.discard(pipe);
     let mut bind = Statement::new();
-    let (mut now, mut later) = (0, Vec::new());
+    let mut later = Vec::new();
     for &(p, n) in &placed {
         if ctx.ssn.fits_idle(n, ctx.ssn.requests(p), None) {
             ctx.ssn.allocate(&mut bind, p, n);
-            now += 1;
         } else {
             later.push((p, n));
         }
@@ -117,7 +116,7 @@ fn keep_claim(ctx: &mut Ctx, job: JobId) -> Option<Statement> {
         return None;
     }
     // The pods bound now count as running: the job is ready when they complete its gang.
-    if now == 0 || !ctx.fw.job_ready(ctx.ssn, job) {
+    if later.len() == placed.len() || !ctx.fw.job_ready(ctx.ssn, job) {
         ctx.ssn.discard(bind);
         return Some(pipeline(ctx, &placed));
     }
