@@ -183,12 +183,15 @@ pub async fn controllers(args: ControllerArgs) -> anyhow::Result<()> {
             .shared()
         };
         tracing::info!("leading: starting the controllers");
-        let all = futures::future::try_join5(
-            drover_controllers::job::run(client.clone(), term.clone()),
-            drover_controllers::queues::run_queue_tree(client.clone(), term.clone()),
-            drover_controllers::queues::run_pod_groups(client.clone(), term.clone()),
-            drover_controllers::queues::run_queue_status(client.clone(), term.clone()),
-            drover_controllers::topology::run_topology_status(client.clone(), term.clone()),
+        let all = futures::future::try_join(
+            futures::future::try_join5(
+                drover_controllers::job::run(client.clone(), term.clone()),
+                drover_controllers::queues::run_queue_tree(client.clone(), term.clone()),
+                drover_controllers::queues::run_pod_groups(client.clone(), term.clone()),
+                drover_controllers::queues::run_queue_status(client.clone(), term.clone()),
+                drover_controllers::topology::run_topology_status(client.clone(), term.clone()),
+            ),
+            drover_controllers::gangs::workload_status::run_workload_status(client.clone(), term.clone()),
         );
         if let Err(e) = all.await {
             tracing::error!(error = %e, "a controller stopped with an error");

@@ -108,7 +108,7 @@ async fn kubeconfig_without_rights(server: &Server, namespace: &str) -> std::pat
     accounts.create(&PostParams::default(), &account).await.unwrap();
     let token =
         accounts.create_token_request("nobody", &PostParams::default(), &TokenRequest::default()).await.unwrap();
-    server.kubeconfig_for_token("nobody", &token.status.unwrap().token).unwrap()
+    server.kubeconfig_for_token("nobody", token.status.unwrap().token.as_deref().unwrap()).unwrap()
 }
 
 /// A kubeconfig for a tenant who may read Jobs and PodGroups in `namespace`, and nothing
@@ -130,7 +130,7 @@ async fn tenant_kubeconfig(server: &Server, namespace: &str) -> std::path::PathB
     Api::<RoleBinding>::namespaced(client, namespace).create(&PostParams::default(), &binding).await.unwrap();
     let token =
         accounts.create_token_request("tenant", &PostParams::default(), &TokenRequest::default()).await.unwrap();
-    server.kubeconfig_for_token("tenant", &token.status.unwrap().token).unwrap()
+    server.kubeconfig_for_token("tenant", token.status.unwrap().token.as_deref().unwrap()).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -789,7 +789,7 @@ async fn least_privilege_kubeconfig(server: &Server) -> PathBuf {
     let binding = ClusterRoleBinding {
         metadata: ObjectMeta { name: Some("drover-kubelet".to_owned()), ..Default::default() },
         role_ref: RoleRef {
-            api_group: "rbac.authorization.k8s.io".to_owned(),
+            api_group: Some("rbac.authorization.k8s.io".to_owned()),
             kind: "ClusterRole".to_owned(),
             name: role.metadata.name.clone().unwrap(),
         },
@@ -803,7 +803,7 @@ async fn least_privilege_kubeconfig(server: &Server) -> PathBuf {
     Api::<ClusterRoleBinding>::all(client.clone()).create(&PostParams::default(), &binding).await.unwrap();
     let request = TokenRequest::default();
     let token = accounts.create_token_request("drover-kubelet", &PostParams::default(), &request).await.unwrap();
-    server.kubeconfig_for_token("drover-kubelet", &token.status.unwrap().token).unwrap()
+    server.kubeconfig_for_token("drover-kubelet", token.status.unwrap().token.as_deref().unwrap()).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

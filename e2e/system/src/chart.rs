@@ -129,15 +129,15 @@ pub async fn run_as_chart(cluster: &Cluster, component: &str, log: &Path) -> any
         }
     }
     let request = TokenRequest {
-        spec: TokenRequestSpec { audiences: vec![], expiration_seconds: Some(3600), ..Default::default() },
+        spec: Some(TokenRequestSpec { audiences: Some(vec![]), expiration_seconds: Some(3600), ..Default::default() }),
         ..Default::default()
     };
     let token = Api::<ServiceAccount>::namespaced(client.clone(), NAMESPACE)
         .create_token_request(&name, &PostParams::default(), &request)
         .await?
         .status
-        .context("the TokenRequest has no status")?
-        .token;
+        .and_then(|s| s.token)
+        .context("the TokenRequest has no token")?;
     let kubeconfig = cluster.server().kubeconfig_for_token(&name, &token)?;
     let mut cmd = Command::new(binary("drover")?);
     cmd.args(&args).env("KUBECONFIG", kubeconfig).env_remove("RUST_LOG");

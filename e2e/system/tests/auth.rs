@@ -133,17 +133,17 @@ async fn the_binaries_authenticate_with_every_kubeconfig_and_pod_credential() {
     grant(&client, "drover-sa", json!({"kind": "ServiceAccount", "name": "drover", "namespace": "drover-system"}))
         .await;
     let request = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: vec!["https://kubernetes.default.svc".into()],
+        spec: Some(TokenRequestSpec {
+            audiences: Some(vec!["https://kubernetes.default.svc".into()]),
             ..TokenRequestSpec::default()
-        },
+        }),
         ..TokenRequest::default()
     };
     let issued: TokenRequest =
         accounts.create_subresource("token", "drover", &PostParams::default(), &request).await.expect("token issued");
     let secrets = plane.dir().join("serviceaccount");
     std::fs::create_dir_all(&secrets).expect("folder");
-    std::fs::write(secrets.join("token"), issued.status.expect("token").token).expect("token file");
+    std::fs::write(secrets.join("token"), issued.status.and_then(|s| s.token).expect("token")).expect("token file");
     std::fs::copy(plane.ca_path(), secrets.join("ca.crt")).expect("ca file");
     std::fs::write(secrets.join("namespace"), "drover-system").expect("namespace file");
     let port = plane.url().rsplit(':').next().expect("port").to_string();

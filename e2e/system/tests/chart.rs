@@ -195,7 +195,7 @@ async fn check_install(client: &Client, want: &Expected, values: &str) {
         let classes: Api<PriorityClass> = Api::all(client.clone());
         for (name, value) in [("inference", 125), ("build", 100), ("interactive-preemptible", 75), ("train", 50)] {
             let class = classes.get(name).await.unwrap_or_else(|e| panic!("{values}: PriorityClass {name}: {e}"));
-            assert_eq!(class.value, value, "{values}: PriorityClass {name}");
+            assert_eq!(class.value, Some(value), "{values}: PriorityClass {name}");
         }
     }
 }

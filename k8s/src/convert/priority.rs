@@ -45,7 +45,7 @@ impl Classes {
                     None
                 }
             };
-            map.insert(name, (pc.value, preemptible));
+            map.insert(name, (pc.value.unwrap_or(0), preemptible));
         }
         Classes(map)
     }

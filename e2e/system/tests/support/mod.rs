@@ -294,7 +294,7 @@ pub async fn tenant_client(cluster: &Cluster, name: &str, role: &str) -> Client 
     .await
     .expect("ServiceAccount bound");
     let token = accounts.create_token_request(name, &PostParams::default(), &TokenRequest::default()).await.unwrap();
-    let path = cluster.server().kubeconfig_for_token(name, &token.status.unwrap().token).unwrap();
+    let path = cluster.server().kubeconfig_for_token(name, token.status.unwrap().token.as_deref().unwrap()).unwrap();
     client_from(&path).await
 }
 
