@@ -102,7 +102,11 @@ fn close(fw: &Framework, mut ssn: Session, reservations: Reservations) -> CycleO
                 _ if states().any(|s| matches!(s, PodState::Releasing(_))) => "evicted pods are terminating",
                 _ => "",
             };
-            let (why, by) = if why.is_empty() { blocker(fw, &ssn, j) } else { (why.to_string(), None) };
+            let (why, by) = match (why, ssn.gang_shortfall(j)) {
+                ("", Some(short)) => (short, None),
+                ("", None) => blocker(fw, &ssn, j),
+                (why, _) => (why.to_string(), None),
+            };
             ssn.set_refusal(j, why, by);
         }
         if fw.job_ready(&ssn, j) {

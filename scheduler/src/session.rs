@@ -488,20 +488,36 @@ impl<'s> Session<'s> {
             && j.tasks.iter().enumerate().all(|(t, task)| self.task_running[job][t] >= task.min_available)
     }
 
-    /// Whether the job's pending pods, with its running ones, can reach its gang minimum
-    /// (they cannot while some of its pods are still terminating).
-    pub fn min_reachable(&self, job: JobId) -> bool {
+    /// Why the job's pods cannot reach its gang minimum even if all were placed: the pods it
+    /// has (running or pending) against the minimum, overall or of the first task short of
+    /// its own; `None` when they can. Pods still terminating count as missing.
+    pub fn gang_shortfall(&self, job: JobId) -> Option<String> {
         let j = &self.snap.jobs[job];
         let mut total = 0;
         for (t, task) in j.tasks.iter().enumerate() {
             let pending = task.pods.iter().filter(|&&p| self.pod_state[p] == PodState::Pending).count() as u32;
             let have = self.task_running[job][t] + pending;
             if have < task.min_available {
-                return false;
+                let need = task.min_available;
+                return Some(format!(
+                    "task {} has {have} of the {need} pods its gang minimum needs; waiting for the rest to be created",
+                    task.name
+                ));
             }
             total += have;
         }
-        total >= j.min_member
+        (total < j.min_member).then(|| {
+            format!(
+                "the gang has {total} of the {} pods it needs to start (minMember); waiting for the rest to be created",
+                j.min_member
+            )
+        })
+    }
+
+    /// Whether the job's pending pods, with its running ones, can reach its gang minimum
+    /// (they cannot while some of its pods are still terminating).
+    pub fn min_reachable(&self, job: JobId) -> bool {
+        self.gang_shortfall(job).is_none()
     }
 
     /// Whether the job would stay at or above its minimum after losing one pod of `task`.

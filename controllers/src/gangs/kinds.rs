@@ -64,9 +64,7 @@ pub const KINDS: &[OwnerKind] = &[
     gang("kubeflow.org", "JAXJob", "jaxjobs", "jaxjob", |c, i, p| kubeflow::shape(&c[i].data, "jaxReplicaSpecs", p)),
     gang("trainer.kubeflow.org", "TrainJob", "trainjobs", "trainjob", train_job),
     gang("jobset.x-k8s.io", "JobSet", "jobsets", "jobset", |c, i, p| jobset::shape(&c[i].data, p)),
-    gang("leaderworkerset.x-k8s.io", "LeaderWorkerSet", "leaderworkersets", "lws", |c, i, p| {
-        lws::shape(&c[i].data, p)
-    }),
+    gang("leaderworkerset.x-k8s.io", "LeaderWorkerSet", "leaderworkersets", "lws", |c, i, p| lws::shape(&c[i].data, p)),
     gang("ray.io", "RayCluster", "rayclusters", "raycluster", |c, i, p| ray::shape(&c[i].data, "spec", p)),
     gang("ray.io", "RayJob", "rayjobs", "rayjob", |c, i, p| ray::shape(&c[i].data, "spec.rayClusterSpec", p)),
 ];

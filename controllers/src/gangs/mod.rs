@@ -151,7 +151,10 @@ fn from_owners(chain: &[Owner], pod: &Pod) -> Plan {
         name = format!("{name}-{instance}");
     }
     if name.len() > MAX_NAME {
-        return Plan::refused(&what, BadField::new("metadata.name", format!("makes a group name longer than {MAX_NAME}")));
+        return Plan::refused(
+            &what,
+            BadField::new("metadata.name", format!("makes a group name longer than {MAX_NAME}")),
+        );
     }
     let metas: Vec<&ObjectMeta> = chain[..=i].iter().rev().map(|o| &o.meta).chain([&pod.metadata]).collect();
     Plan::Shared(Box::new(GroupPlan {

@@ -45,12 +45,13 @@ pub async fn run_workload_status(
     let shutdown = shutdown_signal(shutdown);
     let (groups, writer) = reflector::store::<PodGroup>();
     let wc = watcher::Config::default().labels(&format!("{SOURCE_LABEL}={SOURCE}"));
-    let events = reflector::reflector(writer, watcher(Api::<PodGroup>::all(client.clone()), wc).backoff(watch_backoff()));
-    let triggers: Triggers<PodGroup> = vec![trigger_with(
-        changes(events, |g: &PodGroup| digest(&g.status)),
-        |g: PodGroup| Some(ObjectRef::from_obj(&g)),
-    )
-    .boxed()];
+    let events =
+        reflector::reflector(writer, watcher(Api::<PodGroup>::all(client.clone()), wc).backoff(watch_backoff()));
+    let triggers: Triggers<PodGroup> =
+        vec![trigger_with(changes(events, |g: &PodGroup| digest(&g.status)), |g: PodGroup| {
+            Some(ObjectRef::from_obj(&g))
+        })
+        .boxed()];
     let ctx = Arc::new(Ctx { client, retries: Retries::default() });
     drive("workload-status", groups, triggers, reconcile, ctx, shutdown).await;
     Ok(())

@@ -21,8 +21,8 @@ use serde_json::json;
 use super::runner::{changes, digest, drive, ready, shutdown_signal, Context, Retries, Triggers};
 use super::tree::namespace_owner;
 use super::{
-    api_code, project_queue_name, reasons, Error, ANNOTATION_POD_GROUP, DEFAULT_QUEUE,
-    LABEL_JOB_NAME, LABEL_PROJECT, NODE_POOL_LABEL, POD_GROUP_PREFIX, SCHEDULER_NAME,
+    api_code, project_queue_name, reasons, Error, ANNOTATION_POD_GROUP, DEFAULT_QUEUE, LABEL_JOB_NAME, LABEL_PROJECT,
+    NODE_POOL_LABEL, POD_GROUP_PREFIX, SCHEDULER_NAME,
 };
 use crate::gangs::{self, requested_queue, GroupPlan, Plan};
 use drover_api::labels::TASK_LABEL;
@@ -277,7 +277,8 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         Plan::Alone => match one_pod_plan(&pod) {
             Some(plan) => plan,
             None => {
-                let message = format!("the PodGroup name {POD_GROUP_PREFIX}<pod name> would be longer than 253 characters");
+                let message =
+                    format!("the PodGroup name {POD_GROUP_PREFIX}<pod name> would be longer than 253 characters");
                 ctx.report(&pod, "PodGroupNameTooLong", &message).await;
                 return Ok(Action::await_change());
             }

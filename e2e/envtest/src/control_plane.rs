@@ -27,6 +27,9 @@ pub struct Options {
     pub controller_manager: bool,
     /// Write the API server's audit log (every request at `Metadata` level) to `audit.log`.
     pub audit: bool,
+    /// Further kube-apiserver flags, e.g. `--feature-gates=…` and `--runtime-config=…` to serve
+    /// an alpha API.
+    pub apiserver_flags: Vec<String>,
 }
 
 /// A running control plane.
@@ -120,6 +123,7 @@ impl ControlPlane {
             // Nothing would create the `default` ServiceAccount the admission plugin insists on.
             apiserver_args.push("--disable-admission-plugins=ServiceAccount".into());
         }
+        apiserver_args.extend(options.apiserver_flags.iter().cloned());
         if options.audit {
             let policy = dir.join("audit-policy.yaml");
             std::fs::write(&policy, "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n")?;

@@ -5,8 +5,9 @@
 //! a gang Job that meets a binding conflict and is deleted by its TTL, a preemption, a
 //! reclaim, an elastic scale-down and a plain pod. Then the audit log must show that no
 //! request of either ServiceAccount was refused, that each request is one the chart's rules
-//! allow, and that every rule the chart grants was used (except the few listed in [`RARE`],
-//! used only on failure paths a test cannot provoke deterministically). Without
+//! allow, and that every rule the chart grants was used (except those [`rare`]
+//! lists: used only on failure paths a test cannot provoke deterministically, or with other
+//! operators' workloads). Without
 //! helm-python-sdk the test prints SKIPPED; `DROVER_REQUIRE_HELM` (set in CI) forbids that.
 
 use std::collections::BTreeSet;
@@ -27,7 +28,7 @@ use kube::Client;
 use serde_json::{json, Value};
 
 /// Rules used only on failure paths, with the path: (ServiceAccount, group, resource, verb, why).
-const RARE: [(&str, &str, &str, &str, &str); 2] = [
+const FAILURE_PATHS: [(&str, &str, &str, &str, &str); 2] = [
     (
         "drover-scheduler",
         "",
@@ -43,6 +44,30 @@ const RARE: [(&str, &str, &str, &str, &str); 2] = [
         "replacing a plain pod's PodGroup left by an earlier pod of the same name",
     ),
 ];
+
+/// Why the controllers hold the rules [`operator_rules`] lists.
+const WITH_OPERATORS: &str =
+    "workloads of other operators and the Workload API, tested as admin in k8s/tests/workloads.rs";
+
+/// Rules used only where workload operators or the Workload API run (none do here): `get` on
+/// every owner kind the PodGroup controller walks (from its own table, so a kind added there
+/// without a chart grant fails this test), on Volcano's and the Workload API's PodGroups, and
+/// `update` on the latter's status.
+fn operator_rules() -> Vec<(&'static str, &'static str, &'static str, &'static str, &'static str)> {
+    let mut rules: Vec<_> = drover_controllers::gangs::kinds::KINDS
+        .iter()
+        .map(|k| ("drover-controllers", k.group, k.plural, "get", WITH_OPERATORS))
+        .collect();
+    rules.push(("drover-controllers", "scheduling.volcano.sh", "podgroups", "get", WITH_OPERATORS));
+    rules.push(("drover-controllers", "scheduling.k8s.io", "podgroups", "get", WITH_OPERATORS));
+    rules.push(("drover-controllers", "scheduling.k8s.io", "podgroups/status", "update", WITH_OPERATORS));
+    rules
+}
+
+/// Every rule a run of this test need not use: [`FAILURE_PATHS`] and [`operator_rules`].
+fn rare() -> Vec<(&'static str, &'static str, &'static str, &'static str, &'static str)> {
+    FAILURE_PATHS.into_iter().chain(operator_rules()).collect()
+}
 
 /// Creates an object from its JSON manifest.
 async fn create<K>(api: &Api<K>, manifest: Value) -> K
@@ -176,18 +201,19 @@ fn least_privilege_problems(account: &str, requests: &[Request], granted: &[Gran
     if !outside.is_empty() {
         problems.push(format!("{account}: requests no chart rule allows: {outside:?}"));
     }
+    let rare_rules = rare();
     for grant in granted {
-        let rare = RARE.iter().any(|(a, g, r, v, _)| *a == account && *g == grant.0 && *r == grant.1 && *v == grant.2);
+        let rare =
+            rare_rules.iter().any(|(a, g, r, v, _)| *a == account && *g == grant.0 && *r == grant.1 && *v == grant.2);
         let used = requests.iter().any(|r| allows(grant, r));
         match (used, rare) {
             (false, false) => problems.push(format!("{account}: granted but never used: {grant:?}")),
-            (true, true) => {
-                problems.push(format!("{account}: {grant:?} is listed as rare but was used; drop it from RARE"))
-            }
+            (true, true) => problems
+                .push(format!("{account}: {grant:?} is listed as rare but was used; drop it from the rare rules")),
             _ => {}
         }
     }
-    for (a, g, r, v, why) in RARE {
+    for (a, g, r, v, why) in rare_rules {
         if a == account && !granted.iter().any(|x| x.0 == g && x.1 == r && x.2 == v) {
             problems.push(format!("{account}: the chart does not grant {v} {g}/{r}, needed for {why}"));
         }
