@@ -998,6 +998,7 @@ fn build_job<'a>(
         preempted_at: shape.preempted_at,
         started_at,
         topology: shape.topology.job,
+        resize: None,
     };
     Ok((job, refs))
 }

@@ -233,6 +233,7 @@ fn a_cycle_is_recorded() {
         preempted_at: None,
         started_at: None,
         topology: None,
+        resize: None,
     };
     let snap = build(&nodes, &queues, &[job("fits", 2, 1000), job("too-big", 1, 8000)]).expect("snapshot");
     let outcome = drover_scheduler::cycle::run_cycle(&snap, &SchedulerConfig::default());

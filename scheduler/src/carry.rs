@@ -4,7 +4,7 @@
 
 use crate::cycle::CycleOutcome;
 use crate::session::PodState;
-use crate::snapshot::{JobInput, NodeId, PodPhase, PodPhaseInput, Snapshot};
+use crate::snapshot::{JobInput, JobPhase, NodeId, PodPhase, PodPhaseInput, Snapshot};
 
 /// How long pods evicted in a cycle take to terminate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,7 +21,7 @@ pub enum Termination {
 /// `termination` says; each job takes the phase the cycle decided, and a job with a declared
 /// run time that starts running now is expected to end that long after the cycle's time (one
 /// that stops running has no end). A job that lost pods to preemption or reclaim was preempted
-/// at the cycle's time.
+/// at the cycle's time. An elastic job the cycle resized restarts at its new size.
 pub fn carry(jobs: &mut [JobInput], snap: &Snapshot, outcome: &CycleOutcome, termination: Termination) {
     for (p, state) in outcome.pod_state.iter_enumerated() {
         let pod = &snap.pods[p];
@@ -47,4 +47,19 @@ pub fn carry(jobs: &mut [JobInput], snap: &Snapshot, outcome: &CycleOutcome, ter
             job.ends_at = job.run_time.map(|d| snap.now.saturating_add(d));
         }
     }
+    for resize in &outcome.decisions.resizes {
+        restart_at(&mut jobs[resize.job.0], resize.to);
+    }
+}
+
+/// Restarts an elastic job with `pods` pods, all pending (what its controller does: its pods
+/// read their number at start); its gang is all of them.
+fn restart_at(job: &mut JobInput, pods: u32) {
+    let task = &mut job.tasks[0];
+    task.pods = vec![PodPhaseInput::Pending; pods as usize];
+    task.min_available = task.min_available.min(pods);
+    job.min_member = pods;
+    job.phase = JobPhase::Inqueue;
+    job.ends_at = None;
+    job.started_at = None;
 }

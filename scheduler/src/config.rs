@@ -26,6 +26,9 @@ pub enum ActionName {
     /// Move preemptible pods to other nodes so that a gang blocked by fragmented idle
     /// capacity fits (off by default).
     Consolidation,
+    /// Restart elastic jobs at half their size when they cannot start, and at twice their
+    /// size when spare capacity allows (jobs that ask for it; last in the list).
+    Resize,
 }
 
 /// How unused capacity is divided among queues that want more than their quota.
@@ -430,11 +433,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn default_config_runs_all_five_actions_in_order() {
+    fn default_config_runs_all_six_actions_in_order() {
         let c = SchedulerConfig::default();
         assert_eq!(
             c.actions,
-            [ActionName::Enqueue, ActionName::Allocate, ActionName::Preempt, ActionName::Reclaim, ActionName::Backfill]
+            [
+                ActionName::Enqueue,
+                ActionName::Allocate,
+                ActionName::Preempt,
+                ActionName::Reclaim,
+                ActionName::Backfill,
+                ActionName::Resize
+            ]
         );
         for p in ["priority", "gang", "fairshare", "drf", "predicates", "nodeorder", "reservation"] {
             assert!(c.has(p), "{p} enabled by default");

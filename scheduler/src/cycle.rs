@@ -68,6 +68,7 @@ pub fn run_cycle_observed(
             ActionName::Reclaim => actions::reclaim::run(&mut ctx),
             ActionName::Backfill => actions::backfill::run(&mut ctx),
             ActionName::Consolidation => actions::consolidate::run(&mut ctx),
+            ActionName::Resize => actions::resize::run(&mut ctx),
         }
         observe(action, started.elapsed(), &ssn.decisions);
     }

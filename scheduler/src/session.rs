@@ -103,6 +103,21 @@ pub struct Decisions {
     pub evictions: Vec<(PodId, EvictReason, JobId)>,
     /// Pods nominated to nodes that evictions are freeing.
     pub pipelined: Vec<(PodId, NodeId)>,
+    /// Elastic jobs to restart with another number of pods (see [`crate::snapshot::Resize`]).
+    pub resizes: Vec<JobResize>,
+}
+
+/// A decision to restart an elastic job with `pods` pods, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobResize {
+    /// The job.
+    pub job: JobId,
+    /// Its pods before.
+    pub from: u32,
+    /// Its pods after.
+    pub to: u32,
+    /// Why, for people.
+    pub why: String,
 }
 
 impl Decisions {

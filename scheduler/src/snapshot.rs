@@ -182,6 +182,8 @@ pub struct Job {
     pub started_at: Option<i64>,
     /// Where the job's pods must (or should) go together.
     pub topology: Option<TopologyRequest>,
+    /// Whether it shrinks by halves and grows by doubling.
+    pub resize: Option<Resize>,
 }
 
 impl Job {
@@ -374,6 +376,37 @@ pub struct JobInput {
     pub started_at: Option<i64>,
     /// Where the job's pods must (or should) go together.
     pub topology: Option<TopologyRequestInput>,
+    /// Whether it shrinks by halves and grows by doubling (a one-task job only).
+    pub resize: Option<Resize>,
+}
+
+/// Run:ai's elasticity for a one-task job whose gang is all its pods: when the gang cannot be
+/// placed (after consolidation), it restarts with half its pods, again and again down to
+/// `floor`; when spare capacity allows, it restarts with twice its pods, up to `ceiling`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resize {
+    /// Fewest pods it may run with.
+    pub floor: u32,
+    /// Most pods it may run with (what it asks for).
+    pub ceiling: u32,
+}
+
+impl Resize {
+    /// The policy of a job of `replicas` pods asking `gpus_per_pod` GPUs each that may run with
+    /// no fewer than `min_gpus` GPUs (absent: one pod): its floor is the fewest pods holding
+    /// that many GPUs. Refused (with why) when a floor is asked of pods that request no GPU, or
+    /// is more than the job asks for.
+    pub fn from_min_gpus(replicas: u32, gpus_per_pod: i64, min_gpus: Option<u32>) -> Result<Resize, String> {
+        let floor = match min_gpus {
+            None => 1,
+            Some(_) if gpus_per_pod <= 0 => return Err("is set, but the job's pods request no GPU".into()),
+            Some(g) => u32::try_from((i64::from(g) + gpus_per_pod - 1) / gpus_per_pod).unwrap_or(u32::MAX).max(1),
+        };
+        if floor > replicas {
+            return Err(format!("needs {floor} pods, more than the job's {replicas}"));
+        }
+        Ok(Resize { floor, ceiling: replicas })
+    }
 }
 
 impl JobInput {

@@ -62,6 +62,7 @@ pub fn cluster() -> Snapshot {
         preempted_at: None,
         started_at: None,
         topology: None,
+        resize: None,
     };
     let queue = QueueInput {
         name: "team".into(),

@@ -195,6 +195,7 @@ mod tests {
             preempted_at: None,
             started_at: None,
             topology: None,
+            resize: None,
         };
         build(&[node], &[queue("a"), queue("b")], &[job]).expect("a valid cluster")
     }

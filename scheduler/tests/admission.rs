@@ -45,6 +45,7 @@ fn job(name: &str, phase: JobPhase, pods: usize, cpu: i64, created_at: i64) -> J
         preempted_at: None,
         started_at: None,
         topology: None,
+        resize: None,
     }
 }
 

@@ -52,6 +52,7 @@ fn job(name: &str, queue: &str, cpu: i64, pod: PodPhaseInput) -> JobInput {
         preempted_at: None,
         started_at: None,
         topology: None,
+        resize: None,
     }
 }
 

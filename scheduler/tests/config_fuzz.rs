@@ -60,6 +60,7 @@ fn pending_job(name: &str, queue: &str, min: u32, pods: usize, requests: Resourc
         preempted_at: None,
         started_at: None,
         topology: None,
+        resize: None,
     }
 }
 

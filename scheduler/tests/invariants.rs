@@ -433,6 +433,7 @@ fn assemble(
             preempted_at: None,
             started_at: None,
             topology: racks.then(|| topology_request(spec.topology)).flatten(),
+            resize: None,
         };
         if spec.start {
             let counts = start_counts(&job, spec.extra);
@@ -1292,6 +1293,7 @@ fn tiny_case() -> Case {
             preempted_at: None,
             started_at: None,
             topology: None,
+            resize: None,
         }],
         overrides: ConfigOverrides::default(),
         slow_termination: false,

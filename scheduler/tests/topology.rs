@@ -80,6 +80,7 @@ fn job(name: &str, pods: usize, gpu: i64, min: u32, running: &[&str], priority: 
         preempted_at: None,
         started_at: None,
         topology: None,
+        resize: None,
     }
 }
 

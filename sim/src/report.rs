@@ -92,6 +92,24 @@ pub struct Report {
     /// Why each eviction happened, parallel to `evictions`.
     #[serde(rename = "evictionReasons")]
     pub eviction_reasons: Vec<&'static str>,
+    /// *Drover*: every restart of an elastic job at another size (left out when none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub resizes: Vec<ResizeReport>,
+}
+
+/// One restart of an elastic job at another size.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ResizeReport {
+    /// Cycle number, from 1.
+    pub cycle: u32,
+    /// `namespace/job`.
+    pub job: String,
+    /// Pods before.
+    pub from: u32,
+    /// Pods after.
+    pub to: u32,
+    /// Why.
+    pub reason: String,
 }
 
 fn phase_name(p: JobPhase) -> &'static str {
@@ -197,6 +215,11 @@ pub fn report(name: &str, result: &SimResult) -> Report {
                 EvictReason::Consolidate => "consolidate",
             })
             .collect(),
+        resizes: result
+            .resizes
+            .iter()
+            .map(|r| ResizeReport { cycle: r.cycle, job: r.job.clone(), from: r.from, to: r.to, reason: r.why.clone() })
+            .collect(),
     }
 }
 
@@ -252,6 +275,12 @@ pub fn to_table(report: &Report) -> String {
         out.push_str("\nevictions:\n");
         for (pod, why) in report.evictions.iter().zip(&report.eviction_reasons) {
             let _ = writeln!(out, "  {pod} ({why})");
+        }
+    }
+    if !report.resizes.is_empty() {
+        out.push_str("\nresizes:\n");
+        for r in &report.resizes {
+            let _ = writeln!(out, "  cycle {}: {} {} -> {} pods ({})", r.cycle, r.job, r.from, r.to, r.reason);
         }
     }
     out

@@ -1,6 +1,7 @@
 //! Runs the scheduling core on a scenario for a number of cycles. Between cycles, bindings
-//! take effect, evicted pods release their resources and return to pending, and pods
-//! pipelined behind evictions return to pending (the next cycle places them). Nothing in the
+//! take effect, evicted pods release their resources and return to pending, pods
+//! pipelined behind evictions return to pending (the next cycle places them), and elastic
+//! jobs the cycle resized restart at their new size. Nothing in the
 //! core knows it is simulated.
 
 use drover_scheduler::carry::{carry, Termination};
@@ -34,7 +35,22 @@ pub struct Eviction {
     pub reason: EvictReason,
 }
 
-/// The state after the last cycle, plus the run's history of evictions.
+/// One restart of an elastic job at another size over the whole run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resized {
+    /// Cycle number, from 1.
+    pub cycle: u32,
+    /// `namespace/job`.
+    pub job: String,
+    /// Pods before.
+    pub from: u32,
+    /// Pods after.
+    pub to: u32,
+    /// Why.
+    pub why: String,
+}
+
+/// The state after the last cycle, plus the run's history of evictions and resizes.
 pub struct SimResult {
     /// Cycles run.
     pub cycles: u32,
@@ -46,12 +62,15 @@ pub struct SimResult {
     pub fates: TiVec<PodId, PodFate>,
     /// Every eviction, in cycle order and by name within a cycle.
     pub evictions: Vec<Eviction>,
+    /// Every resize of an elastic job, in cycle order and by job within a cycle.
+    pub resizes: Vec<Resized>,
 }
 
 /// Runs `cycles` cycles of `config` on the scenario.
 pub fn simulate(scenario: &Scenario, config: &SchedulerConfig, cycles: u32) -> Result<SimResult, SnapshotError> {
     let mut jobs = scenario.jobs.clone();
     let mut evictions = Vec::new();
+    let mut resizes = Vec::new();
     let mut cycle = 0;
     loop {
         cycle += 1;
@@ -80,8 +99,15 @@ pub fn simulate(scenario: &Scenario, config: &SchedulerConfig, cycles: u32) -> R
             .collect();
         cycle_evictions.sort_by(|a, b| a.pod.cmp(&b.pod));
         evictions.extend(cycle_evictions);
+        resizes.extend(outcome.decisions.resizes.iter().map(|r| Resized {
+            cycle,
+            job: snap.jobs[r.job].key(),
+            from: r.from,
+            to: r.to,
+            why: r.why.clone(),
+        }));
         if cycle >= cycles {
-            return Ok(SimResult { cycles, snapshot: snap, last: outcome, fates, evictions });
+            return Ok(SimResult { cycles, snapshot: snap, last: outcome, fates, evictions, resizes });
         }
         carry(&mut jobs, &snap, &outcome, Termination::Immediate);
     }

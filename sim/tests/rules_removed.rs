@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use drover_scheduler::config::{ConfigOverrides, SchedulerConfig, TimeBasedArgs};
+use drover_scheduler::config::{ActionName, ConfigOverrides, SchedulerConfig, TimeBasedArgs};
 use drover_sim::{check, report, run, scenario};
 
 /// Whether the scenario meets its expectations with the plugin `without` (by name) left out.
@@ -52,4 +52,12 @@ fn the_time_based_scenario_needs_time_based_fair_share() {
     assert!(holds_changed(file, |_| {}), "it holds as written");
     let off = ConfigOverrides { time_based: Some(TimeBasedArgs::default()), ..ConfigOverrides::default() };
     assert!(!holds_changed(file, |config| config.apply(&off)), "it holds without time-based fair share");
+}
+
+#[test]
+fn the_shrink_scenario_needs_the_resize_action() {
+    let file = "elastic-shrinks-by-half.yaml";
+    assert!(holds_changed(file, |_| {}), "it holds as written");
+    let without = |config: &mut SchedulerConfig| config.actions.retain(|a| *a != ActionName::Resize);
+    assert!(!holds_changed(file, without), "it holds without the resize action");
 }

@@ -12,6 +12,7 @@ pub mod enqueue;
 pub mod preempt;
 mod prune;
 pub mod reclaim;
+pub mod resize;
 pub mod victims;
 
 pub use victims::{victim_units, VictimOrder, VictimPool};

@@ -137,6 +137,7 @@ impl JobConverter {
             preempted_at: job.preempted_at,
             started_at: job.started_at,
             topology,
+            resize: job.resize.filter(|_| job.tasks.len() == 1),
         });
         snap.pods.extend(pods);
         Ok(job_id)

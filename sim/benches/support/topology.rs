@@ -248,6 +248,7 @@ pub fn gang(runs: usize, config: &SchedulerConfig) -> (f64, f64) {
         preempted_at: None,
         started_at: None,
         topology: None,
+        resize: None,
     };
     let slices = SlicesInput { size: group as u32, required: "rack".into() };
     let as_slices = job(vec![gang_task("w".into(), nodes, None, Some(slices))]);

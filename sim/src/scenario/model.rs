@@ -6,12 +6,12 @@ use std::collections::{BTreeMap, HashSet};
 
 use drover_api::topology::{min_nvlink_gpus, MIN_NVLINK_GPUS_ANNOTATION};
 use drover_api::{
-    NodeSelectorRequirement, PriorityClass, ResourceList, Taint, Toleration, BUILTIN_PRIORITY_CLASSES, PODS,
+    NodeSelectorRequirement, PriorityClass, ResourceList, Taint, Toleration, BUILTIN_PRIORITY_CLASSES, GPU, PODS,
 };
 use drover_scheduler::config::ConfigOverrides;
 use drover_scheduler::snapshot::{
-    Constraints, JobInput, JobPhase, NodeInput, PodPhaseInput, QueueBounds, QueueInput, QueueingStrategy, TaskInput,
-    TopologyRequestInput,
+    Constraints, JobInput, JobPhase, NodeInput, PodPhaseInput, QueueBounds, QueueInput, QueueingStrategy, Resize,
+    TaskInput, TopologyRequestInput,
 };
 use drover_scheduler::usage::{QueueUsage, UsageLedger};
 use serde::{Deserialize, Deserializer};
@@ -133,7 +133,19 @@ struct Job {
     started_at: Option<i64>,
     preempted_at: Option<i64>,
     topology: Option<JobTopology>,
+    elasticity: Option<Elasticity>,
     tasks: Vec<Task>,
+}
+
+/// *Drover*: Run:ai's elasticity for a one-task job (see [`Resize`]).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Elasticity {
+    /// How it shrinks: `halve`, the only way.
+    shrink: String,
+    /// Fewest GPUs it may run with (default: one pod's).
+    #[serde(rename = "minGPUs")]
+    min_gpus: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -352,6 +364,25 @@ fn job(doc: &Doc, s: &Scenario, names: &NodeNames, j: usize, job: Job) -> Result
     } else {
         JobPhase::Pending
     };
+    let resize = match job.elasticity {
+        None => None,
+        Some(e) => {
+            if e.shrink != "halve" {
+                let message = format!("is {:?}; the only way to shrink is \"halve\"", e.shrink);
+                return Err(doc.error(steps!["jobs", j, "elasticity", "shrink"], message));
+            }
+            let at = steps!["jobs", j, "elasticity"];
+            if tasks.len() != 1 {
+                return Err(doc.error(at, "applies to a job of one task"));
+            }
+            if min_member as usize != tasks[0].pods.len() {
+                return Err(doc.error(at, "applies to a job whose gang is all its pods (leave minMember out)"));
+            }
+            let gpus = tasks[0].requests.0.get(GPU).copied().unwrap_or(0);
+            let policy = Resize::from_min_gpus(min_member, gpus, e.min_gpus);
+            Some(policy.map_err(|why| doc.error(steps!["jobs", j, "elasticity", "minGPUs"], why))?)
+        }
+    };
     let run_time = job.duration.map(|d| i64::try_from(d).unwrap_or(i64::MAX));
     Ok(JobInput {
         name: job.name,
@@ -370,6 +401,7 @@ fn job(doc: &Doc, s: &Scenario, names: &NodeNames, j: usize, job: Job) -> Result
         preempted_at: job.preempted_at,
         started_at: job.started_at.filter(|_| running > 0),
         topology,
+        resize,
     })
 }
 

@@ -420,6 +420,7 @@ fn submit(job: &TraceJob, index: usize, cluster: &Cluster, policy: Policy) -> (L
             .racks
             .filter(|r| r.aware)
             .and_then(|r| r.request(job.pods * job.gpus_per_pod, cluster.nodes, cluster.gpus_per_node)),
+        resize: None,
     };
     let live = Live {
         job: index,
