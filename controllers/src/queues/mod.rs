@@ -1,11 +1,13 @@
 //! The queue controllers: Run:ai's Department → Project hierarchy becomes a tree of
-//! [`Queue`]s per node pool, plain pods get one-pod [`PodGroup`]s, and every Queue's status
+//! [`Queue`]s per node pool, plain pods get [`PodGroup`]s (their workload's gang, else one
+//! per pod), and every Queue's status
 //! carries its pod-group counts and a `Valid` condition.
 //!
 //! Three controllers, each a `run_*` function that runs until its shutdown future resolves:
 //!
 //! - [`run_queue_tree`]: Departments and Projects → Queues, Namespaces → Projects.
-//! - [`run_pod_groups`]: plain pods with `schedulerName: drover` → one-pod PodGroups.
+//! - [`run_pod_groups`]: plain pods with `schedulerName: drover` → their gang's PodGroup
+//!   ([`crate::gangs`]), else a one-pod one.
 //! - [`run_queue_status`]: `status.podGroups`, `observedGeneration` and `Valid` of every Queue.
 //!
 //! # Queue naming
@@ -65,7 +67,8 @@
 //! No finalizers: deleting a Project or Department relies on the garbage collector to
 //! delete its queues through their ownerReferences. A deleted
 //! project's namespace label stays until another project claims the namespace. Pods of the
-//! same ReplicaSet/StatefulSet are not grouped together: every plain pod gets its own group.
+//! same ReplicaSet/StatefulSet are not grouped together unless a workload kind that defines a
+//! gang owns them (docs/workloads.md).
 
 mod podgroups;
 pub(crate) mod runner;

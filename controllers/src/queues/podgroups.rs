@@ -1,4 +1,5 @@
-//! One-pod PodGroups for pods that Drover schedules but no Drover Job owns.
+//! PodGroups for pods that Drover schedules but no Drover Job owns: the gang their owner or
+//! their Workload-API or Volcano group defines ([`crate::gangs`]), else one per pod.
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
