@@ -265,6 +265,8 @@ async fn regroup(pod: &Pod, ctx: &Ctx) -> Result<Action, Error> {
 async fn reconcile(pod: Arc<Pod>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let move_group = grouped(&pod);
     if skip(&pod) && !move_group {
+        // Grouped, finishing or going: nothing more to tell about it.
+        ctx.forget(&pod);
         return Ok(Action::await_change());
     }
     if !ready(&ctx.projects) {
