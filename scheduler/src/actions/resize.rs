@@ -19,7 +19,7 @@
 use crate::placement::Avail;
 use crate::plugin::ShareBound;
 use crate::session::JobResize;
-use crate::snapshot::{JobId, NodeId, PodId, Resize};
+use crate::snapshot::{JobId, PodId, Resize};
 
 use super::{try_place_all, Ctx};
 
@@ -80,21 +80,12 @@ fn grow(ctx: &mut Ctx, job: JobId, size: u32, policy: Resize) {
         return;
     }
     let feasible = ctx.placer.feasibility(ctx.ssn, ctx.fw, first);
-    let room: u64 = feasible.nodes.iter().map(|&n| copies_idle(ctx, n, one)).sum();
-    if room >= u64::from(to - size) {
+    let room: i64 = feasible.nodes.iter().map(|&n| ctx.ssn.idle_slots(n, one, None)).sum();
+    if room >= i64::from(to - size) {
         let why =
             format!("elastic: {} more pods fit spare capacity and nothing waits, so it restarts with {to}", to - size);
         ctx.ssn.decisions.resizes.push(JobResize { job, from: size, to, why });
     }
-}
-
-/// How many pods asking `req` the node's idle capacity holds.
-fn copies_idle(ctx: &Ctx, node: NodeId, req: &crate::res::Res) -> u64 {
-    if ctx.ssn.snap.nodes[node].unschedulable {
-        return 0;
-    }
-    let idle = ctx.ssn.idle(node);
-    (0..req.len()).filter(|&r| req[r] > 0).map(|r| (idle[r] / req[r]).max(0) as u64).min().unwrap_or(0)
 }
 
 #[cfg(test)]
