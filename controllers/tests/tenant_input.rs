@@ -403,7 +403,7 @@ proptest! {
             .filter(|v| !is_current(v) || matches!(v.phase, Phase::Pending | Phase::Running))
             .collect();
         let now = jiff::Timestamp::from_second(1_700_000_000).expect("a time");
-        let plan = job::plan(&job, &views, &[], Ok(()), now);
+        let plan = job::plan(&job, &views, &[], Ok(()), None, now);
         let deleted: BTreeSet<&str> = plan.delete.iter().map(|d| d.name.as_str()).collect();
         for v in &views {
             let want = !v.deleting && !is_current(v);

@@ -14,6 +14,7 @@
 //! queues, detached pods, problems), are the user's reference in `docs/conversion.md`; a change
 //! of behaviour here changes that page in the same commit.
 
+mod elastic;
 mod pod;
 mod priority;
 mod queue;
@@ -41,6 +42,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
 
 use crate::charge::Charge;
+use elastic::Elastic;
 use pod::Finding;
 use priority::{Classes, Resolved};
 use queue::QueueState;
@@ -688,6 +690,7 @@ fn detached_job<'a>(
         nominations: BTreeMap::new(),
         phase: JobPhase::Running,
         topology: Requests::default(),
+        elastic: Elastic::Fixed,
     };
     build_job(shape, pods, lookup, problems).map_err(|(_, pods)| pods)
 }
@@ -794,6 +797,7 @@ impl GroupAt<'_, '_> {
                 .collect(),
             phase,
             topology,
+            elastic: elastic::of(self.group),
         }
     }
 }
@@ -848,6 +852,7 @@ struct Shape<'m> {
     nominations: BTreeMap<&'m str, &'m str>,
     phase: JobPhase,
     topology: Requests,
+    elastic: Elastic,
 }
 
 /// A job from its shape and pods: phases, tasks, priority and run times. Fails (handing the
@@ -876,7 +881,7 @@ fn build_job<'a>(
             }
             Some(node) if info.deleting => PodPhaseInput::Releasing(node.clone()),
             Some(node) => PodPhaseInput::Bound(node.clone()),
-            None if info.deleting => continue,
+            None if info.deleting || shape.elastic == Elastic::Restarting => continue,
             None if spec.and_then(|s| s.scheduling_gates.as_ref()).is_some_and(|g| !g.is_empty()) => continue,
             None => match shape.nominations.get(info.name.as_str()) {
                 Some(&node) if nodes.contains_key(node) => PodPhaseInput::Nominated(node.to_string()),
@@ -998,7 +1003,10 @@ fn build_job<'a>(
         preempted_at: shape.preempted_at,
         started_at,
         topology: shape.topology.job,
-        resize: None,
+        resize: match shape.elastic {
+            Elastic::Resizable(policy) => Some(policy),
+            Elastic::Fixed | Elastic::Restarting => None,
+        },
     };
     Ok((job, refs))
 }

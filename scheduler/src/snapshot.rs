@@ -397,14 +397,7 @@ impl Resize {
     /// that many GPUs. Refused (with why) when a floor is asked of pods that request no GPU, or
     /// is more than the job asks for.
     pub fn from_min_gpus(replicas: u32, gpus_per_pod: i64, min_gpus: Option<u32>) -> Result<Resize, String> {
-        let floor = match min_gpus {
-            None => 1,
-            Some(_) if gpus_per_pod <= 0 => return Err("is set, but the job's pods request no GPU".into()),
-            Some(g) => u32::try_from((i64::from(g) + gpus_per_pod - 1) / gpus_per_pod).unwrap_or(u32::MAX).max(1),
-        };
-        if floor > replicas {
-            return Err(format!("needs {floor} pods, more than the job's {replicas}"));
-        }
+        let floor = drover_api::crd::elasticity::floor_pods(replicas, gpus_per_pod, min_gpus)?;
         Ok(Resize { floor, ceiling: replicas })
     }
 }

@@ -3,6 +3,7 @@
 //! may be scaled by patching a task's replicas. Lifecycle policies map pod and task events to
 //! job actions.
 
+use super::elasticity::Elasticity;
 use super::task_template::TaskTemplate;
 use super::topology::{TaskTopologyConstraint, TopologyConstraint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -41,11 +42,13 @@ pub const MAX_PODS: u32 = 10_000;
     printcolumn(name = "Succeeded", type_ = "integer", json_path = ".status.succeeded"),
     printcolumn(name = "Retries", type_ = "integer", json_path = ".status.retryCount"),
     printcolumn(name = "Queue", type_ = "string", json_path = ".spec.queue"),
+    printcolumn(name = "Size", type_ = "integer", json_path = ".status.replicas", priority = 1),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     printcolumn(name = "Reason", type_ = "string", json_path = ".status.reason")
 )]
 #[x_kube(validation = Rule::new("!has(self.minAvailable) || self.minAvailable <= self.tasks.map(t, t.replicas).sum()").message("minAvailable must not exceed the total replicas of the tasks"))]
 #[x_kube(validation = Rule::new(format!("self.tasks.map(t, t.replicas).sum() <= {MAX_PODS}")).message(format!("the tasks' replicas must total at most {MAX_PODS} pods; split larger work into several Jobs").as_str()))]
+#[x_kube(validation = Rule::new("!has(self.elasticity) || (size(self.tasks) == 1 && !has(self.minAvailable) && !has(self.tasks[0].minAvailable))").message("elasticity applies to a Job of one task whose gang is all its pods: leave out minAvailable"))]
 #[serde(rename_all = "camelCase")]
 pub struct JobSpec {
     /// Pods that must run together (the gang size); absent = all replicas. Replicas above it
@@ -76,6 +79,11 @@ pub struct JobSpec {
     /// Where the whole job's pods must or should go together; copied into its PodGroup.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topology: Option<TopologyConstraint>,
+    /// Run:ai's elasticity: restarted with half its pods (down to `minGPUs`) when its gang
+    /// cannot be placed, and with twice as many (up to its replicas) when spare capacity
+    /// allows. A one-task Job without `minAvailable` only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub elasticity: Option<Elasticity>,
 }
 
 fn three() -> u32 {
@@ -203,6 +211,10 @@ pub struct JobStatus {
     /// The generation this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// For an elastic Job, the pods it runs with now (its pods' `WORLD_SIZE`): its replicas
+    /// until the scheduler resizes it; absent for other Jobs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<u32>,
     /// Conditions, e.g. `Valid` false with the reason a job cannot work.
     #[serde(default)]
     pub conditions: Vec<Condition>,

@@ -8,6 +8,7 @@
 
 pub mod conditions;
 pub mod department;
+pub mod elasticity;
 mod formats;
 pub mod job;
 pub mod podgroup;

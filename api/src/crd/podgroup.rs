@@ -8,6 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
+use super::elasticity::{GroupElasticity, ResizeStatus};
 use super::topology::{TaskTopologies, TopologyConstraint, TopologyPlacement};
 
 /// Desired state of a pod group.
@@ -62,6 +63,11 @@ pub struct PodGroupSpec {
     /// together inside the group's domain, and its slices.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub task_topology: TaskTopologies,
+    /// The sizes the group may be restarted at, for an elastic job: the scheduler records a
+    /// resize in `status.resize`, and the group's controller (the Job controller) restarts
+    /// its pods at that size. Absent: never resized.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub elasticity: Option<GroupElasticity>,
 }
 
 /// Condition type carrying the reason a group waits (`True`, the reason as message), written
@@ -141,6 +147,10 @@ pub struct PodGroupStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 4096))]
     pub nominations: Vec<Nomination>,
+    /// The scheduler's latest resize of an elastic group (`spec.elasticity`): the size to
+    /// restart its pods at, and why. Lives in status, which tenants cannot write.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resize: Option<ResizeStatus>,
 }
 
 /// A pending pod of a group and the node the scheduler nominated it to.

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use drover_api::crd::elasticity::GroupElasticity;
 use drover_api::crd::job::{Job, TaskSpec};
 use drover_api::crd::podgroup::{PodGroup, PodGroupSpec};
 use drover_api::{format_amount, ResourceList};
@@ -13,7 +14,7 @@ use kube::{Resource, ResourceExt};
 
 use super::{
     DEFAULT_MASTER_PORT, JOB_NAME_LABEL, POD_GROUP_ANNOTATION, RETRY_ANNOTATION, SCHEDULER_NAME, TASK_INDEX_LABEL,
-    TASK_LABEL,
+    TASK_LABEL, WORLD_SIZE_ANNOTATION,
 };
 
 /// The name of pod `index` of `task` in `job`.
@@ -62,8 +63,8 @@ fn namespace(job: &Job) -> String {
 }
 
 /// The PodGroup a job's pods belong to, in `queue`: the job's own, or the one the controller
-/// chose for a job that names none.
-pub fn pod_group(job: &Job, queue: &str) -> PodGroup {
+/// chose for a job that names none; `elasticity` for an elastic job (`job` then at its size).
+pub fn pod_group(job: &Job, queue: &str, elasticity: Option<GroupElasticity>) -> PodGroup {
     let name = job.name_any();
     let min_task_member: BTreeMap<String, u32> =
         job.spec.tasks.iter().filter_map(|t| t.min_available.map(|m| (t.name.clone(), m.min(t.replicas)))).collect();
@@ -78,6 +79,7 @@ pub fn pod_group(job: &Job, queue: &str) -> PodGroup {
             schedule_timeout_seconds: None,
             topology: job.spec.topology.clone(),
             task_topology: job.spec.tasks.iter().filter_map(|t| Some((t.name.clone(), t.topology.clone()?))).collect(),
+            elasticity,
         },
     );
     pg.metadata.namespace = job.namespace();
@@ -220,6 +222,7 @@ pub fn pod(job: &Job, env: &JobEnv, task_pos: usize, index: u32, retry: u32) -> 
     let mut annotations = template_meta.annotations.unwrap_or_default();
     annotations.insert(POD_GROUP_ANNOTATION.into(), job_name.clone());
     annotations.insert(RETRY_ANNOTATION.into(), retry.to_string());
+    annotations.insert(WORLD_SIZE_ANNOTATION.into(), env.world_size.to_string());
 
     let mut spec: PodSpec = template.spec.unwrap_or_default();
     if spec.scheduler_name.as_deref().is_none_or(str::is_empty) {
@@ -321,7 +324,7 @@ mod tests {
         // worker's own 2 (1000m), then 1 ps pod (1000m).
         let r = min_resources(&j).unwrap();
         assert_eq!(r["cpu"].0, "2");
-        let pg = pod_group(&j, "default");
+        let pg = pod_group(&j, "default", None);
         assert_eq!(pg.spec.min_member, 3);
         assert_eq!(pg.spec.min_task_member, [("worker".to_string(), 2)].into());
     }
@@ -337,7 +340,7 @@ mod tests {
         };
         j.spec.topology = Some(whole.clone());
         j.spec.tasks[1].topology = Some(sub.clone());
-        let pg = pod_group(&j, "default");
+        let pg = pod_group(&j, "default", None);
         assert_eq!(pg.spec.topology, Some(whole));
         assert_eq!(pg.spec.task_topology, [("worker".to_string(), sub)].into());
     }

@@ -93,6 +93,7 @@
 
 mod bounds;
 mod build;
+mod elastic;
 mod plan;
 mod queue;
 mod tracker;
@@ -116,6 +117,7 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, Resource, ResourceExt};
 
 pub use build::{hosts_var, pod_host, pod_name};
+pub use elastic::Sizing;
 pub use plan::action_for;
 // The state machine's inputs and output, public so that property tests can feed it pods with
 // tenant-written labels and annotations (controllers/tests/tenant_input.rs).
@@ -132,6 +134,9 @@ pub use drover_api::labels::{JOB_NAME_LABEL, POD_GROUP_ANNOTATION, TASK_INDEX_LA
 /// Pod annotation: the Job's `retryCount` when the pod was made (tells a restart's old pods
 /// from its new ones).
 pub const RETRY_ANNOTATION: &str = "batch.drover.dev/retry-count";
+/// Pod annotation: the `WORLD_SIZE` the pod was made with (tells an elastic job's pods made
+/// for another size, which a resize restarts).
+pub const WORLD_SIZE_ANNOTATION: &str = "batch.drover.dev/world-size";
 /// The queue that always exists.
 pub const DEFAULT_QUEUE: &str = "default";
 /// `MASTER_PORT` when the first task's containers declare no port.
@@ -255,7 +260,7 @@ fn owned_by<K: Resource>(obj: &K, uid: &str) -> bool {
 }
 
 async fn validate(client: &Client, job: &Job, queue: &str) -> Result<plan::Validity, kube::Error> {
-    if let Err(refusal) = bounds::check(job) {
+    if let Err(refusal) = bounds::check(job).and_then(|()| elastic::check(job)) {
         return Ok(Err(refusal));
     }
     for (i, task) in job.spec.tasks.iter().enumerate() {
@@ -275,26 +280,51 @@ async fn validate(client: &Client, job: &Job, queue: &str) -> Result<plan::Valid
     Ok(Ok(()))
 }
 
-/// Creates or updates the job's PodGroup; returns the status of the job's own group as read.
-async fn ensure_pod_group(ctx: &Context, job: &Job, uid: &str, queue: &str) -> Result<Option<PodGroupStatus>, Error> {
+/// The PodGroup named after a job, as stored.
+enum Group {
+    /// The job's own (`None`: not created yet).
+    Own(Option<Box<PodGroup>>),
+    /// Another's, left alone.
+    Foreign,
+}
+
+impl Group {
+    fn status(&self) -> Option<&PodGroupStatus> {
+        match self {
+            Group::Own(live) => live.as_ref()?.status.as_ref(),
+            Group::Foreign => None,
+        }
+    }
+}
+
+/// Reads the PodGroup named after the job (a Warning Event when it is another's).
+async fn read_group(ctx: &Context, job: &Job, uid: &str) -> Result<Group, Error> {
     let api: Api<PodGroup> = Api::namespaced(ctx.client.clone(), &job.namespace().unwrap_or_default());
-    let desired = build::pod_group(job, queue);
     match api.get_opt(&job.name_any()).await? {
-        None => match api.create(&PostParams::default(), &desired).await {
-            Err(e) if !is_status(&e, 409, Some("AlreadyExists")) => Err(e.into()),
-            _ => Ok(None),
-        },
         Some(live) if !owned_by(&live, uid) => {
             let message = format!("PodGroup {} exists and is not this job's; leaving it alone", live.name_any());
             events::publish(&ctx.client, CONTROLLER_NAME, job, EventType::Warning, "PodGroupNotOwned", &message).await;
-            Ok(None)
+            Ok(Group::Foreign)
         }
-        Some(mut live) if live.spec != desired.spec => {
+        live => Ok(Group::Own(live.map(Box::new))),
+    }
+}
+
+/// Creates the job's PodGroup, or replaces its spec when it differs from `desired`.
+async fn ensure_pod_group(ctx: &Context, group: Group, desired: PodGroup) -> Result<(), Error> {
+    let namespace = desired.namespace().unwrap_or_default();
+    let api: Api<PodGroup> = Api::namespaced(ctx.client.clone(), &namespace);
+    match group {
+        Group::Own(None) => match api.create(&PostParams::default(), &desired).await {
+            Err(e) if !is_status(&e, 409, Some("AlreadyExists")) => Err(e.into()),
+            _ => Ok(()),
+        },
+        Group::Own(Some(mut live)) if live.spec != desired.spec => {
             live.spec = desired.spec;
-            api.replace(&job.name_any(), &PostParams::default(), &live).await?;
-            Ok(live.status)
+            api.replace(&live.name_any(), &PostParams::default(), &live).await?;
+            Ok(())
         }
-        Some(live) => Ok(live.status),
+        Group::Own(Some(_)) | Group::Foreign => Ok(()),
     }
 }
 
@@ -374,17 +404,18 @@ async fn reconcile_job(ctx: &Context, namespace: &str, name: &str) -> Result<Act
         None => crate::queues::namespace_queue(client, namespace, None).await?,
     };
     let validity = if finished { Ok(()) } else { validate(client, &job, &queue).await? };
-    let mut group = None;
-    if validity.is_ok() && !finished {
-        group = ensure_pod_group(ctx, &job, &uid, &queue).await?;
-        ensure_service(ctx, &job).await?;
-    }
+    let working = validity.is_ok() && !finished;
+    let group = if working { read_group(ctx, &job, &uid).await? } else { Group::Own(None) };
+    // An elastic job is planned at the size it should run at.
+    let sizing = Sizing::of(&job, group.status());
+    let sized = sizing.as_ref().map(|s| elastic::at_size(&job, s.target));
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let views = pod_views(&pods, name, &uid).await?;
     let evictions = ctx.tracker.evictions(namespace, name);
-    let mut plan = plan::plan(&job, &views, &evictions, validity, jiff::Timestamp::now());
-    plan.status.reason = plan::reason(&plan.status, group.as_ref());
+    let now = jiff::Timestamp::now();
+    let mut plan = plan::plan(sized.as_ref().unwrap_or(&job), &views, &evictions, validity, sizing.as_ref(), now);
+    plan.status.reason = plan::reason(&plan.status, group.status());
     tracing::debug!(job = name, pods = views.len(), state = ?plan.status.state, delete = plan.delete.len(),
         create = plan.create.len(), requeue = ?plan.requeue, "job planned");
 
@@ -392,6 +423,16 @@ async fn reconcile_job(ctx: &Context, namespace: &str, name: &str) -> Result<Act
         let mut updated = job.clone();
         updated.status = Some(plan.status.clone());
         jobs.replace_status(name, &PostParams::default(), &updated).await?;
+    }
+    if working {
+        // The group's gang is the size the job's pods are made for: while a resize restart
+        // deletes the old pods, still the old size.
+        let (in_force, bounds) = match (&sizing, plan.status.replicas) {
+            (Some(s), Some(size)) => (Some(elastic::at_size(&job, size)), Some(s.group_bounds())),
+            _ => (None, None),
+        };
+        ensure_pod_group(ctx, group, build::pod_group(in_force.as_ref().unwrap_or(&job), &queue, bounds)).await?;
+        ensure_service(ctx, &job).await?;
     }
     for note in &plan.notes {
         events::publish(client, CONTROLLER_NAME, &job, note.kind, &note.reason, &note.message).await;
@@ -411,7 +452,7 @@ async fn reconcile_job(ctx: &Context, namespace: &str, name: &str) -> Result<Act
             }
         }
     }
-    create_pods(ctx, &job, &plan).await?;
+    create_pods(ctx, sized.as_ref().unwrap_or(&job), &plan).await?;
     ctx.tracker.handled(namespace, name, &evictions);
     if plan.delete_job {
         let ttl = job.spec.ttl_seconds_after_finished.unwrap_or(0);

@@ -15,10 +15,11 @@ use kube::ResourceExt;
 
 use super::bounds::BATCH;
 use super::build::{min_available, pod_name, total_replicas};
+use super::elastic::Sizing;
 use super::tracker::Eviction;
 use super::{
     CONDITION_FINISHED, CONDITION_RESTARTING, CONDITION_VALID, INVALID_REQUEUE, RETRY_ANNOTATION, TASK_INDEX_LABEL,
-    TASK_LABEL,
+    TASK_LABEL, WORLD_SIZE_ANNOTATION,
 };
 
 /// A pod's phase as the controller counts it.
@@ -47,6 +48,8 @@ pub struct PodView {
     pub index: Option<u32>,
     /// The job's retry count when it was made.
     pub retry: u32,
+    /// The `WORLD_SIZE` it was made with, when it says.
+    pub world_size: Option<u32>,
     /// Phase.
     pub phase: Phase,
     /// Deletion has started.
@@ -69,6 +72,7 @@ impl PodView {
             task: labels.get(TASK_LABEL).cloned().unwrap_or_default(),
             index: labels.get(TASK_INDEX_LABEL).and_then(|i| i.parse().ok()),
             retry: pod.annotations().get(RETRY_ANNOTATION).and_then(|r| r.parse().ok()).unwrap_or(0),
+            world_size: pod.annotations().get(WORLD_SIZE_ANNOTATION).and_then(|r| r.parse().ok()),
             phase,
             deleting: pod.metadata.deletion_timestamp.is_some(),
         }
@@ -257,6 +261,27 @@ impl Planner<'_> {
         }
     }
 
+    /// Restarts an elastic job at the size the scheduler chose: every pod is deleted (its
+    /// code read `WORLD_SIZE` at start), and the new ones are made once they are gone. Not a
+    /// retry: the job did nothing wrong.
+    fn resize(&mut self, sizing: &Sizing) {
+        let (from, to) = (sizing.current, sizing.target);
+        let message = format!("resizing from {from} to {to} pods: {}", sizing.why);
+        self.plan.status.state = JobState::Restarting;
+        let (now, generation) = (self.now, self.generation());
+        conditions::set(
+            &mut self.plan.status.conditions,
+            CONDITION_RESTARTING,
+            true,
+            "Resize",
+            &message,
+            now,
+            generation,
+        );
+        self.delete_where(|_, _| false);
+        self.note(EventType::Normal, "Resized", message);
+    }
+
     /// The first lifecycle event with an action: failed pods, then evicted pods, then
     /// completed tasks, in task order.
     fn triggered(&self, evictions: &[Eviction]) -> Option<(JobAction, String, String)> {
@@ -364,9 +389,17 @@ impl Planner<'_> {
 }
 
 /// Decides one reconcile of `job` from its pods, the evictions of its pods seen since the last
-/// successful reconcile and whether it is valid (readable templates, a queue that admits it, an
-/// existing priority class).
-pub fn plan(job: &Job, pods: &[PodView], evictions: &[Eviction], validity: Validity, now: jiff::Timestamp) -> Plan {
+/// successful reconcile, whether it is valid (readable templates, a queue that admits it, an
+/// existing priority class) and, for an elastic job, its [`Sizing`] (then `job` is the job at
+/// its target size, [`super::elastic::at_size`]).
+pub fn plan(
+    job: &Job,
+    pods: &[PodView],
+    evictions: &[Eviction],
+    validity: Validity,
+    sizing: Option<&Sizing>,
+    now: jiff::Timestamp,
+) -> Plan {
     let old = job.status.clone().unwrap_or_default();
     let mut status = old.clone();
     status.observed_generation = job.metadata.generation;
@@ -377,6 +410,7 @@ pub fn plan(job: &Job, pods: &[PodView], evictions: &[Eviction], validity: Valid
     status.succeeded = count(Phase::Succeeded);
     status.failed = count(Phase::Failed);
     status.min_available = min_available(job);
+    status.replicas = sizing.map(|s| s.current);
     let plan = Plan { status, delete: vec![], create: vec![], notes: vec![], delete_job: false, requeue: None };
     let clock = now;
     let now = jiff::Timestamp::from_second(now.as_second()).unwrap_or(now);
@@ -434,15 +468,19 @@ pub fn plan(job: &Job, pods: &[PodView], evictions: &[Eviction], validity: Valid
         JobState::Restarting => {
             let target = restart_target(&old);
             let retry = old.retry_count;
-            let stale = |x: &PodView| target.as_ref().is_none_or(|t| &x.task == t) && x.retry < retry;
+            // Made before the restart, or (elastic) for another size than it restarts at.
+            let resized = |x: &PodView| sizing.is_some_and(|s| x.world_size.is_some_and(|w| w != s.target));
+            let stale = |x: &PodView| (target.as_ref().is_none_or(|t| &x.task == t) && x.retry < retry) || resized(x);
             if pods.iter().any(stale) {
                 p.delete_where(|_, x| !stale(x));
                 return p.plan;
             }
             p.plan.status.state = JobState::Pending;
+            p.plan.status.replicas = sizing.map(|s| s.target);
             p.clear_restarting();
             let what = target.map_or("the job".to_string(), |t| format!("task {t}"));
-            p.note(EventType::Normal, "Restarted", format!("{what}: old pods are gone; creating new ones"));
+            let size = sizing.map_or(String::new(), |s| format!(" ({} pods)", s.target));
+            p.note(EventType::Normal, "Restarted", format!("{what}: old pods are gone; creating new ones{size}"));
         }
         _ => {
             if let Some((action, task, why)) = p.triggered(evictions) {
@@ -450,6 +488,10 @@ pub fn plan(job: &Job, pods: &[PodView], evictions: &[Eviction], validity: Valid
                 if is_terminal(p.plan.status.state) {
                     p.ttl();
                 }
+                return p.plan;
+            }
+            if let Some(sizing) = sizing.filter(|s| s.target != s.current) {
+                p.resize(sizing);
                 return p.plan;
             }
         }
@@ -494,6 +536,7 @@ mod tests {
             task: "w".into(),
             index: Some(index),
             retry: 0,
+            world_size: None,
             phase: Phase::Pending,
             deleting: false,
         }
@@ -502,7 +545,7 @@ mod tests {
     #[test]
     fn a_huge_job_plans_one_batch_of_pods_and_comes_back_at_once() {
         for replicas in [BATCH as u32 + 1, u32::MAX] {
-            let planned = plan(&job(replicas), &[], &[], Ok(()), jiff::Timestamp::now());
+            let planned = plan(&job(replicas), &[], &[], Ok(()), None, jiff::Timestamp::now());
             assert_eq!(planned.create.len(), BATCH, "{replicas} replicas");
             assert_eq!(planned.create.last(), Some(&(0, BATCH as u32 - 1)));
             assert_eq!(planned.requeue, Some(Duration::ZERO));
@@ -512,10 +555,10 @@ mod tests {
     #[test]
     fn the_next_batch_starts_after_the_pods_that_exist() {
         let pods: Vec<PodView> = (0..BATCH as u32).map(|i| pending("big", i)).collect();
-        let planned = plan(&job(2 * BATCH as u32 + 7), &pods, &[], Ok(()), jiff::Timestamp::now());
+        let planned = plan(&job(2 * BATCH as u32 + 7), &pods, &[], Ok(()), None, jiff::Timestamp::now());
         assert_eq!(planned.create.first(), Some(&(0, BATCH as u32)));
         assert_eq!(planned.create.len(), BATCH);
-        let last = plan(&job(BATCH as u32 + 7), &pods, &[], Ok(()), jiff::Timestamp::now());
+        let last = plan(&job(BATCH as u32 + 7), &pods, &[], Ok(()), None, jiff::Timestamp::now());
         assert_eq!(last.create.len(), 7);
         assert_eq!(last.requeue, None, "nothing left for another batch");
     }
@@ -523,16 +566,16 @@ mod tests {
     #[test]
     fn the_status_shows_the_gang_minimum_in_force_and_mirrors_why_the_group_waits() {
         let mut gang = job(4);
-        assert_eq!(plan(&gang, &[], &[], Ok(()), jiff::Timestamp::now()).status.min_available, 4, "all replicas");
+        assert_eq!(plan(&gang, &[], &[], Ok(()), None, jiff::Timestamp::now()).status.min_available, 4, "all replicas");
         gang.spec.min_available = Some(2);
-        let planned = plan(&gang, &[], &[], Ok(()), jiff::Timestamp::now());
+        let planned = plan(&gang, &[], &[], Ok(()), None, jiff::Timestamp::now());
         assert_eq!(planned.status.min_available, 2);
         let mut group = PodGroupStatus::default();
         assert_eq!(reason(&planned.status, Some(&group)), None, "a group that does not wait gives no reason");
         let now = jiff::Timestamp::now();
         conditions::set(&mut group.conditions, "Unschedulable", true, "Unschedulable", "queue full", now, None);
         assert_eq!(reason(&planned.status, Some(&group)).as_deref(), Some("queue full"));
-        let refused = plan(&gang, &[], &[], Err(("QueueNotFound".into(), "no queue q".into())), now);
+        let refused = plan(&gang, &[], &[], Err(("QueueNotFound".into(), "no queue q".into())), None, now);
         assert_eq!(reason(&refused.status, Some(&group)).as_deref(), Some("no queue q"), "Valid=False comes first");
         let mut done = planned.status.clone();
         done.state = JobState::Completed;
@@ -542,9 +585,49 @@ mod tests {
     #[test]
     fn scaling_down_deletes_one_batch_at_a_time() {
         let pods: Vec<PodView> = (0..2 * BATCH as u32).map(|i| pending("big", i)).collect();
-        let planned = plan(&job(1), &pods, &[], Ok(()), jiff::Timestamp::now());
+        let planned = plan(&job(1), &pods, &[], Ok(()), None, jiff::Timestamp::now());
         assert_eq!(planned.delete.len(), BATCH);
         assert!(planned.delete.iter().all(|d| d.name != "big-w-0"), "the pod in the spec stays");
         assert_eq!(planned.requeue, Some(Duration::ZERO));
+    }
+
+    fn sizing(current: u32, target: u32) -> Sizing {
+        Sizing { floor: 1, ceiling: 16, current, target, why: "no room for 16".into() }
+    }
+
+    #[test]
+    fn a_resize_restarts_every_pod_without_spending_a_retry_then_makes_the_new_size() {
+        let made_for = |size: u32| -> Vec<PodView> {
+            (0..size).map(|i| PodView { world_size: Some(size), ..pending("big", i) }).collect()
+        };
+        let mut old = job(16);
+        old.status = Some(JobStatus { replicas: Some(16), ..JobStatus::default() });
+        let sized = super::super::elastic::at_size(&old, 4);
+        let begun = plan(&sized, &made_for(16), &[], Ok(()), Some(&sizing(16, 4)), jiff::Timestamp::now());
+        assert_eq!(begun.status.state, JobState::Restarting);
+        assert_eq!(begun.delete.len(), 16, "every pod read WORLD_SIZE=16 at start");
+        assert!(begun.create.is_empty(), "the old pods go first: the new ones take their names");
+        assert_eq!((begun.status.retry_count, begun.status.replicas), (0, Some(16)), "no retry; still 16 pods");
+        let note = begun.notes.iter().find(|n| n.reason == "Resized").expect("an Event says why");
+        assert!(note.message.contains("from 16 to 4 pods: no room for 16"), "{}", note.message);
+
+        let mut restarting = sized.clone();
+        restarting.status = Some(begun.status.clone());
+        let deleting: Vec<PodView> = made_for(16).into_iter().map(|p| PodView { deleting: true, ..p }).collect();
+        let waits = plan(&restarting, &deleting, &[], Ok(()), Some(&sizing(16, 4)), jiff::Timestamp::now());
+        assert_eq!((waits.status.state, waits.create.len()), (JobState::Restarting, 0), "old pods still there");
+        let done = plan(&restarting, &[], &[], Ok(()), Some(&sizing(16, 4)), jiff::Timestamp::now());
+        assert_eq!((done.status.state, done.status.replicas), (JobState::Pending, Some(4)));
+        assert_eq!(done.create, (0..4).map(|i| (0, i)).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn an_elastic_job_at_its_size_is_left_alone() {
+        let made: Vec<PodView> = (0..4).map(|i| PodView { world_size: Some(4), ..pending("big", i) }).collect();
+        let mut at_four = job(4);
+        at_four.status = Some(JobStatus { replicas: Some(4), ..JobStatus::default() });
+        let planned = plan(&at_four, &made, &[], Ok(()), Some(&sizing(4, 4)), jiff::Timestamp::now());
+        assert!(planned.delete.is_empty() && planned.create.is_empty());
+        assert_eq!((planned.status.state, planned.status.replicas), (JobState::Pending, Some(4)));
     }
 }

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use drover_api::crd::conditions;
+use drover_api::crd::elasticity::ResizeStatus;
 use drover_api::crd::podgroup::{Admission, Nomination, PodGroup, PodGroupPhase, PodGroupStatus, ReservationStatus};
 use drover_api::crd::queue::{summary as queue_summary, Queue, QueueUsage as QueueUsageStatus};
 use drover_api::crd::topology::TopologyPlacement;
@@ -13,6 +14,7 @@ use drover_scheduler::cycle::CycleOutcome;
 use drover_scheduler::ids::{ti_vec, TiVec};
 use drover_scheduler::plugin::Reservation;
 use drover_scheduler::res::Res;
+use drover_scheduler::session::JobResize;
 use drover_scheduler::snapshot::{JobId, JobPhase, NodeId, PodPhase, QueueId, Snapshot};
 use drover_scheduler::usage::{QueueUsage, UsageLedger};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -44,6 +46,8 @@ struct Decided<'a> {
     placement: Option<&'a TopologyPlacement>,
     /// Its pods pipelined this cycle, with their nodes (its kept claim).
     nominations: &'a [Nomination],
+    /// The size the cycle resized it to, if it did (an elastic group).
+    resize: Option<&'a JobResize>,
 }
 
 /// The status the scheduler wants a group to have.
@@ -78,6 +82,13 @@ fn desired(group: &PodGroup, core: Option<Decided>, counts: PodCounts, problem: 
     let now = jiff::Timestamp::now();
     if core.is_some_and(|c| c.preempted) {
         status.preempted_at = Some(Time(now));
+    }
+    // A resize is kept until the next one: its controller restarts the group at that size.
+    if let Some(r) = core.and_then(|c| c.resize) {
+        if current.resize.as_ref().is_none_or(|old| (old.from, old.replicas) != (r.from, r.to)) {
+            let reason = r.why.clone();
+            status.resize = Some(ResizeStatus { from: r.from, replicas: r.to, reason, decided_at: Some(Time(now)) });
+        }
     }
     // The admission is recorded once, when the group is admitted, and kept while it is
     // admitted: the group's pods stay charged to it whatever the spec says later.
@@ -155,6 +166,7 @@ pub fn wanted_group_statuses<'g>(
     for list in nominations.iter_mut() {
         list.sort_by(|a, b| a.pod.cmp(&b.pod));
     }
+    let resizes: HashMap<JobId, &JobResize> = outcome.decisions.resizes.iter().map(|r| (r.job, r)).collect();
     let mut core: HashMap<Key, Decided> = HashMap::new();
     for (j, job) in snap.jobs.iter_enumerated() {
         let reason = outcome.reasons.get(j).and_then(|r| r.as_deref());
@@ -167,6 +179,7 @@ pub fn wanted_group_statuses<'g>(
             preempted: preempted[j],
             placement: placements[j].as_ref(),
             nominations: &nominations[j],
+            resize: resizes.get(&j).copied(),
         };
         core.insert((job.namespace.clone(), job.name.clone()), decided);
     }
@@ -239,6 +252,19 @@ pub(super) async fn write_groups(
         let api: Api<PodGroup> = Api::namespaced(writer.client.clone(), &key.0);
         match api.patch_status(&key.1, &PatchParams::default(), &Patch::Merge(&patch)).await {
             Ok(new) => {
+                if let Some(resize) = want.resize.as_ref().filter(|r| Some(*r) != current_resize(group)) {
+                    let (from, to) = (resize.from, resize.replicas);
+                    let message = format!("restart with {to} pods instead of {from}: {}", resize.reason);
+                    events::publish(
+                        writer.client,
+                        "drover-scheduler",
+                        group.as_ref(),
+                        EventType::Normal,
+                        "Resized",
+                        &message,
+                    )
+                    .await;
+                }
                 if let Some((reason, message)) = newly_failing(group.status.as_ref(), &want) {
                     events::publish(
                         writer.client,
@@ -259,6 +285,10 @@ pub(super) async fn write_groups(
         }
     }
     written
+}
+
+fn current_resize(group: &PodGroup) -> Option<&ResizeStatus> {
+    group.status.as_ref()?.resize.as_ref()
 }
 
 /// A reservation as PodGroup status shows it: node names in order and the start in RFC 3339.
@@ -424,6 +454,7 @@ mod tests {
             preempted: false,
             placement: None,
             nominations: &[],
+            resize: None,
         };
         let again = desired(&group, Some(waiting), restarted, None);
         assert_eq!(again.phase, PodGroupPhase::Pending, "a restarted job's group is live again");
@@ -448,5 +479,31 @@ mod tests {
         assert_eq!(patch, json!({"tick": "1970-01-01T00:02:00Z", "resources": {"nvidia.com/gpu": 960.5, "cpu": null}}));
         let first = usage_patch(None, Some(&entry)).expect("a first entry is written");
         assert_eq!(first["resources"], json!({"nvidia.com/gpu": 960.5}));
+    }
+
+    #[test]
+    fn a_resize_is_recorded_once_and_kept_until_the_next() {
+        let mut group = failed_group();
+        group.status = None;
+        let charged = Admission::default();
+        let shrink = JobResize { job: JobId(0), from: 16, to: 4, why: "no room".into() };
+        let cycle = |resize| Decided {
+            phase: JobPhase::Pending,
+            reason: None,
+            reservation: None,
+            charged: &charged,
+            preempted: false,
+            placement: None,
+            nominations: &[],
+            resize,
+        };
+        let decided = desired(&group, Some(cycle(Some(&shrink))), PodCounts::default(), None);
+        let recorded = decided.resize.clone().expect("the decision is recorded");
+        assert_eq!((recorded.from, recorded.replicas, recorded.reason.as_str()), (16, 4, "no room"));
+        group.status = Some(decided);
+        let later = desired(&group, Some(cycle(None)), PodCounts::default(), None);
+        assert_eq!(later.resize.as_ref(), Some(&recorded), "kept while nothing new is decided");
+        let again = desired(&group, Some(cycle(Some(&shrink))), PodCounts::default(), None);
+        assert_eq!(again.resize.as_ref(), Some(&recorded), "the same decision is not stamped again");
     }
 }

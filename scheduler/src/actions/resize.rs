@@ -13,6 +13,9 @@
 //!   takes capacity somebody waits for. (Its fair share follows what it asks for now, so it may
 //!   grow beyond it, into capacity nobody wants, which is reclaimed as usual once somebody does.)
 //!
+//! A job is resized only while it has exactly its gang's pods: while its controller makes or
+//! removes pods (as it restarts the job), it is left alone.
+//!
 //! The action only decides ([`crate::session::Decisions::resizes`]); whoever runs the job
 //! restarts it at the new size (the Job controller, the simulator), and a later cycle places it.
 
@@ -31,6 +34,11 @@ pub fn run(ctx: &mut Ctx) {
     for job in snap.jobs.keys() {
         let Some(policy) = snap.jobs[job].resize else { continue };
         let size = snap.jobs[job].replicas() as u32;
+        // Its pods are not all there: its controller is still making or removing them (a
+        // restart at a new size under way). Nothing is decided on a partial job.
+        if size != snap.jobs[job].min_member {
+            continue;
+        }
         let running = ctx.ssn.job_running[job];
         if running == 0 && ctx.ssn.job_pipelined[job] == 0 && waiting[job.0] && size > policy.floor {
             shrink(ctx, job, size, policy);
