@@ -5,8 +5,10 @@
 //! - **Shrink.** A job none of whose pods runs, whose gang found no room this cycle (after
 //!   allocation, preemption, reclaim and consolidation, which run before this action), restarts
 //!   with half its pods: the largest of a half, a quarter… (not below its floor) whose gang fits
-//!   idle capacity now within its queue's fair share. If even the floor does not fit, it keeps
-//!   its size and waits: a restart would gain nothing.
+//!   idle capacity now within its queue's limits, as allocation's idle pass would take it (its
+//!   queue's fair share counts only capacity its waiting gangs can start on, which the gang it
+//!   is leaving cannot). If even the floor does not fit, it keeps its size and waits: a
+//!   restart would gain nothing.
 //! - **Grow.** A job that runs whole below what it asks for restarts with twice its pods (at
 //!   most what it asks for) when the pods it would add fit idle capacity on the nodes its pods
 //!   may use, within its queue's limits, and no other job has a pod waiting: growing never
@@ -59,7 +61,7 @@ fn shrink(ctx: &mut Ctx, job: JobId, size: u32, policy: Resize) {
     for to in halvings(size, policy.floor) {
         let part = &pods[..(to as usize).min(pods.len())];
         let req = ctx.ssn.sum_requests(part);
-        if ctx.fw.allocatable(ctx.ssn, job, &req, ShareBound::FairShare).is_err() {
+        if ctx.fw.allocatable(ctx.ssn, job, &req, ShareBound::Idle).is_err() {
             continue;
         }
         if let Some(st) = try_place_all(ctx, part, Avail::Idle(None)) {
