@@ -228,6 +228,21 @@ fn refusals(k: &Kubectl) {
     let within = job("task-gang-too-big", "", &["{name: a, replicas: 1, minAvailable: 2, template: {}}".into()]);
     let err = k.refused(&SERVER_SIDE, &within);
     assert!(err.contains("spec.tasks[0]: Invalid value: minAvailable must not exceed replicas"), "{err}");
+
+    let elastic = "  elasticity: {shrink: Halve, minGPUs: 2}\n";
+    let rule = "spec: Invalid value: elasticity applies to a Job of one task whose gang is all its pods";
+    let two = job("elastic-two-tasks", elastic, &[task("a", "2"), task("b", "2")]);
+    assert!(k.refused(&SERVER_SIDE, &two).contains(rule));
+    let gang = job("elastic-gang", &format!("{elastic}  minAvailable: 1\n"), &[task("a", "2")]);
+    assert!(k.refused(&SERVER_SIDE, &gang).contains(rule));
+    let halves = job("elastic-thirds", "  elasticity: {shrink: Third}\n", &[task("a", "2")]);
+    let err = k.refused(&SERVER_SIDE, &halves);
+    assert!(err.contains("spec.elasticity.shrink: Unsupported value: \"Third\""), "{err}");
+    k.silently(&["apply", "--server-side", "-f", "-"], &job("elastic", elastic, &[task("a", "4")]));
+    let bounds = "apiVersion: scheduling.drover.dev/v1alpha1\nkind: PodGroup\nmetadata: {name: inverted, namespace: default}\n\
+                  spec: {minMember: 4, elasticity: {minMember: 8, maxMember: 4}}\n";
+    let err = k.refused(&SERVER_SIDE, bounds);
+    assert!(err.contains("spec.elasticity: Invalid value: minMember must not exceed maxMember"), "{err}");
 }
 
 /// u32 fields refuse what a u32 cannot hold, on both sides, naming the field.
