@@ -129,7 +129,7 @@ struct SimArgs {
     #[arg(long)]
     cpus_per_node: Option<u32>,
     /// Trace mode: a policy to replay (repeatable; default: all of them, side by side):
-    /// fifo-strict, fifo-backfill, greedy, sjf, drover.
+    /// fifo-strict, fifo-backfill, greedy, sjf, drover, drover-elastic.
     #[arg(long = "policy")]
     policies: Vec<String>,
     /// Trace mode: queues to hash users (or, without users, job ids) into, each deserving an

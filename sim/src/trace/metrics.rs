@@ -3,8 +3,9 @@
 //! makespan, and each queue's share of the GPUs against its fair share while work waits.
 //!
 //! A job's completion time (JCT) is its finish minus its submission; its queueing delay is
-//! its JCT minus its duration: all the time it was not making progress, waiting before its
-//! start and redoing work an eviction threw away.
+//! its JCT minus the time it ran towards its finish: all the time it was not making progress,
+//! waiting before its start (and between an elastic job's restarts) and redoing work an
+//! eviction threw away. For a job that never resizes that is its JCT minus its duration.
 
 use serde_json::{json, Map, Value};
 
@@ -72,6 +73,19 @@ pub struct Summary {
     /// allocation, average fair share, and the average distance between them (fair-share
     /// error).
     pub queues: Vec<(String, f64, f64, f64)>,
+    /// With an elastic policy: how often its GPU jobs were resized.
+    pub elastic: Option<Resizes>,
+}
+
+/// The elastic restarts of a replay's GPU jobs, to tell how often jobs ran below their size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Resizes {
+    /// Restarts with fewer pods.
+    pub shrinks: u64,
+    /// Restarts with more pods.
+    pub grows: u64,
+    /// Jobs that shrank at least once.
+    pub jobs_shrunk: usize,
 }
 
 /// Sums up a replay of `trace` on a cluster of `total_gpus` GPUs.
@@ -79,13 +93,14 @@ pub fn summarize(trace: &[TraceJob], replay: &Replay, total_gpus: u32) -> Summar
     let (mut jct, mut queue, mut cpu_jct, mut cpu_queue) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut by_size: Vec<Vec<i64>> = vec![Vec::new(); SIZES.len()];
     let (mut gpu_jobs, mut cpu_jobs, mut deadlocks, mut evicted, mut lost) = (0, 0, 0, 0u64, 0.0);
+    let mut resizes = Resizes::default();
     for r in &replay.jobs {
         let job = &trace[r.job];
         let gpus = job.pods * job.gpus_per_pod;
         deadlocks += usize::from(r.deadlocked);
         evicted += u64::from(r.evicted_pods);
-        lost += r.work_lost as f64 * f64::from(gpus) / 3600.0;
-        let done = r.finish.map(|f| (f - job.submit, f - job.submit - job.duration));
+        lost += r.work_lost as f64 * f64::from(job.gpus_per_pod) / 3600.0;
+        let done = r.finish.map(|f| f - job.submit).zip(r.queue_delay(job.submit));
         if gpus == 0 {
             cpu_jobs += 1;
             if let Some((c, q)) = done {
@@ -95,6 +110,9 @@ pub fn summarize(trace: &[TraceJob], replay: &Replay, total_gpus: u32) -> Summar
             continue;
         }
         gpu_jobs += 1;
+        resizes.shrinks += u64::from(r.shrinks);
+        resizes.grows += u64::from(r.grows);
+        resizes.jobs_shrunk += usize::from(r.shrinks > 0);
         if let Some((c, q)) = done {
             jct.push(c);
             queue.push(q);
@@ -136,6 +154,7 @@ pub fn summarize(trace: &[TraceJob], replay: &Replay, total_gpus: u32) -> Summar
                 (name.clone(), of(q.allocated), of(q.fair), of(q.error))
             })
             .collect(),
+        elastic: replay.elastic.then_some(resizes),
     }
 }
 
@@ -163,7 +182,7 @@ impl Summary {
                 json!({"share": r4(*share), "fairShare": r4(*fair), "fairShareError": r4(*error)}),
             );
         }
-        json!({
+        let mut figures = json!({
             "jobs": self.jobs,
             "finished": self.finished,
             "avgJctSeconds": r1(self.jct.avg),
@@ -184,6 +203,10 @@ impl Summary {
             "queues": queues,
             "cpuOnly": {"jobs": cpu_jobs, "finished": cpu_finished,
                 "avgJctSeconds": r1(cpu_jct.avg), "avgQueueSeconds": r1(cpu_queue.avg)},
-        })
+        });
+        if let Some(e) = self.elastic {
+            figures["elastic"] = json!({"shrinks": e.shrinks, "grows": e.grows, "jobsShrunk": e.jobs_shrunk});
+        }
+        figures
     }
 }

@@ -1,7 +1,8 @@
 //! Trace mode (`drover sim --trace FILE.csv`): a real GPU-cluster job trace replayed through
 //! the production scheduling core under several policies side by side, as the trace-mode
 //! section of `scenario-format.md` specifies. [`rows`] reads the trace, [`policy`] names the
-//! policies, [`replay`] runs the virtual clock, [`metrics`] sums up each run, [`racks`]
+//! policies, [`replay`] runs the virtual clock, [`work`] says how long a job runs at the size
+//! it runs with, [`restart`] restarts resized jobs, [`metrics`] sums up each run, [`racks`]
 //! groups the nodes into racks when asked and [`plot`] draws them.
 
 pub mod metrics;
@@ -9,7 +10,9 @@ pub mod plot;
 pub mod policy;
 pub mod racks;
 pub mod replay;
+pub mod restart;
 pub mod rows;
+pub mod work;
 
 use serde_json::{json, Map};
 
@@ -172,6 +175,17 @@ pub fn to_table(cluster: &Cluster, runs: &[Run]) -> String {
         ]);
     }
     push_table(&mut out, rows);
+    for run in runs {
+        if let Some(e) = run.summary.elastic {
+            out.push_str(&format!(
+                "\n{}: {} GPU jobs shrank; elastic restarts: {} with fewer pods, {} with more\n",
+                run.policy.name(),
+                e.jobs_shrunk,
+                e.shrinks,
+                e.grows
+            ));
+        }
+    }
     if let Some(racks) = &cluster.racks {
         out.push_str(&rack_table(cluster, racks, runs));
     }

@@ -16,12 +16,13 @@ use super::replay::Replay;
 use super::rows::TraceJob;
 
 /// Colours of the policies' series, by position.
-const COLOURS: [RGBColor; 5] = [
+const COLOURS: [RGBColor; 6] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
     RGBColor(214, 39, 40),
     RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
 ];
 
 const MINUTE: f64 = 60.0;
@@ -207,10 +208,7 @@ fn delay_cdf(path: &Path, trace: &[TraceJob], runs: &[(Policy, &Replay)]) -> Plo
                 .jobs
                 .iter()
                 .filter(|r| trace[r.job].gpus_per_pod > 0)
-                .filter_map(|r| {
-                    let job = &trace[r.job];
-                    Some((r.finish? - job.submit - job.duration).max(1) as f64)
-                })
+                .filter_map(|r| Some(r.queue_delay(trace[r.job].submit)?.max(1) as f64))
                 .collect();
             d.sort_by(f64::total_cmp);
             d

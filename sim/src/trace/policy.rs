@@ -3,7 +3,7 @@
 //! as a special path in the core.
 
 use drover_scheduler::config::{ActionName, SchedulerConfig};
-use drover_scheduler::snapshot::QueueingStrategy;
+use drover_scheduler::snapshot::{QueueingStrategy, Resize};
 
 /// A replay policy, named as `scenario-format.md` names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -23,10 +23,21 @@ pub enum Policy {
     /// Drover's default configuration (`config/scheduler.yaml`), with each job's run time
     /// declared, so that gangs that cannot start reserve nodes (runtime-aware backfill).
     Drover,
+    /// Drover's default configuration, as `Drover`, with every multi-pod GPU job elastic: it
+    /// shrinks by halves down to [`ELASTIC_FLOOR_PODS`] when its gang finds no room and grows
+    /// by doubling back up to what the trace asked when capacity is spare (Run:ai's
+    /// elasticity, the `resize` action).
+    DroverElastic,
 }
 
 /// Every policy, in the order they are reported.
-pub const ALL: [Policy; 5] = [Policy::FifoStrict, Policy::FifoBackfill, Policy::Greedy, Policy::Sjf, Policy::Drover];
+pub const ALL: [Policy; 6] =
+    [Policy::FifoStrict, Policy::FifoBackfill, Policy::Greedy, Policy::Sjf, Policy::Drover, Policy::DroverElastic];
+
+/// The fewest pods an elastic job of `drover-elastic` runs with: one, Run:ai's default when a
+/// job names no minimum. The trace does not say how far a job may shrink, so the policy lets
+/// it go as far as the resize action allows.
+pub const ELASTIC_FLOOR_PODS: u32 = 1;
 
 impl Policy {
     /// The name on the command line and in the output.
@@ -37,6 +48,7 @@ impl Policy {
             Policy::Greedy => "greedy",
             Policy::Sjf => "sjf",
             Policy::Drover => "drover",
+            Policy::DroverElastic => "drover-elastic",
         }
     }
 
@@ -56,7 +68,7 @@ impl Policy {
         match self {
             Policy::FifoStrict | Policy::FifoBackfill | Policy::Greedy => config.actions = vec![Enqueue, Allocate],
             Policy::Sjf => config.actions = vec![Enqueue, Allocate, Backfill],
-            Policy::Drover => {}
+            Policy::Drover | Policy::DroverElastic => {}
         }
         if !self.declares_run_times() {
             config.plugins.retain(|p| p.name() != "reservation");
@@ -65,9 +77,21 @@ impl Policy {
     }
 
     /// Whether jobs declare their run time to the scheduler (as the `activeDeadlineSeconds`
-    /// of their pods would in a cluster): only Drover's policy plans reservations with them.
+    /// of their pods would in a cluster): only Drover's policies plan reservations with them.
     pub fn declares_run_times(self) -> bool {
-        self == Policy::Drover
+        matches!(self, Policy::Drover | Policy::DroverElastic)
+    }
+
+    /// Whether the policy makes the trace's multi-pod GPU jobs elastic.
+    pub fn elastic(self) -> bool {
+        self == Policy::DroverElastic
+    }
+
+    /// The elasticity a job of `pods` pods of `gpus_per_pod` GPUs asks for: under
+    /// `drover-elastic`, every multi-pod GPU job shrinks down to [`ELASTIC_FLOOR_PODS`] and
+    /// grows back to `pods`; otherwise none (the trace's gangs are rigid).
+    pub fn resize(self, pods: u32, gpus_per_pod: u32) -> Option<Resize> {
+        (self.elastic() && pods > 1 && gpus_per_pod > 0).then_some(Resize { floor: ELASTIC_FLOOR_PODS, ceiling: pods })
     }
 
     /// How the queues order their jobs.

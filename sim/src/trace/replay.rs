@@ -7,7 +7,9 @@
 //! fair share, whose shares move at each tick, a cycle also runs each tick while work waits).
 //! A job starts its
 //! `duration` when all its pods are bound and frees its pods at its exact end. An evicted job
-//! loses its progress and waits again from the start (the checkpoint-free worst case).
+//! loses its progress since it last started and waits again (the checkpoint-free worst case).
+//! A job the cycle resizes (under `drover-elastic`) restarts at its new size, all its pods
+//! pending, keeping the work it did (see [`super::work`] for how its run time scales).
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
@@ -25,7 +27,9 @@ use drover_scheduler::usage::UsageLedger;
 
 use super::policy::Policy;
 use super::racks::Racks;
+use super::restart::restart;
 use super::rows::TraceJob;
+use super::work::Work;
 
 /// The simulated cluster and how jobs map to queues.
 #[derive(Debug, Clone)]
@@ -75,10 +79,25 @@ pub struct JobRecord {
     pub deadlocked: bool,
     /// Pods of it evicted over the replay.
     pub evicted_pods: u32,
-    /// Seconds of work lost to evictions.
+    /// Pod-seconds of work lost to evictions.
     pub work_lost: i64,
+    /// Seconds it ran towards its finish: its runs, without those evictions threw away.
+    pub ran: i64,
+    /// Times it restarted with fewer pods (an elastic shrink).
+    pub shrinks: u32,
+    /// Times it restarted with more pods (an elastic growth).
+    pub grows: u32,
     /// With racks: how many racks its pods spanned when it last started.
     pub racks: Option<u32>,
+}
+
+impl JobRecord {
+    /// Its queueing delay, if it finished: all the time it was not making progress, its
+    /// completion time (`finish - submit`) minus the time it ran towards its finish. For a
+    /// job that never resized, its completion time minus its duration.
+    pub fn queue_delay(&self, submit: i64) -> Option<i64> {
+        self.finish.map(|f| f - submit - self.ran)
+    }
 }
 
 /// The result of one replay.
@@ -98,6 +117,8 @@ pub struct Replay {
     pub queue_shares: BTreeMap<String, QueueShare>,
     /// Seconds during which some job waited.
     pub contended: u128,
+    /// Whether the policy made the trace's gangs elastic.
+    pub elastic: bool,
 }
 
 /// A queue's GPUs over the contended time of a replay, as GPU-seconds.
@@ -116,12 +137,20 @@ pub struct QueueShare {
 struct Live {
     job: usize,
     queue: String,
-    pods: u32,
-    run_time: Option<i64>,
-    duration: i64,
+    /// Its work left and the pods it runs with.
+    work: Work,
+    /// Whether it declares its run time to the scheduler.
+    declares: bool,
     gpus_per_pod: u32,
     bound: u32,
     started: Option<i64>,
+}
+
+impl Live {
+    /// The run time it declares at its present size: the work it has left.
+    fn run_time(&self) -> Option<i64> {
+        self.declares.then(|| self.work.run_time())
+    }
 }
 
 /// End times of running jobs, earliest first. Evicting a job cancels its end; a cancelled
@@ -196,7 +225,17 @@ pub fn replay(trace: &[TraceJob], cluster: &Cluster, policy: Policy) -> Result<R
     order.sort_by_key(|&i| (trace[i].submit, i));
     let mut next_submit = 0;
     let mut records: Vec<JobRecord> = (0..trace.len())
-        .map(|job| JobRecord { job, finish: None, deadlocked: false, evicted_pods: 0, work_lost: 0, racks: None })
+        .map(|job| JobRecord {
+            job,
+            finish: None,
+            deadlocked: false,
+            evicted_pods: 0,
+            work_lost: 0,
+            ran: 0,
+            shrinks: 0,
+            grows: 0,
+            racks: None,
+        })
         .collect();
     let mut live: TiVec<JobId, Live> = TiVec::new();
     let mut ends = Ends::new(trace.len());
@@ -211,6 +250,7 @@ pub fn replay(trace: &[TraceJob], cluster: &Cluster, policy: Policy) -> Result<R
         cycles: 0,
         queue_shares: BTreeMap::new(),
         contended: 0,
+        elastic: policy.elastic(),
     };
     let mut fair: BTreeMap<String, i64> = BTreeMap::new();
     let mut now = order.first().map_or(0, |&i| trace[i].submit);
@@ -228,6 +268,12 @@ pub fn replay(trace: &[TraceJob], cluster: &Cluster, policy: Policy) -> Result<R
             finished = true;
         }
         if finished {
+            for l in live.iter() {
+                let record = &mut records[l.job];
+                if let (Some(end), Some(start)) = (record.finish, l.started) {
+                    record.ran += end - start;
+                }
+            }
             let keep: TiVec<JobId, bool> = live.iter().map(|l| records[l.job].finish.is_none()).collect();
             world.snap.retain_jobs(|j| keep[j]);
             live.retain(|l| records[l.job].finish.is_none());
@@ -295,10 +341,10 @@ fn account(out: &mut Replay, live: &TiSlice<JobId, Live>, fair: &BTreeMap<String
 }
 
 /// Runs one cycle on the live jobs, writes its outcome into the world's snapshot (evicted
-/// pods pending again, as if evictions ended at once, and pipelined ones pending and
-/// nominated to their node: their gang's kept claim) and records the leaf
-/// queues' GPU fair shares in `fair`; true when evictions or pipelined pods need another
-/// cycle to settle.
+/// pods pending again, as if evictions ended at once, pipelined ones pending and
+/// nominated to their node: their gang's kept claim, and the jobs it resized restarted at
+/// their new size) and records the leaf queues' GPU fair shares in `fair`; true when
+/// evictions, pipelined pods or restarts need another cycle to settle.
 ///
 /// Not [`drover_scheduler::carry::carry`]: the replay keeps one snapshot and writes into it
 /// (rebuilding it from inputs each cycle would dominate a long trace), and a trace job's run
@@ -350,21 +396,50 @@ fn cycle(
             let record = &mut records[l.job];
             record.evicted_pods += evicted[j];
             if let Some(start) = l.started.take() {
-                record.work_lost += now - start;
+                record.work_lost += (now - start) * i64::from(l.work.pods());
                 ends.cancel(l.job);
             }
         }
-        if l.started.is_none() && l.bound == l.pods {
+        if l.started.is_none() && l.bound == l.work.pods() {
             l.started = Some(now);
-            ends.start(l.job, now + l.duration);
+            ends.start(l.job, now + l.work.run_time());
             if let Some(racks) = &world.racks {
                 records[l.job].racks = Some(racks_spanned(snap, j, racks));
             }
         }
-        snap.jobs[j].ends_at = l.started.zip(l.run_time).map(|(start, d)| start + d);
+        snap.jobs[j].ends_at = l.started.zip(l.run_time()).map(|(start, d)| start + d);
         snap.jobs[j].started_at = l.started;
     }
-    !outcome.decisions.evictions.is_empty() || !outcome.decisions.pipelined.is_empty()
+    let resizes = &outcome.decisions.resizes;
+    if !resizes.is_empty() {
+        let sizes: BTreeMap<JobId, u32> = resizes.iter().map(|r| (r.job, r.to)).collect();
+        for (&j, &to) in &sizes {
+            let l = &mut live[j];
+            resize(l, &mut records[l.job], ends, now, to);
+        }
+        restart(snap, &sizes);
+        for &j in sizes.keys() {
+            snap.jobs[j].run_time = live[j].run_time();
+        }
+    }
+    !outcome.decisions.evictions.is_empty() || !outcome.decisions.pipelined.is_empty() || !resizes.is_empty()
+}
+
+/// Stops a job the cycle resized, keeping the work it did (a checkpoint), to start it again
+/// with `to` pods once a cycle places them.
+fn resize(l: &mut Live, record: &mut JobRecord, ends: &mut Ends, now: i64, to: u32) {
+    if let Some(start) = l.started.take() {
+        l.work.progress(now - start);
+        record.ran += now - start;
+        ends.cancel(l.job);
+    }
+    if to < l.work.pods() {
+        record.shrinks += 1;
+    } else {
+        record.grows += 1;
+    }
+    l.work.resize(to);
+    l.bound = 0;
 }
 
 /// The racks job `j`'s bound pods are in.
@@ -420,14 +495,13 @@ fn submit(job: &TraceJob, index: usize, cluster: &Cluster, policy: Policy) -> (L
             .racks
             .filter(|r| r.aware)
             .and_then(|r| r.request(job.pods * job.gpus_per_pod, cluster.nodes, cluster.gpus_per_node)),
-        resize: None,
+        resize: policy.resize(job.pods, job.gpus_per_pod),
     };
     let live = Live {
         job: index,
         queue: input.queue.clone(),
-        pods: job.pods,
-        run_time: input.run_time,
-        duration: job.duration,
+        work: Work::new(job.duration, job.pods),
+        declares: policy.declares_run_times(),
         gpus_per_pod: job.gpus_per_pod,
         bound: 0,
         started: None,
