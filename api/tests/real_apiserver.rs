@@ -239,7 +239,8 @@ fn refusals(k: &Kubectl) {
     let err = k.refused(&SERVER_SIDE, &halves);
     assert!(err.contains("spec.elasticity.shrink: Unsupported value: \"Third\""), "{err}");
     k.silently(&["apply", "--server-side", "-f", "-"], &job("elastic", elastic, &[task("a", "4")]));
-    let bounds = "apiVersion: scheduling.drover.dev/v1alpha1\nkind: PodGroup\nmetadata: {name: inverted, namespace: default}\n\
+    let bounds =
+        "apiVersion: scheduling.drover.dev/v1alpha1\nkind: PodGroup\nmetadata: {name: inverted, namespace: default}\n\
                   spec: {minMember: 4, elasticity: {minMember: 8, maxMember: 4}}\n";
     let err = k.refused(&SERVER_SIDE, bounds);
     assert!(err.contains("spec.elasticity: Invalid value: minMember must not exceed maxMember"), "{err}");
