@@ -176,7 +176,7 @@ fn trace_mode_replays_every_policy_and_refuses_bad_rows() {
     let policies = json["policies"].as_object().expect("policies");
     let mut names: Vec<&str> = policies.keys().map(String::as_str).collect();
     names.sort_unstable();
-    assert_eq!(names, ["drover", "fifo-backfill", "fifo-strict", "greedy", "sjf"]);
+    assert_eq!(names, ["drover", "drover-elastic", "fifo-backfill", "fifo-strict", "greedy", "sjf"]);
     for (name, p) in policies {
         for key in ["avgJctSeconds", "avgQueueSeconds", "p95QueueSeconds", "p99QueueSeconds", "gpuAllocation"] {
             assert!(p[key].is_number(), "{name}: {key}");

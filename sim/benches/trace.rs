@@ -9,11 +9,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use drover_sim::trace::{
-    self, policy,
-    replay::{Cluster, QueueQuota},
-    rows,
-};
+use drover_sim::trace::{self, policy, replay::Cluster, rows};
 
 fn main() {
     let filters: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
@@ -32,16 +28,7 @@ fn main() {
                 continue;
             }
         };
-        let cluster = Cluster {
-            nodes,
-            gpus_per_node: 8,
-            cpus_per_node: trace::default_cpus_per_node(&jobs, 8),
-            queues: 1,
-            quota: QueueQuota::default(),
-            period: 10,
-            config: Default::default(),
-            racks: None,
-        };
+        let cluster = Cluster::uniform(nodes, 8, trace::default_cpus_per_node(&jobs, 8));
         for p in policy::ALL {
             if !wanted(label, p.name()) {
                 continue;

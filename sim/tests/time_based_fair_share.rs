@@ -25,16 +25,7 @@ fn run(time_based: bool) -> (String, u32) {
     if time_based {
         config.enable_time_based();
     }
-    let cluster = Cluster {
-        nodes: 1,
-        gpus_per_node: 8,
-        cpus_per_node: 96,
-        queues: 2,
-        quota: QueueQuota::None,
-        period: 10,
-        config,
-        racks: None,
-    };
+    let cluster = Cluster { queues: 2, quota: QueueQuota::None, config, ..Cluster::uniform(1, 8, 96) };
     let jobs = trace();
     let replay = replay::replay(&jobs, &cluster, Policy::Drover).expect("the replay runs");
     let mut finished: Vec<(i64, &str)> =

@@ -1,14 +1,7 @@
 //! Trace mode on traces small enough to work out by hand: every policy's completion times and
 //! queueing delays are checked exactly, and the same input always gives the same bytes.
 
-use drover_sim::trace::{
-    self,
-    metrics::summarize,
-    policy::Policy,
-    replay,
-    replay::{Cluster, QueueQuota},
-    rows,
-};
+use drover_sim::trace::{self, metrics::summarize, policy::Policy, replay, replay::Cluster, rows};
 
 /// Two 8-GPU nodes. `a` (one 8-GPU pod, 100 s) and `b` (two 8-GPU pods, 50 s) arrive at 0,
 /// `c` (one 4-GPU pod, 10 s) at 10, the CPU-only `d` (4 CPUs, 10 s) at 20. Cycles every 10 s.
@@ -21,16 +14,7 @@ d,20,10,1,0,4,,,,
 ";
 
 fn cluster() -> Cluster {
-    Cluster {
-        nodes: 2,
-        gpus_per_node: 8,
-        cpus_per_node: 96,
-        queues: 1,
-        quota: QueueQuota::default(),
-        period: 10,
-        config: Default::default(),
-        racks: None,
-    }
+    Cluster::uniform(2, 8, 96)
 }
 
 /// Finish times of a, b, c, d under a policy.

@@ -8,22 +8,13 @@ use drover_sim::trace::{
     self,
     metrics::summarize,
     policy::{Policy, ALL},
-    replay::{self, Cluster, QueueQuota, Replay},
+    replay::{self, Cluster, Replay},
     rows,
 };
 use serde_json::Value;
 
 fn cluster(nodes: u32) -> Cluster {
-    Cluster {
-        nodes,
-        gpus_per_node: 8,
-        cpus_per_node: 96,
-        queues: 1,
-        quota: QueueQuota::default(),
-        period: 10,
-        config: Default::default(),
-        racks: None,
-    }
+    Cluster::uniform(nodes, 8, 96)
 }
 
 fn replay(text: &str, nodes: u32, policy: Policy) -> Replay {

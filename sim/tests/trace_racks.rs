@@ -2,28 +2,13 @@
 //! when one rack can hold them, a gang too large for any rack still runs, and the figures of
 //! the replay without topology are exactly those of a replay without racks.
 
-use drover_sim::trace::{
-    self,
-    policy::Policy,
-    racks::Racks,
-    replay,
-    replay::{Cluster, QueueQuota},
-    rows,
-};
+use drover_sim::trace::{self, policy::Policy, racks::Racks, replay, replay::Cluster, rows};
 use serde_json::Value;
 
 /// Four 8-GPU nodes; with `nodes_per_rack`, racks of that many nodes.
 fn cluster(nodes_per_rack: Option<u32>) -> Cluster {
-    Cluster {
-        nodes: 4,
-        gpus_per_node: 8,
-        cpus_per_node: 96,
-        queues: 1,
-        quota: QueueQuota::default(),
-        period: 10,
-        config: Default::default(),
-        racks: nodes_per_rack.map(|n| Racks { nodes_per_rack: n, racks_per_block: None, aware: true }),
-    }
+    let racks = nodes_per_rack.map(|n| Racks { nodes_per_rack: n, racks_per_block: None, aware: true });
+    Cluster { racks, ..Cluster::uniform(4, 8, 96) }
 }
 
 /// Per job of the replay: (finish, racks its pods spanned when it last started).

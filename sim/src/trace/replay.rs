@@ -53,6 +53,23 @@ pub struct Cluster {
     pub racks: Option<Racks>,
 }
 
+impl Cluster {
+    /// `nodes` identical nodes with the defaults of `drover sim --trace`: one queue, a 10 s
+    /// period, the default configuration, no racks.
+    pub fn uniform(nodes: u32, gpus_per_node: u32, cpus_per_node: u32) -> Cluster {
+        Cluster {
+            nodes,
+            gpus_per_node,
+            cpus_per_node,
+            queues: 1,
+            quota: QueueQuota::default(),
+            period: 10,
+            config: SchedulerConfig::default(),
+            racks: None,
+        }
+    }
+}
+
 /// What the trace's queues deserve.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum QueueQuota {
