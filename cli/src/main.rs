@@ -144,6 +144,11 @@ struct SimArgs {
     /// its defaults unless the configuration file sets them) in the `drover` configuration.
     #[arg(long)]
     time_based_fair_share: bool,
+    /// Trace mode: whether each job declares its run time to the scheduler (as a pod's
+    /// `activeDeadlineSeconds` would): `exact`ly the trace's duration, or `none` (then no
+    /// policy but the sjf oracle knows a duration before the job ends).
+    #[arg(long, value_enum, requires = "trace", default_value_t = DeclaredRuntimesArg::Exact)]
+    declared_runtimes: DeclaredRuntimesArg,
     /// Trace mode: seconds between scheduling cycles.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(i64).range(1..))]
     period: i64,
@@ -188,6 +193,22 @@ impl From<QueueQuotaArg> for drover_sim::trace::replay::QueueQuota {
         match q {
             QueueQuotaArg::Equal => Self::Equal,
             QueueQuotaArg::None => Self::None,
+        }
+    }
+}
+
+/// `--declared-runtimes`.
+#[derive(Clone, Copy, ValueEnum)]
+enum DeclaredRuntimesArg {
+    Exact,
+    None,
+}
+
+impl From<DeclaredRuntimesArg> for drover_sim::trace::replay::DeclaredRuntimes {
+    fn from(d: DeclaredRuntimesArg) -> Self {
+        match d {
+            DeclaredRuntimesArg::Exact => Self::Exact,
+            DeclaredRuntimesArg::None => Self::None,
         }
     }
 }
@@ -369,6 +390,7 @@ fn trace_replay(args: &SimArgs, path: &std::path::Path, config: SchedulerConfig)
             racks_per_block: args.racks_per_block,
             aware: true,
         }),
+        declared_runtimes: args.declared_runtimes.into(),
     };
     let results = match trace::run(&jobs, &cluster, &policies) {
         Ok(r) => r,

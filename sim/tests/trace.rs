@@ -112,3 +112,30 @@ fn reservations_keep_a_big_gang_from_starving_behind_later_jobs() {
     // 100-150, then c 150-350.
     assert_eq!(finish(Policy::Drover), [Some(100), Some(150), Some(350), Some(70)]);
 }
+
+#[test]
+fn without_declared_run_times_reservations_cannot_hold_work_back() {
+    // Two 8-GPU nodes: a (8 GPUs, 100 s) fills one, h (4 GPUs, 60 s) half the other; r (8
+    // GPUs, 100 s) waits; s (4 GPUs, 200 s) arrives at 10. With exact run times r reserves
+    // the second node from 60, when h ends, and s, which would still run then, waits for a's
+    // node (100-300) while r runs 60-160. Declaring nothing, no end is known: nothing is
+    // reserved, s takes the idle half at 10 (10-210), and r waits for a's node (100-200).
+    // The sjf oracle knows durations either way and is unchanged.
+    let text =
+        "job_id,submit_time_s,duration_s,num_pods,gpus_per_pod\na,0,100,1,8\nh,0,60,1,4\nr,0,100,1,8\ns,10,200,1,4\n";
+    let jobs = rows::parse("hand.csv", text).unwrap();
+    let blind = Cluster { declared_runtimes: replay::DeclaredRuntimes::None, ..cluster() };
+    let ends = |c: &Cluster, p| -> Vec<Option<i64>> {
+        replay::replay(&jobs, c, p).unwrap().jobs.iter().map(|r| r.finish).collect()
+    };
+    assert_eq!(ends(&cluster(), Policy::Drover), [Some(100), Some(60), Some(160), Some(300)]);
+    assert_eq!(ends(&blind, Policy::Drover), [Some(100), Some(60), Some(200), Some(210)]);
+    assert_eq!(ends(&blind, Policy::Sjf), ends(&cluster(), Policy::Sjf));
+    let json: serde_json::Value =
+        serde_json::from_str(&trace::to_json(&blind, &trace::run(&jobs, &blind, &[Policy::Drover]).unwrap())).unwrap();
+    assert_eq!(json["cluster"]["declaredRuntimes"], "none");
+    let exact: serde_json::Value =
+        serde_json::from_str(&trace::to_json(&cluster(), &trace::run(&jobs, &cluster(), &[Policy::Drover]).unwrap()))
+            .unwrap();
+    assert!(exact["cluster"].get("declaredRuntimes").is_none(), "the default output is as before");
+}

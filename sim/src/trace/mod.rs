@@ -20,7 +20,7 @@ use drover_scheduler::snapshot::SnapshotError;
 use metrics::Summary;
 use policy::Policy;
 use racks::{Placement, Racks};
-use replay::{Cluster, QueueQuota, Replay};
+use replay::{Cluster, DeclaredRuntimes, QueueQuota, Replay};
 use rows::TraceJob;
 
 /// CPUs per GPU a node has when `--cpus-per-node` is not given (96 for 8 GPUs, as on common
@@ -118,6 +118,9 @@ pub fn to_json(cluster: &Cluster, runs: &[Run]) -> String {
     if cluster.quota == QueueQuota::None {
         report["cluster"]["queueQuota"] = json!("none");
     }
+    if cluster.declared_runtimes == DeclaredRuntimes::None {
+        report["cluster"]["declaredRuntimes"] = json!("none");
+    }
     if let Some(t) = cluster.config.time_based() {
         report["cluster"]["timeBasedFairShare"] = json!({"halfLifeSeconds": t.half_life_seconds,
             "windowSeconds": t.window_seconds, "tickSeconds": t.tick_seconds, "kValue": t.k_value});
@@ -136,12 +139,13 @@ pub fn to_json(cluster: &Cluster, runs: &[Run]) -> String {
 /// The table for people: one row per policy.
 pub fn to_table(cluster: &Cluster, runs: &[Run]) -> String {
     let mut out = format!(
-        "trace replay on {} nodes x {} GPUs ({} CPUs each), {} queue(s), a cycle every {} s\n\n",
+        "trace replay on {} nodes x {} GPUs ({} CPUs each), {} queue(s), a cycle every {} s{}\n\n",
         cluster.nodes,
         cluster.gpus_per_node,
         cluster.cpus_per_node,
         cluster.queues.max(1),
-        cluster.period
+        cluster.period,
+        if cluster.declared_runtimes == DeclaredRuntimes::None { ", no run times declared" } else { "" }
     );
     let header = [
         "POLICY",

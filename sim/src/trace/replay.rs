@@ -51,6 +51,19 @@ pub struct Cluster {
     pub config: SchedulerConfig,
     /// Racks the nodes are grouped into (`--nodes-per-rack`), if any.
     pub racks: Option<Racks>,
+    /// Whether jobs tell the scheduler their run time (`--declared-runtimes`).
+    pub declared_runtimes: DeclaredRuntimes,
+}
+
+/// What jobs tell the scheduler of their run time, as the `activeDeadlineSeconds` of their
+/// pods would in a cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeclaredRuntimes {
+    /// The trace's `duration_s`, exactly (the policies that declare at all: Drover's).
+    #[default]
+    Exact,
+    /// Nothing: no policy but the `sjf` oracle knows a duration before the job ends.
+    None,
 }
 
 impl Cluster {
@@ -66,6 +79,7 @@ impl Cluster {
             period: 10,
             config: SchedulerConfig::default(),
             racks: None,
+            declared_runtimes: DeclaredRuntimes::default(),
         }
     }
 }
@@ -484,6 +498,7 @@ fn submit(job: &TraceJob, index: usize, cluster: &Cluster, policy: Policy) -> (L
         requests.insert(GPU.to_string(), i64::from(job.gpus_per_pod));
     }
     let key = if job.user.is_empty() { &job.id } else { &job.user };
+    let declares = policy.declares_run_times() && cluster.declared_runtimes == DeclaredRuntimes::Exact;
     let input = JobInput {
         name: format!("j{index}"),
         namespace: "trace".into(),
@@ -504,7 +519,7 @@ fn submit(job: &TraceJob, index: usize, cluster: &Cluster, policy: Policy) -> (L
             topology: None,
             slices: None,
         }],
-        run_time: policy.declares_run_times().then_some(job.duration),
+        run_time: declares.then_some(job.duration),
         ends_at: None,
         preempted_at: None,
         started_at: None,
@@ -518,7 +533,7 @@ fn submit(job: &TraceJob, index: usize, cluster: &Cluster, policy: Policy) -> (L
         job: index,
         queue: input.queue.clone(),
         work: Work::new(job.duration, job.pods),
-        declares: policy.declares_run_times(),
+        declares,
         gpus_per_pod: job.gpus_per_pod,
         bound: 0,
         started: None,
