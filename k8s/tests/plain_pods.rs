@@ -14,7 +14,6 @@
 //! Each test starts its own control plane (API server and etcd, no ServiceAccount admission);
 //! without the control-plane binaries it says it is skipped and passes.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -87,16 +86,7 @@ async fn a_plain_pod_annotated_with_a_queue_its_namespace_may_not_use_stays_unsc
             let _ = rx.await;
         }
     };
-    let kubelet = KubeletConfig {
-        nodes: 1,
-        name_prefix: "node-".into(),
-        allocatable: BTreeMap::from([
-            ("cpu".into(), "32".into()),
-            ("memory".into(), "256Gi".into()),
-            (GPU.into(), "8".into()),
-        ]),
-        labels: BTreeMap::new(),
-    };
+    let kubelet = KubeletConfig::gpu_nodes(1);
     tokio::spawn(drover_kubelet::run(client.clone(), kubelet, signal()));
     let nodes: Api<Node> = Api::all(client.clone());
     eventually(WAIT.as_secs(), "node-0 registered", || async { nodes.get_opt("node-0").await.ok().flatten() }).await;

@@ -40,16 +40,7 @@ impl Env {
         let mut env = Env { server, client, leader: Arc::new(AtomicBool::new(true)), stops: Vec::new() };
         let (tx, rx) = oneshot::channel::<()>();
         env.stops.push(tx);
-        let config = KubeletConfig {
-            nodes,
-            name_prefix: "node-".into(),
-            allocatable: BTreeMap::from([
-                ("cpu".into(), "32".into()),
-                ("memory".into(), "256Gi".into()),
-                (GPU.into(), "8".into()),
-            ]),
-            labels: BTreeMap::new(),
-        };
+        let config = KubeletConfig::gpu_nodes(nodes);
         let kc = env.client.clone();
         tokio::spawn(async move {
             let _ = kubelet::run(kc, config, async {

@@ -68,16 +68,7 @@ impl Cluster {
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": TENANT}}}}))
             .expect("queue");
         queues.create(&PostParams::default(), &queue).await.expect("queue created");
-        let kubelet = KubeletConfig {
-            nodes: 2,
-            name_prefix: "node-".into(),
-            allocatable: BTreeMap::from([
-                ("cpu".into(), "32".into()),
-                ("memory".into(), "256Gi".into()),
-                (GPU.into(), "8".into()),
-            ]),
-            labels: BTreeMap::new(),
-        };
+        let kubelet = KubeletConfig::gpu_nodes(2);
         let stop = cluster.signal();
         tokio::spawn(drover_kubelet::run(client.clone(), kubelet, stop));
         let nodes: Api<Node> = Api::all(client.clone());

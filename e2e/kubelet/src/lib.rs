@@ -166,6 +166,20 @@ pub struct KubeletConfig {
     pub labels: BTreeMap<String, String>,
 }
 
+impl KubeletConfig {
+    /// `nodes` nodes `node-0`, `node-1`, ... of 32 CPUs, 256 GiB and 8 GPUs each, with no extra
+    /// labels: the GPU node most tests want.
+    pub fn gpu_nodes(nodes: u32) -> KubeletConfig {
+        let allocatable = [("cpu", "32"), ("memory", "256Gi"), ("nvidia.com/gpu", "8")];
+        KubeletConfig {
+            nodes,
+            name_prefix: "node-".into(),
+            allocatable: allocatable.into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            labels: BTreeMap::new(),
+        }
+    }
+}
+
 /// Registers the nodes, keeps their heartbeat and runs the pods bound to them until
 /// `shutdown` completes. See the [module documentation](self) for the behaviour.
 ///
