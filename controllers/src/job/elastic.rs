@@ -33,9 +33,9 @@ impl Sizing {
         job.spec.elasticity.as_ref()?;
         let (floor, ceiling) = bounds(job).ok()?;
         let current = job.status.as_ref().and_then(|s| s.replicas).unwrap_or(ceiling);
-        let (target, why) = match group.and_then(|g| g.resize.as_ref()) {
+        // A decision above its replicas (they were lowered since) counts as none.
+        let (target, why) = match group.and_then(|g| g.resize.as_ref()).filter(|r| r.replicas <= ceiling) {
             None => (ceiling, format!("its task's replicas are {ceiling}")),
-            Some(r) if r.replicas > ceiling => (ceiling, format!("its task's replicas are {ceiling}")),
             Some(r) if r.replicas < floor => (floor, format!("its floor (minGPUs) is {floor} pods")),
             Some(r) => (r.replicas, r.reason.clone()),
         };

@@ -22,6 +22,12 @@
 //!   itself is kept; the host lists are left out when together they would pass 64 KiB).
 //!   Pod environments are fixed at creation: after elastic scaling, older pods keep the
 //!   `WORLD_SIZE` and host lists they were created with.
+//!   An elastic Job (`spec.elasticity`, see `elastic.rs`) is different: its one task runs at
+//!   the size the scheduler chose (the PodGroup's `status.resize`, within its floor and
+//!   replicas), recorded in `status.replicas`; the [`WORLD_SIZE_ANNOTATION`] every pod carries
+//!   tells the pods made for another size. A new size restarts the Job (state `Restarting`, reason
+//!   `Resize`, no retry spent): every pod is deleted, and the new ones are made once they are
+//!   gone. The PodGroup's `minMember` follows `status.replicas`, so it changes only then.
 //!
 //! Children are created when missing; the PodGroup's spec is replaced when it differs (elastic
 //! scaling changes `minMember`). Changing a task template does not replace existing pods. One
