@@ -31,7 +31,7 @@ use drover_api::labels::PROJECT_LABEL;
 use drover_api::ResourceList;
 use drover_scheduler::ids::{PodId, TiVec};
 use drover_scheduler::snapshot::{
-    Constraints, JobInput, JobPhase, NodeInput, PodPhaseInput, QueueInput, Snapshot, SnapshotError, TaskInput,
+    Constraints, JobInput, JobPhase, NodeInput, PodPhaseInput, QueueInput, RunTime, Snapshot, SnapshotError, TaskInput,
     TopologyInput,
 };
 use drover_scheduler::usage::UsageLedger;
@@ -998,7 +998,7 @@ fn build_job<'a>(
         created_at: shape.created_at,
         phase: shape.phase,
         tasks,
-        run_time,
+        run_time: run_time.map(RunTime::Declared),
         ends_at,
         preempted_at: shape.preempted_at,
         started_at,

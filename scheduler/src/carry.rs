@@ -44,7 +44,7 @@ pub fn carry(jobs: &mut [JobInput], snap: &Snapshot, outcome: &CycleOutcome, ter
         if !running {
             job.ends_at = None;
         } else if job.ends_at.is_none() {
-            job.ends_at = job.run_time.map(|d| snap.now.saturating_add(d));
+            job.ends_at = job.run_time.map(|d| snap.now.saturating_add(d.seconds()));
         }
     }
     for resize in &outcome.decisions.resizes {

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use crate::actions::{self, Ctx};
 use crate::config::{ActionName, SchedulerConfig};
+use crate::forecast::{self, Forecast};
 use crate::framework::Framework;
 use crate::ids::TiVec;
 use crate::placement::Placer;
@@ -32,6 +33,8 @@ pub struct CycleOutcome {
     pub queues: TiVec<QueueId, QueueOutcome>,
     /// Gangs that wait with nodes reserved for them, and when they are expected to start.
     pub reservations: Vec<Reservation>,
+    /// Per job, for gangs that still wait: their position and expected start.
+    pub forecasts: TiVec<JobId, Option<Forecast>>,
 }
 
 /// Runs one cycle of `config` on `snap`.
@@ -117,6 +120,8 @@ fn close(fw: &Framework, mut ssn: Session, reservations: Reservations) -> CycleO
         }
     }
     let queues = queue_state::outcomes(&ssn);
+    let reservations = reservations.into_list();
+    let forecasts = forecast::plan(fw, &ssn, &reservations);
     CycleOutcome {
         decisions: ssn.decisions,
         pod_state: ssn.pod_state,
@@ -124,6 +129,7 @@ fn close(fw: &Framework, mut ssn: Session, reservations: Reservations) -> CycleO
         reasons: ssn.reasons,
         blocked_by: ssn.blocked_by,
         queues,
-        reservations: reservations.into_list(),
+        reservations,
+        forecasts,
     }
 }

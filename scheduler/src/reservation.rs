@@ -171,7 +171,7 @@ fn plan_within(
         let j = &snap.jobs[snap.pods[p].job];
         let (node, end) = match *state {
             PodState::Bound(n) => (n, j.ends_at),
-            PodState::Allocated(n) => (n, j.run_time.map(|d| now.saturating_add(d))),
+            PodState::Allocated(n) => (n, j.run_time.map(|d| now.saturating_add(d.seconds()))),
             _ => continue,
         };
         if let (Some(end), true) = (end, slot[node] != NONE) {

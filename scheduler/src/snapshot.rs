@@ -170,8 +170,9 @@ pub struct Job {
     pub phase: JobPhase,
     /// Tasks.
     pub tasks: Vec<Task>,
-    /// How long the job runs once started, in seconds, when declared: reservations plan with it.
-    pub run_time: Option<i64>,
+    /// How long the job runs once started, declared or learned, when known: reservations and
+    /// shortest-first plan with it.
+    pub run_time: Option<RunTime>,
     /// When its running pods are expected to end (the clock of [`Snapshot::now`]), when known.
     pub ends_at: Option<i64>,
     /// When the scheduler last preempted or reclaimed pods of the job (the clock of
@@ -366,8 +367,8 @@ pub struct JobInput {
     pub phase: JobPhase,
     /// Tasks.
     pub tasks: Vec<TaskInput>,
-    /// Declared run time once started, seconds.
-    pub run_time: Option<i64>,
+    /// Run time once started, declared or learned.
+    pub run_time: Option<RunTime>,
     /// When its running pods are expected to end.
     pub ends_at: Option<i64>,
     /// When the scheduler last preempted or reclaimed pods of the job.
@@ -378,6 +379,34 @@ pub struct JobInput {
     pub topology: Option<TopologyRequestInput>,
     /// Whether it shrinks by halves and grows by doubling (a one-task job only).
     pub resize: Option<Resize>,
+}
+
+/// How long a job runs once started, in seconds, and whether that is what it declares (its
+/// pods' `activeDeadlineSeconds`, which the kubelet enforces) or what the scheduler learned
+/// from the jobs like it that finished ([`crate::run_times`], which nothing enforces).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunTime {
+    /// Declared: the job cannot run longer.
+    Declared(i64),
+    /// Predicted from finished jobs: the job may run longer.
+    Learned(i64),
+}
+
+impl RunTime {
+    /// Seconds, however known.
+    pub fn seconds(self) -> i64 {
+        match self {
+            RunTime::Declared(s) | RunTime::Learned(s) => s,
+        }
+    }
+
+    /// Seconds, when declared.
+    pub fn declared(self) -> Option<i64> {
+        match self {
+            RunTime::Declared(s) => Some(s),
+            RunTime::Learned(_) => None,
+        }
+    }
 }
 
 /// Run:ai's elasticity for a one-task job whose gang is all its pods: when the gang cannot be

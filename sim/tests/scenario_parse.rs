@@ -232,7 +232,7 @@ fn the_contract_example_parses() {
     let [j1] = s.jobs.as_slice() else { panic!("one job expected") };
     assert_eq!((j1.name.as_str(), j1.namespace.as_str(), j1.queue.as_str()), ("j1", "default", "proj-1"));
     assert_eq!((j1.priority_class.as_str(), j1.min_member, j1.created_at), ("train", 4, 0));
-    assert_eq!(j1.run_time, Some(3600));
+    assert_eq!(j1.run_time, Some(drover_scheduler::snapshot::RunTime::Declared(3600)));
     let [worker] = j1.tasks.as_slice() else { panic!("one task expected") };
     assert_eq!((worker.name.as_str(), worker.pods.len(), worker.min_available), ("worker", 4, 0));
     assert_eq!(worker.requests, resources(&[("nvidia.com/gpu", 1), ("cpu", 1000)]));

@@ -139,3 +139,30 @@ fn without_declared_run_times_reservations_cannot_hold_work_back() {
             .unwrap();
     assert!(exact["cluster"].get("declaredRuntimes").is_none(), "the default output is as before");
 }
+
+#[test]
+fn without_declared_run_times_shortest_first_orders_by_run_times_learned_from_each_users_finished_jobs() {
+    // One 8-GPU node, every job one 8-GPU pod. x (100 s) runs first; user `quick`'s q1 and q2
+    // (10 s) run 100-120, user `slow`'s s1 and s2 (200 s) 120-520: by 520 each user has two
+    // finished runs. s3 (slow, 200 s) arrives at 500 and q3 (quick, 10 s) at 510, both behind
+    // s2. Declaring nothing, shortest-first orders them by what their users' runs took: q3
+    // runs 520-530, then s3 530-730. The default order (first come, first served) runs s3
+    // first, 520-720, and q3 720-730.
+    let text = "job_id,submit_time_s,duration_s,num_pods,gpus_per_pod,cpus_per_pod,user\n\
+        x,0,100,1,8,,long\nq1,0,10,1,8,,quick\nq2,0,10,1,8,,quick\ns1,0,200,1,8,,slow\ns2,0,200,1,8,,slow\n\
+        s3,500,200,1,8,,slow\nq3,510,10,1,8,,quick\n";
+    let jobs = rows::parse("hand.csv", text).unwrap();
+    let shortest_first =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../config/scheduler-shortest-first.yaml"))
+            .expect("the bundled shortest-first configuration");
+    let config = drover_scheduler::config::SchedulerConfig::from_yaml(&shortest_first).unwrap();
+    let blind = Cluster { declared_runtimes: replay::DeclaredRuntimes::None, config, ..Cluster::uniform(1, 8, 96) };
+    let ends = |c: &Cluster| -> Vec<Option<i64>> {
+        replay::replay(&jobs, c, Policy::Drover).unwrap().jobs.iter().map(|r| r.finish).collect()
+    };
+    let before = [Some(100), Some(110), Some(120), Some(320), Some(520)];
+    assert_eq!(ends(&blind)[..5], before);
+    assert_eq!(ends(&blind)[5..], [Some(730), Some(530)], "q3 goes first on its user's history");
+    let fifo = Cluster { config: Default::default(), ..blind.clone() };
+    assert_eq!(ends(&fifo)[5..], [Some(720), Some(730)], "first come, first served");
+}

@@ -11,7 +11,7 @@
 use crate::config::ReservationArgs;
 use crate::plugin::{Hook, Plugin, Reservation, Rule, ShareBound, Subject, Verdict, Why};
 use crate::session::Session;
-use crate::snapshot::JobId;
+use crate::snapshot::{JobId, RunTime};
 
 /// The reservation plugin.
 pub struct ReservationPolicy {
@@ -53,7 +53,10 @@ impl Plugin for ReservationPolicy {
         let other_queue_within_share = bound == ShareBound::FairShare && snap.jobs[job].queue != snap.jobs[r.job].queue;
         if r.job == job
             || other_queue_within_share
-            || snap.jobs[job].run_time.is_some_and(|d| snap.now.saturating_add(d) <= r.start)
+            || snap.jobs[job]
+                .run_time
+                .and_then(RunTime::declared)
+                .is_some_and(|d| snap.now.saturating_add(d) <= r.start)
         {
             Ok(())
         } else {

@@ -48,7 +48,7 @@ impl Plugin for ShortestFirst {
                     Some(g) => job.tasks.iter().map(|t| t.requests[g] * t.pods.len() as i64).sum(),
                     None => 0,
                 };
-                (aged, job.run_time.map(|d| d.saturating_mul(gpus.max(1))))
+                (aged, job.run_time.map(|d| d.seconds().saturating_mul(gpus.max(1))))
             })
             .collect();
     }

@@ -11,7 +11,7 @@ use drover_api::{
 use drover_scheduler::config::ConfigOverrides;
 use drover_scheduler::snapshot::{
     Constraints, JobInput, JobPhase, NodeInput, PodPhaseInput, QueueBounds, QueueInput, QueueingStrategy, Resize,
-    TaskInput, TopologyRequestInput,
+    RunTime, TaskInput, TopologyRequestInput,
 };
 use drover_scheduler::usage::{QueueUsage, UsageLedger};
 use serde::{Deserialize, Deserializer};
@@ -396,7 +396,7 @@ fn job(doc: &Doc, s: &Scenario, names: &NodeNames, j: usize, job: Job) -> Result
         created_at: job.created_at.unwrap_or(0),
         phase,
         tasks,
-        run_time,
+        run_time: run_time.map(RunTime::Declared),
         ends_at: run_time.filter(|_| running > 0).map(|d| job.started_at.unwrap_or(s.now).saturating_add(d)),
         preempted_at: job.preempted_at,
         started_at: job.started_at.filter(|_| running > 0),

@@ -18,10 +18,11 @@ use drover_api::{ResourceList, CPU, GPU, MEMORY, PODS};
 use drover_scheduler::config::SchedulerConfig;
 use drover_scheduler::cycle::run_cycle;
 use drover_scheduler::ids::{ti_vec, JobId, TiSlice, TiVec};
+use drover_scheduler::run_times::{JobFeatures, RunTimeHistory};
 use drover_scheduler::session::PodState;
 use drover_scheduler::snapshot::{
     self, Constraints, JobConverter, JobInput, JobPhase, NodeInput, PodPhase, PodPhaseInput, QueueBounds, QueueInput,
-    Snapshot, SnapshotError, TaskInput,
+    RunTime, Snapshot, SnapshotError, TaskInput,
 };
 use drover_scheduler::usage::UsageLedger;
 
@@ -120,6 +121,21 @@ pub struct JobRecord {
     pub grows: u32,
     /// With racks: how many racks its pods spanned when it last started.
     pub racks: Option<u32>,
+    /// When it first started.
+    pub first_start: Option<i64>,
+    /// The start the scheduler forecast at the first cycle that saw it wait.
+    pub eta_at_submission: Option<Eta>,
+    /// The start the scheduler forecast last before half of its wait had passed.
+    pub eta_at_half_wait: Option<Eta>,
+}
+
+/// A start the scheduler forecast for a waiting job ([`drover_scheduler::forecast`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Eta {
+    /// When the forecast was made.
+    pub given_at: i64,
+    /// The start it forecast, if it could give one.
+    pub start: Option<i64>,
 }
 
 impl JobRecord {
@@ -170,17 +186,44 @@ struct Live {
     queue: String,
     /// Its work left and the pods it runs with.
     work: Work,
-    /// Whether it declares its run time to the scheduler.
-    declares: bool,
+    /// What the scheduler is told of its run time.
+    told: Told,
+    /// Its namespace (its user's, as a team's would be) and GPUs, which run times are learned by.
+    namespace: String,
+    gpus: i64,
     gpus_per_pod: u32,
     bound: u32,
     started: Option<i64>,
+    /// When it was submitted.
+    submit: i64,
+    /// Until it first starts, the start forecast each time it changed: (cycle, start).
+    etas: Vec<(i64, Option<i64>)>,
+}
+
+/// What the scheduler is told of a job's run time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Told {
+    /// The work it has left, declared.
+    Declared,
+    /// What the queue's history predicts, when it predicts anything.
+    Learned(Option<i64>),
+    /// Nothing.
+    Nothing,
 }
 
 impl Live {
-    /// The run time it declares at its present size: the work it has left.
-    fn run_time(&self) -> Option<i64> {
-        self.declares.then(|| self.work.run_time())
+    /// The run time the scheduler is told at its present size: the work it has left when it
+    /// declares it, else the prediction.
+    fn run_time(&self) -> Option<RunTime> {
+        match self.told {
+            Told::Declared => Some(RunTime::Declared(self.work.run_time())),
+            Told::Learned(p) => p.map(RunTime::Learned),
+            Told::Nothing => None,
+        }
+    }
+
+    fn features(&self) -> JobFeatures<'_> {
+        JobFeatures { namespace: &self.namespace, name: None, gpus: self.gpus }
     }
 }
 
@@ -235,6 +278,8 @@ struct World {
     racks: Option<Racks>,
     /// Time-based fair share's ledger, as Queue status would keep it.
     ledger: UsageLedger,
+    /// Learned run times by queue name, as Queue status would keep them.
+    histories: BTreeMap<String, RunTimeHistory>,
 }
 
 /// Replays `trace` under `policy` on `cluster`.
@@ -247,7 +292,14 @@ pub fn replay(trace: &[TraceJob], cluster: &Cluster, policy: Policy) -> Result<R
     // With time-based fair share, shares change at each tick even when no job comes or goes:
     // while work waits, a cycle runs at least once a tick, as the scheduler's would.
     let tick = config.time_based().map(|t| i64::from(t.tick_seconds));
-    let mut world = World { snap, converter, config, racks: cluster.racks, ledger: UsageLedger::default() };
+    let mut world = World {
+        snap,
+        converter,
+        config,
+        racks: cluster.racks,
+        ledger: UsageLedger::default(),
+        histories: BTreeMap::new(),
+    };
     let total_gpus = cluster.nodes * cluster.gpus_per_node;
     let fits_empty = |j: &TraceJob| {
         j.gpus_per_pod > 0 && j.gpus_per_pod <= cluster.gpus_per_node && j.pods * j.gpus_per_pod <= total_gpus
@@ -266,6 +318,9 @@ pub fn replay(trace: &[TraceJob], cluster: &Cluster, policy: Policy) -> Result<R
             shrinks: 0,
             grows: 0,
             racks: None,
+            first_start: None,
+            eta_at_submission: None,
+            eta_at_half_wait: None,
         })
         .collect();
     let mut live: TiVec<JobId, Live> = TiVec::new();
@@ -303,6 +358,10 @@ pub fn replay(trace: &[TraceJob], cluster: &Cluster, policy: Policy) -> Result<R
                 let record = &mut records[l.job];
                 if let (Some(end), Some(start)) = (record.finish, l.started) {
                     record.ran += end - start;
+                    if matches!(l.told, Told::Learned(_)) {
+                        let history = world.histories.entry(l.queue.clone()).or_default();
+                        history.learn(&l.features(), record.ran, end);
+                    }
                 }
             }
             let keep: TiVec<JobId, bool> = live.iter().map(|l| records[l.job].finish.is_none()).collect();
@@ -390,6 +449,7 @@ fn cycle(
     fair: &mut BTreeMap<String, i64>,
 ) -> bool {
     world.snap.now = now;
+    predict(live, world, now);
     if let Some(time_based) = world.config.time_based() {
         world.ledger.advance(&world.snap, &time_based);
         world.snap.past_usage = world.ledger.for_snapshot(&world.snap);
@@ -423,6 +483,13 @@ fn cycle(
     for (j, l) in live.iter_mut_enumerated() {
         snap.jobs[j].phase = outcome.job_phase[j];
         l.bound = bound[j];
+        if let Some(f) = outcome.forecasts[j].filter(|_| records[l.job].first_start.is_none()) {
+            let eta = Eta { given_at: now, start: f.start };
+            records[l.job].eta_at_submission.get_or_insert(eta);
+            if l.etas.last().is_none_or(|&(_, start)| start != f.start) {
+                l.etas.push((now, f.start));
+            }
+        }
         if evicted[j] > 0 {
             let record = &mut records[l.job];
             record.evicted_pods += evicted[j];
@@ -433,12 +500,15 @@ fn cycle(
         }
         if l.started.is_none() && l.bound == l.work.pods() {
             l.started = Some(now);
+            if records[l.job].first_start.is_none() {
+                first_started(l, &mut records[l.job], now);
+            }
             ends.start(l.job, now + l.work.run_time());
             if let Some(racks) = &world.racks {
                 records[l.job].racks = Some(racks_spanned(snap, j, racks));
             }
         }
-        snap.jobs[j].ends_at = l.started.zip(l.run_time()).map(|(start, d)| start + d);
+        snap.jobs[j].ends_at = l.started.zip(l.run_time()).map(|(start, d)| start + d.seconds());
         snap.jobs[j].started_at = l.started;
     }
     let resizes = &outcome.decisions.resizes;
@@ -454,6 +524,32 @@ fn cycle(
         }
     }
     !outcome.decisions.evictions.is_empty() || !outcome.decisions.pipelined.is_empty() || !resizes.is_empty()
+}
+
+/// Records a job's first start and the forecast it had been given last before half of its
+/// wait had passed.
+fn first_started(l: &mut Live, record: &mut JobRecord, now: i64) {
+    record.first_start = Some(now);
+    let half = l.submit + (now - l.submit) / 2;
+    record.eta_at_half_wait =
+        l.etas.iter().rev().find(|&&(at, _)| at <= half).map(|&(given_at, start)| Eta { given_at, start });
+    l.etas = Vec::new();
+}
+
+/// Refreshes what the scheduler is told of the run time of the jobs that learn theirs, from
+/// what their queue's history predicts now: for a running job, given how long it has run.
+fn predict(live: &mut TiSlice<JobId, Live>, world: &mut World, now: i64) {
+    for (j, l) in live.iter_mut_enumerated() {
+        if !matches!(l.told, Told::Learned(_)) {
+            continue;
+        }
+        let elapsed = l.started.map_or(0, |s| now - s);
+        let predicted = world.histories.get(&l.queue).and_then(|h| h.predict(&l.features(), elapsed));
+        l.told = Told::Learned(predicted.map(|p| p.seconds));
+        let job = &mut world.snap.jobs[j];
+        job.run_time = l.run_time();
+        job.ends_at = l.started.zip(job.run_time).map(|(start, d)| start + d.seconds());
+    }
 }
 
 /// Stops a job the cycle resized, keeping the work it did (a checkpoint), to start it again
@@ -498,7 +594,11 @@ fn submit(job: &TraceJob, index: usize, cluster: &Cluster, policy: Policy) -> (L
         requests.insert(GPU.to_string(), i64::from(job.gpus_per_pod));
     }
     let key = if job.user.is_empty() { &job.id } else { &job.user };
-    let declares = policy.declares_run_times() && cluster.declared_runtimes == DeclaredRuntimes::Exact;
+    let told = match (policy.declares_run_times(), cluster.declared_runtimes) {
+        (false, _) => Told::Nothing,
+        (true, DeclaredRuntimes::Exact) => Told::Declared,
+        (true, DeclaredRuntimes::None) => Told::Learned(None),
+    };
     let input = JobInput {
         name: format!("j{index}"),
         namespace: "trace".into(),
@@ -519,7 +619,7 @@ fn submit(job: &TraceJob, index: usize, cluster: &Cluster, policy: Policy) -> (L
             topology: None,
             slices: None,
         }],
-        run_time: declares.then_some(job.duration),
+        run_time: (told == Told::Declared).then_some(RunTime::Declared(job.duration)),
         ends_at: None,
         preempted_at: None,
         started_at: None,
@@ -533,10 +633,14 @@ fn submit(job: &TraceJob, index: usize, cluster: &Cluster, policy: Policy) -> (L
         job: index,
         queue: input.queue.clone(),
         work: Work::new(job.duration, job.pods),
-        declares,
+        told,
+        namespace: if job.user.is_empty() { "trace".to_string() } else { job.user.clone() },
+        gpus: i64::from(job.pods * job.gpus_per_pod),
         gpus_per_pod: job.gpus_per_pod,
         bound: 0,
         started: None,
+        submit: job.submit,
+        etas: Vec::new(),
     };
     (live, input)
 }

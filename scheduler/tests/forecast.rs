@@ -1,0 +1,121 @@
+//! The forecast of every waiting gang: its positions and its expected start, planned from
+//! the ends of what runs and of the gangs served before it, and what that start rests on.
+//! The cluster: one node of 8 GPUs, one queue per team.
+
+use std::collections::BTreeMap;
+
+use drover_api::{ResourceList, CPU, GPU, PODS};
+use drover_scheduler::config::{ActionName, SchedulerConfig};
+use drover_scheduler::cycle::run_cycle;
+use drover_scheduler::forecast::{Basis, Forecast};
+use drover_scheduler::snapshot::{
+    self, Constraints, JobInput, JobPhase, NodeInput, PodPhaseInput, QueueBounds, QueueInput, QueueingStrategy,
+    RunTime, Snapshot, TaskInput,
+};
+
+const NOW: i64 = 10_000;
+
+fn gpus(n: i64) -> ResourceList {
+    ResourceList(BTreeMap::from([(GPU.to_string(), n), (CPU.to_string(), 1000)]))
+}
+
+/// A one-pod job of `gpu` GPUs in `queue`, created at `created_at`.
+fn job(name: &str, queue: &str, gpu: i64, created_at: i64, run_time: Option<RunTime>, running: bool) -> JobInput {
+    JobInput {
+        name: name.into(),
+        namespace: "ns".into(),
+        queue: queue.into(),
+        priority_class: "train".into(),
+        priority: 0,
+        preemptible: true,
+        min_member: 1,
+        min_resources: None,
+        created_at,
+        phase: if running { JobPhase::Running } else { JobPhase::Pending },
+        tasks: vec![TaskInput {
+            name: "w".into(),
+            min_available: 0,
+            requests: gpus(gpu),
+            constraints: Constraints::default(),
+            pods: vec![if running { PodPhaseInput::Bound("n1".into()) } else { PodPhaseInput::Pending }],
+            topology: None,
+            slices: None,
+        }],
+        run_time,
+        ends_at: run_time.filter(|_| running).map(|r| created_at + r.seconds()),
+        preempted_at: None,
+        started_at: running.then_some(created_at),
+        topology: None,
+        resize: None,
+    }
+}
+
+fn queue(name: &str) -> QueueInput {
+    QueueInput {
+        name: name.into(),
+        parent: None,
+        deserved: ResourceList::default(),
+        limit: None,
+        over_quota_weight: 1,
+        reclaimable: true,
+        strategy: QueueingStrategy::BestEffortFifo,
+        bounds: QueueBounds::default(),
+    }
+}
+
+fn forecasts(jobs: &[JobInput]) -> BTreeMap<String, Forecast> {
+    let node = NodeInput {
+        name: "n1".into(),
+        allocatable: ResourceList(BTreeMap::from([
+            (GPU.to_string(), 8),
+            (CPU.to_string(), 64_000),
+            (PODS.to_string(), 110),
+        ])),
+        labels: BTreeMap::new(),
+        taints: Vec::new(),
+        unschedulable: false,
+    };
+    let mut snap: Snapshot = snapshot::build(&[node], &[queue("a"), queue("b")], jobs).expect("a valid cluster");
+    snap.now = NOW;
+    // Allocation only: the waiting gangs must not reclaim the running one's GPUs.
+    let config =
+        SchedulerConfig { actions: vec![ActionName::Enqueue, ActionName::Allocate], ..SchedulerConfig::default() };
+    let out = run_cycle(&snap, &config);
+    snap.jobs.iter_enumerated().filter_map(|(j, job)| Some((job.name.clone(), out.forecasts[j]?))).collect()
+}
+
+#[test]
+fn waiting_gangs_start_one_after_another_as_declared_and_learned_ends_free_the_gpus() {
+    let f = forecasts(&[
+        job("running", "a", 8, NOW - 600, Some(RunTime::Declared(1600)), true),
+        job("first", "a", 8, NOW - 300, Some(RunTime::Learned(500)), false),
+        job("second", "b", 4, NOW - 200, None, false),
+        job("third", "a", 4, NOW - 100, None, false),
+    ]);
+    assert!(!f.contains_key("running"), "a running job has no forecast");
+    let first = f["first"];
+    assert_eq!((first.position, first.queue_position), (1, 1));
+    assert_eq!((first.start, first.basis), (Some(NOW + 1000), Basis::Declared), "when the declared run ends");
+    let second = f["second"];
+    assert_eq!((second.position, second.queue_position), (2, 1), "first in its own queue, second overall");
+    assert_eq!(
+        (second.start, second.basis),
+        (Some(NOW + 1500), Basis::Learned),
+        "after `first`, whose end was learned"
+    );
+    let third = f["third"];
+    assert_eq!((third.position, third.queue_position), (3, 2));
+    assert_eq!(third.start, Some(NOW + 1500), "beside `second`: 4 + 4 GPUs fit once `first` ends");
+}
+
+#[test]
+fn a_gang_behind_work_with_no_known_end_has_no_start_and_says_so() {
+    let f = forecasts(&[job("running", "a", 8, NOW - 600, None, true), job("waiting", "a", 2, NOW - 60, None, false)]);
+    assert_eq!((f["waiting"].start, f["waiting"].basis), (None, Basis::Unknown));
+}
+
+#[test]
+fn a_gang_larger_than_the_cluster_is_never_given_a_start() {
+    let f = forecasts(&[job("huge", "a", 16, NOW - 60, None, false)]);
+    assert_eq!((f["huge"].start, f["huge"].basis), (None, Basis::Unknown));
+}
