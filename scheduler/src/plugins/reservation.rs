@@ -1,7 +1,9 @@
 //! Reservation: runtime-aware backfill. A gang that cannot start now reserves the nodes where
-//! it will start soonest, judged from the declared run times of the pods running there; work
-//! served after it may use that capacity only if it is declared to end before the reservation
-//! starts. Big gangs then wait a bounded time instead of starving behind a stream of small
+//! it will start soonest, judged from the run times of the pods running there, declared or
+//! learned from finished jobs. Work served after it may use that capacity only if it declares
+//! a run time that ends before the reservation starts: a learned run time plans starts but
+//! never admits work into reserved capacity, since nothing stops such a job from running
+//! longer. Big gangs then wait a bounded time instead of starving behind a stream of small
 //! jobs, while small jobs keep the GPUs busy. Other queues' work within its fair share is
 //! not held back: a reservation orders the gang's own queue and work beyond fair shares,
 //! never another queue's guaranteed share. Planning the start and holding the capacity are

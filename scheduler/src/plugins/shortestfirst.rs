@@ -1,11 +1,12 @@
-//! Shortest first: within a priority, the job that declares the least service — its run time
-//! times its GPUs (CPU-only jobs count as one GPU) — goes first, the Helios study's
-//! quasi-shortest-service-first with the job's declared run time as the estimate. Jobs that
-//! declare no run time come after those that do, in submission order. A job that has waited
-//! `agingSeconds` goes before every job that has not, oldest first, so no job waits for ever
-//! behind a stream of shorter work; with the reservation plugin, such a waiting gang is
-//! the first to reserve nodes. Off unless configured: it replaces first-come-first-served
-//! within a priority, which users of FIFO queues expect.
+//! Shortest first: within a priority, the job expected to need the least service — its run
+//! time times its GPUs (CPU-only jobs count as one GPU) — goes first, the Helios study's
+//! quasi-shortest-service-first. The run time is the declared one, else the one learned from
+//! the queue's finished jobs ([`crate::run_times`]). Jobs with neither come after those with
+//! one, in submission order. A job that has waited `agingSeconds` goes before every job that
+//! has not, oldest first, so no job waits for ever behind a stream of shorter work; with the
+//! reservation plugin, such a waiting gang is the first to reserve nodes. Off unless
+//! configured: it replaces first-come-first-served within a priority, which users of FIFO
+//! queues expect.
 
 use std::cmp::Ordering;
 
@@ -17,12 +18,12 @@ use crate::session::Session;
 /// The shortest-first plugin.
 pub struct ShortestFirst {
     aging: i64,
-    /// Per job, worked out when the cycle opens: (has waited `aging`, declared service).
+    /// Per job, worked out when the cycle opens: (has waited `aging`, expected service).
     keys: TiVec<JobId, (bool, Option<i64>)>,
 }
 
 impl ShortestFirst {
-    /// Orders jobs by declared service until they have waited `agingSeconds`.
+    /// Orders jobs by expected service until they have waited `agingSeconds`.
     pub fn new(args: ShortestFirstArgs) -> ShortestFirst {
         ShortestFirst { aging: i64::from(args.aging_seconds), keys: TiVec::new() }
     }
