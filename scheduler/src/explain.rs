@@ -1,11 +1,12 @@
 //! Why one job waits, as the core itself answers it: [`explain`] runs a real cycle on the
 //! snapshot with the configuration the scheduler runs and reads the answer off the outcome —
 //! whether the job starts, the reason it waits, its queue path with each queue's figures and
-//! state, and what would let it start. Nothing here judges a rule again, so `drover explain`
-//! cannot disagree with the scheduler.
+//! state, what would let it start, and its forecast (position and expected start). Nothing
+//! here judges a rule again, so `drover explain` cannot disagree with the scheduler.
 
 use crate::config::SchedulerConfig;
 use crate::cycle::run_cycle;
+use crate::forecast::Forecast;
 use crate::plugin::{Blocker, Rule, Subject};
 use crate::queue_state::QueueOutcome;
 use crate::res::Res;
@@ -58,6 +59,8 @@ pub struct Explanation {
     pub path: Vec<PathQueue>,
     /// What would let its waiting pods start.
     pub to_start: Vec<String>,
+    /// While its gang waits: its positions and expected start.
+    pub forecast: Option<Forecast>,
 }
 
 /// Runs one cycle of `config` on `snap` and explains `job` from its outcome.
@@ -74,7 +77,14 @@ pub fn explain(snap: &Snapshot, config: &SchedulerConfig, job: JobId) -> Explana
         .collect();
     let needs = next_request(snap, job);
     let to_start = outcome.reasons[job].as_ref().map(|_| advice(snap, outcome.blocked_by[job], &needs));
-    Explanation { verdict, reason: outcome.reasons[job].clone(), needs, path, to_start: to_start.into_iter().collect() }
+    Explanation {
+        verdict,
+        reason: outcome.reasons[job].clone(),
+        needs,
+        path,
+        to_start: to_start.into_iter().collect(),
+        forecast: outcome.forecasts[job],
+    }
 }
 
 /// What the job asks for at the start of the cycle: the pods that bring it to its gang

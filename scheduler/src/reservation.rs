@@ -1,12 +1,12 @@
 //! Reservations, the mechanism of runtime-aware backfill (the policy is the `reservation`
 //! plugin's). When a gang cannot start, [`Reservations::reserve`] finds the earliest time at
 //! which it would fit if the pods running on the nodes it may use ended when their run times
-//! (declared or learned) say, and the nodes it would take then. Until that time, work the plugins do not
-//! exempt must leave those nodes enough idle capacity that the gang still fits once the pods
-//! due to end by then have ended: the capacity *held* now on a node is what the gang needs
-//! there less what will be freed there by its start. Each node is reserved for one gang at
-//! most. Reservations live for one cycle and are planned anew in the next, so they follow the
-//! cluster as it changes and nothing has to be stored or recovered after a failover.
+//! (declared or learned) say, and the nodes it would take then. Until that time, work the
+//! plugins do not exempt must leave those nodes enough idle capacity that the gang still fits
+//! once the pods due to end by then have ended: the capacity *held* now on a node is what the
+//! gang needs there less what will be freed there by its start. Each node is reserved for one
+//! gang at most. Reservations live for one cycle and are planned anew in the next, so they
+//! follow the cluster as it changes and nothing has to be stored or recovered after a failover.
 
 use std::rc::Rc;
 
