@@ -5,12 +5,12 @@
 //! here judges a rule again, so `drover explain` cannot disagree with the scheduler.
 
 use crate::config::SchedulerConfig;
-use crate::cycle::run_cycle;
+use crate::cycle::{run_cycle, CycleOutcome};
 use crate::forecast::Forecast;
 use crate::plugin::{Blocker, Rule, Subject};
 use crate::queue_state::QueueOutcome;
 use crate::res::Res;
-use crate::session::Session;
+use crate::session::{PodState, Session};
 use crate::snapshot::{JobId, JobPhase, QueueId, Snapshot};
 
 /// Where a job stands after the cycle.
@@ -85,6 +85,21 @@ pub fn explain(snap: &Snapshot, config: &SchedulerConfig, job: JobId) -> Explana
         to_start: to_start.into_iter().collect(),
         forecast: outcome.forecasts[job],
     }
+}
+
+/// What would let a job that waits after the cycle `outcome` of `snap` start (what its status
+/// shows every cycle): the same advice as [`explain`]'s, judged on the pods still waiting.
+pub fn to_start(snap: &Snapshot, outcome: &CycleOutcome, job: JobId) -> Option<String> {
+    outcome.reasons[job].as_ref()?;
+    let mut waiting = Res::zero(snap.resources.len());
+    for task in &snap.jobs[job].tasks {
+        for &p in &task.pods {
+            if matches!(outcome.pod_state[p], PodState::Pending | PodState::Pipelined(_)) {
+                waiting.add(&task.requests);
+            }
+        }
+    }
+    Some(advice(snap, outcome.blocked_by[job], &waiting))
 }
 
 /// What the job asks for at the start of the cycle: the pods that bring it to its gang
