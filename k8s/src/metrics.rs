@@ -259,7 +259,7 @@ impl Metrics {
         for category in PENDING_CATEGORIES {
             pending.get_or_create(&ReasonLabels { reason: category.to_string() }).set(0);
         }
-        for reason in ["preempt", "reclaim", "consolidate"] {
+        for reason in ["preempt", "reclaim", "consolidate", "overrun"] {
             evictions.get_or_create(&ReasonLabels { reason: reason.to_string() }).inc_by(0);
         }
         Metrics {
@@ -308,6 +308,7 @@ impl Metrics {
             EvictReason::Preempt => "preempt",
             EvictReason::Reclaim => "reclaim",
             EvictReason::Consolidate => "consolidate",
+            EvictReason::Overrun => "overrun",
         };
         self.evictions.get_or_create(&ReasonLabels { reason: reason.to_string() }).inc_by(n);
     }
@@ -369,7 +370,7 @@ impl Metrics {
     pub fn record_cycle(&self, snap: &Snapshot, outcome: &CycleOutcome, elapsed: Duration) {
         self.observe_cycle(elapsed);
         self.inc_binds(outcome.decisions.binds.len() as u64);
-        for reason in [EvictReason::Preempt, EvictReason::Reclaim, EvictReason::Consolidate] {
+        for reason in [EvictReason::Preempt, EvictReason::Reclaim, EvictReason::Consolidate, EvictReason::Overrun] {
             let n = outcome.decisions.evictions.iter().filter(|(_, r, _)| *r == reason).count();
             self.inc_evictions(reason, n as u64);
         }

@@ -17,6 +17,7 @@ use crate::placement::{Feasibility, Holds, Placer};
 use crate::plugin::{Reservation, ShareBound};
 use crate::res::Res;
 use crate::session::{PodState, Session};
+use crate::snapshot::RunTime;
 
 /// Plans a cycle may try per gang it may reserve for (plans fail for gangs whose start cannot
 /// be known, e.g. behind pods without a declared run time).
@@ -70,6 +71,49 @@ impl Reservations {
         self.all = None;
         self.list.push(r);
         self.list.last()
+    }
+
+    /// When `job`, just placed, must leave capacity reserved for another gang if it runs on a
+    /// learned run time: the earliest start of the reservations holding nodes it took. Such a
+    /// job borrows the capacity ([`crate::snapshot::Job::borrowed_until`]).
+    pub fn loan(&self, ssn: &Session, job: JobId) -> Option<i64> {
+        if !matches!(ssn.snap.jobs[job].run_time, Some(RunTime::Learned(_))) {
+            return None;
+        }
+        let nodes: Vec<NodeId> = ssn.snap.jobs[job]
+            .tasks
+            .iter()
+            .flat_map(|t| &t.pods)
+            .filter_map(|&p| match ssn.pod_state[p] {
+                PodState::Allocated(n) => Some(n),
+                _ => None,
+            })
+            .collect();
+        self.list
+            .iter()
+            .filter(|r| r.job != job && r.held.iter().any(|(n, _)| nodes.contains(n)))
+            .map(|r| r.start)
+            .min()
+    }
+
+    /// The running pods on `r`'s nodes of jobs whose loan is due: evicted when `r`'s gang is.
+    pub fn overdue_borrowers(ssn: &Session, r: &Reservation) -> Vec<PodId> {
+        let snap = ssn.snap;
+        let due = |j: JobId| snap.jobs[j].borrowed_until.is_some_and(|t| t <= snap.now);
+        let mut jobs: Vec<JobId> = ssn
+            .pod_state
+            .iter_enumerated()
+            .filter_map(|(p, s)| Some((snap.pods[p].job, s.running_on()?)))
+            .filter(|&(j, n)| due(j) && r.nodes.iter().any(|&(m, _)| m == n))
+            .map(|(j, _)| j)
+            .collect();
+        jobs.sort_unstable();
+        jobs.dedup();
+        jobs.iter()
+            .flat_map(|&j| snap.jobs[j].tasks.iter().flat_map(|t| &t.pods))
+            .copied()
+            .filter(|&p| ssn.pod_state[p].running_on().is_some())
+            .collect()
     }
 
     /// Whether another reservation may still be planned this cycle.
@@ -170,6 +214,8 @@ fn plan_within(
     for (p, state) in ssn.pod_state.iter_enumerated() {
         let j = &snap.jobs[snap.pods[p].job];
         let (node, end) = match *state {
+            // A loan that is due ends now: the borrower is evicted if it still runs.
+            PodState::Bound(n) if j.borrowed_until.is_some_and(|t| t <= now) => (n, Some(now)),
             PodState::Bound(n) => (n, j.ends_at),
             PodState::Allocated(n) => (n, j.run_time.map(|d| now.saturating_add(d.seconds()))),
             _ => continue,

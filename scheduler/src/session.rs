@@ -45,6 +45,9 @@ pub enum EvictReason {
     Reclaim,
     /// Moved by consolidation: evicted to be re-created on another node, so that a gang fits.
     Consolidate,
+    /// Ran past the learned run time it was admitted into another gang's reserved capacity on,
+    /// and that gang is due ([`crate::snapshot::Job::borrowed_until`]).
+    Overrun,
 }
 
 /// One reversible change.
@@ -105,6 +108,9 @@ pub struct Decisions {
     pub pipelined: Vec<(PodId, NodeId)>,
     /// Elastic jobs to restart with another number of pods (see [`crate::snapshot::Resize`]).
     pub resizes: Vec<JobResize>,
+    /// Jobs started in capacity reserved for another gang on a learned run time, with when
+    /// that gang is due: kept by the caller as [`crate::snapshot::Job::borrowed_until`].
+    pub loans: Vec<(JobId, i64)>,
 }
 
 /// A decision to restart an elastic job with `pods` pods, and why.

@@ -181,6 +181,11 @@ pub struct Job {
     /// When its earliest running pod started (the clock of [`Snapshot::now`]), when known:
     /// minimum run times count from it.
     pub started_at: Option<i64>,
+    /// When it runs in capacity reserved for another gang, admitted there on a learned run
+    /// time (a loan, [`crate::session::Decisions::loans`]): when that gang is due. From then on,
+    /// if it still runs, it is evicted for the gang ([`crate::session::EvictReason::Overrun`]).
+    /// Absent from the inputs: whoever keeps loans between cycles sets it after the build.
+    pub borrowed_until: Option<i64>,
     /// Where the job's pods must (or should) go together.
     pub topology: Option<TopologyRequest>,
     /// Whether it shrinks by halves and grows by doubling.

@@ -213,6 +213,7 @@ pub fn report(name: &str, result: &SimResult) -> Report {
                 EvictReason::Preempt => "preempt",
                 EvictReason::Reclaim => "reclaim",
                 EvictReason::Consolidate => "consolidate",
+                EvictReason::Overrun => "overrun",
             })
             .collect(),
         resizes: result

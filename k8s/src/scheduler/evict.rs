@@ -50,6 +50,13 @@ pub(super) async fn evict_decisions(
                         by.key()
                     ),
                 ),
+                EvictReason::Overrun => (
+                    "Overran",
+                    format!(
+                        "Ran past the learned run time it was admitted on into capacity reserved for pod group {}, which is due",
+                        by.key()
+                    ),
+                ),
             };
             Some((r, kind.to_string(), message))
         })

@@ -21,6 +21,8 @@
 use crate::ids::{ti_vec, TiSlice, TiVec};
 use crate::placement::Avail;
 use crate::plugin::{Blocker, ShareBound};
+use crate::reservation::Reservations;
+use crate::session::{EvictReason, Statement};
 use crate::snapshot::{JobId, JobPhase, QueueId};
 
 use super::{class, jobs_by_queue, place_all, select_queue, strict, Ctx};
@@ -175,6 +177,7 @@ fn place_minimum(ctx: &mut Ctx, job: JobId, bound: ShareBound) -> Result<bool, W
         Err(why) => return Err((with_reservation(ctx, job, why), None)),
     };
     ctx.ssn.commit(st);
+    record_loan(ctx, job);
     ctx.ssn.job_phase[job] = JobPhase::Running;
     ctx.ssn.clear_reason(job);
     Ok(false)
@@ -189,14 +192,35 @@ fn place_one_elastic(ctx: &mut Ctx, job: JobId, bound: ShareBound) -> Result<boo
     let holds = ctx.reservations.holds_for(ctx.ssn, ctx.fw, job, bound);
     let st = place_all(ctx, &[pod], Avail::Idle(holds.as_deref())).map_err(|why| (waits(&why), None))?;
     ctx.ssn.commit(st);
+    record_loan(ctx, job);
     Ok(ctx.ssn.pending_pods(job).next().is_some())
 }
 
 /// Reserves for a gang that found no room the nodes where it will start soonest (when the
-/// plugins allow and its start can be known) and says so after `why`.
+/// plugins allow and its start can be known) and says so after `why`. A gang that is due
+/// (its start is now) but finds jobs there that borrowed the capacity on a learned run time
+/// and overran it evicts them.
 fn with_reservation(ctx: &mut Ctx, job: JobId, why: String) -> String {
     let Some(r) = ctx.reservations.reserve(ctx.ssn, ctx.fw, ctx.placer, job) else { return why };
     let snap = ctx.ssn.snap;
     let names: Vec<&str> = r.nodes.iter().map(|(n, _)| snap.nodes[*n].name.as_str()).collect();
-    format!("{why}; reserved {}, expected to start in {} s", names.join(", "), r.start - snap.now)
+    let said = format!("{why}; reserved {}, expected to start in {} s", names.join(", "), r.start - snap.now);
+    let overdue = if r.start <= snap.now { Reservations::overdue_borrowers(ctx.ssn, r) } else { Vec::new() };
+    if overdue.is_empty() {
+        return said;
+    }
+    let mut st = Statement::new();
+    for &p in &overdue {
+        ctx.ssn.evict(&mut st, p, EvictReason::Overrun, job);
+    }
+    ctx.ssn.commit(st);
+    format!("{said}; evicting jobs that overran the learned run times they borrowed its nodes on")
+}
+
+/// Records a loan when `job`, just placed, took capacity reserved for another gang on a
+/// learned run time.
+fn record_loan(ctx: &mut Ctx, job: JobId) {
+    if let Some(until) = ctx.reservations.loan(ctx.ssn, job) {
+        ctx.ssn.decisions.loans.push((job, until));
+    }
 }

@@ -1,14 +1,14 @@
 //! Reservation: runtime-aware backfill. A gang that cannot start now reserves the nodes where
 //! it will start soonest, judged from the run times of the pods running there, declared or
-//! learned from finished jobs. Work served after it may use that capacity only if it declares
-//! a run time that ends before the reservation starts: a learned run time plans starts but
-//! never admits work into reserved capacity, since nothing stops such a job from running
-//! longer. Big gangs then wait a bounded time instead of starving behind a stream of small
-//! jobs, while small jobs keep the GPUs busy. Other queues' work within its fair share is
-//! not held back: a reservation orders the gang's own queue and work beyond fair shares,
-//! never another queue's guaranteed share. Planning the start and holding the capacity are
-//! the mechanism of [`crate::reservation`]; this plugin decides how many gangs reserve and who
-//! may use what they reserved.
+//! learned from finished jobs. Work served after it may use that capacity only if its run
+//! time ends before the reservation starts. A declared run time is enforced by the kubelet; a
+//! learned one is not, so work admitted on one borrows the capacity: only preemptible work
+//! may, and if it still runs when the gang is due it is evicted for it (the loan is the
+//! mechanism's, [`crate::reservation`]). Big gangs then wait a bounded time instead of
+//! starving behind a stream of small jobs, while small jobs keep the GPUs busy. Other queues'
+//! work within its fair share is not held back: a reservation orders the gang's own queue and
+//! work beyond fair shares, never another queue's guaranteed share. This plugin decides how
+//! many gangs reserve and who may use what they reserved.
 
 use crate::config::ReservationArgs;
 use crate::plugin::{Hook, Plugin, Reservation, Rule, ShareBound, Subject, Verdict, Why};
@@ -53,13 +53,16 @@ impl Plugin for ReservationPolicy {
     fn may_use_reserved<'s>(&self, ssn: &Session<'s>, job: JobId, bound: ShareBound, r: &Reservation) -> Verdict<'s> {
         let snap = ssn.snap;
         let other_queue_within_share = bound == ShareBound::FairShare && snap.jobs[job].queue != snap.jobs[r.job].queue;
-        if r.job == job
-            || other_queue_within_share
-            || snap.jobs[job]
-                .run_time
-                .and_then(RunTime::declared)
-                .is_some_and(|d| snap.now.saturating_add(d) <= r.start)
-        {
+        let j = &snap.jobs[job];
+        let ends_in_time = |d: i64| snap.now.saturating_add(d) <= r.start;
+        // A learned end is a loan: the job may be evicted if it overruns it, so only work
+        // that may be evicted borrows.
+        let ends_before = match j.run_time {
+            Some(RunTime::Declared(d)) => ends_in_time(d),
+            Some(RunTime::Learned(d)) => j.preemptible && ends_in_time(d),
+            None => false,
+        };
+        if r.job == job || other_queue_within_share || ends_before {
             Ok(())
         } else {
             Err(Why::new(snap, Rule::Reserved, Subject::Job(r.job)))

@@ -136,6 +136,7 @@ impl JobConverter {
             ends_at: job.ends_at,
             preempted_at: job.preempted_at,
             started_at: job.started_at,
+            borrowed_until: None,
             topology,
             resize: job.resize.filter(|_| job.tasks.len() == 1),
         });

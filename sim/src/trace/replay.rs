@@ -480,6 +480,9 @@ fn cycle(
             PodState::Pending | PodState::Pipelined(_) => PodPhase::Pending,
         };
     }
+    for &(j, until) in &outcome.decisions.loans {
+        snap.jobs[j].borrowed_until = Some(until);
+    }
     for (j, l) in live.iter_mut_enumerated() {
         snap.jobs[j].phase = outcome.job_phase[j];
         l.bound = bound[j];
@@ -491,6 +494,7 @@ fn cycle(
             }
         }
         if evicted[j] > 0 {
+            snap.jobs[j].borrowed_until = None;
             let record = &mut records[l.job];
             record.evicted_pods += evicted[j];
             if let Some(start) = l.started.take() {
@@ -520,6 +524,7 @@ fn cycle(
         }
         restart(snap, &sizes);
         for &j in sizes.keys() {
+            snap.jobs[j].borrowed_until = None;
             snap.jobs[j].run_time = live[j].run_time();
         }
     }
