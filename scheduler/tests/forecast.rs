@@ -1,13 +1,15 @@
 //! The forecast of every waiting gang: its positions and its expected start, planned from
 //! the ends of what runs and of the gangs served before it, and what that start rests on.
-//! The cluster: one node of 8 GPUs, one queue per team.
+//! The cluster: one node of 8 GPUs, one queue per team. And loans: work admitted into
+//! another gang's reserved capacity on a learned run time, evicted if it overruns.
 
 use std::collections::BTreeMap;
 
 use drover_api::{ResourceList, CPU, GPU, PODS};
 use drover_scheduler::config::{ActionName, SchedulerConfig};
-use drover_scheduler::cycle::run_cycle;
+use drover_scheduler::cycle::{run_cycle, CycleOutcome};
 use drover_scheduler::forecast::{Basis, Forecast};
+use drover_scheduler::session::EvictReason;
 use drover_scheduler::snapshot::{
     self, Constraints, JobInput, JobPhase, NodeInput, PodPhaseInput, QueueBounds, QueueInput, QueueingStrategy,
     RunTime, Snapshot, TaskInput,
@@ -118,4 +120,60 @@ fn a_gang_behind_work_with_no_known_end_has_no_start_and_says_so() {
 fn a_gang_larger_than_the_cluster_is_never_given_a_start() {
     let f = forecasts(&[job("huge", "a", 16, NOW - 60, None, false)]);
     assert_eq!((f["huge"].start, f["huge"].basis), (None, Basis::Unknown));
+}
+
+/// Two 8-GPU nodes; `big` (16 GPUs) waits behind `long` (8 GPUs, declared to end at NOW +
+/// 1000) and reserves both nodes from then. `small` (8 GPUs) may use the idle node only if
+/// it ends before: with a learned run time of 500 s it borrows it.
+fn borrowing_cluster(small: Option<RunTime>, borrowed_until: Option<i64>, now: i64) -> (Snapshot, CycleOutcome) {
+    let node = |name: &str| NodeInput {
+        name: name.into(),
+        allocatable: ResourceList(BTreeMap::from([
+            (GPU.to_string(), 8),
+            (CPU.to_string(), 64_000),
+            (PODS.to_string(), 110),
+        ])),
+        labels: BTreeMap::new(),
+        taints: Vec::new(),
+        unschedulable: false,
+    };
+    let mut long = job("long", "a", 8, NOW - 600, Some(RunTime::Declared(1600)), true);
+    long.tasks[0].pods = vec![PodPhaseInput::Bound("n1".into())];
+    let mut big = job("big", "a", 8, NOW - 300, None, false);
+    big.tasks[0].pods = vec![PodPhaseInput::Pending, PodPhaseInput::Pending];
+    big.min_member = 2;
+    let mut small_job = job("small", "a", 8, NOW - 200, small, borrowed_until.is_some());
+    if borrowed_until.is_some() {
+        small_job.tasks[0].pods = vec![PodPhaseInput::Bound("n2".into())];
+        small_job.started_at = Some(NOW);
+        small_job.ends_at = small.map(|r| NOW + r.seconds().max(now - NOW + 1));
+    }
+    let mut snap = snapshot::build(&[node("n1"), node("n2")], &[queue("a")], &[long, big, small_job]).unwrap();
+    snap.now = now;
+    let small_id = snap.jobs.iter_enumerated().find(|(_, j)| j.name == "small").map(|(id, _)| id).unwrap();
+    snap.jobs[small_id].borrowed_until = borrowed_until;
+    let out = run_cycle(&snap, &SchedulerConfig::from_yaml(include_str!("../../config/scheduler.yaml")).unwrap());
+    (snap, out)
+}
+
+#[test]
+fn work_on_a_learned_run_time_borrows_reserved_capacity_and_is_evicted_when_it_overruns() {
+    let (snap, out) = borrowing_cluster(Some(RunTime::Learned(500)), None, NOW);
+    let small = snap.jobs.iter_enumerated().find(|(_, j)| j.name == "small").map(|(id, _)| id).unwrap();
+    assert_eq!(out.decisions.binds.len(), 1, "small starts on the reserved node");
+    assert_eq!(out.decisions.loans, vec![(small, NOW + 1000)], "a loan until big is due");
+
+    let (_, out) = borrowing_cluster(None, None, NOW);
+    assert!(out.decisions.binds.is_empty(), "without a run time, small may not use big's node");
+
+    // At NOW + 1000 `long` is due to end as declared and `small`, learned to run 500 s,
+    // still runs: it is evicted for `big`.
+    let (snap, out) = borrowing_cluster(Some(RunTime::Learned(500)), Some(NOW + 1000), NOW + 1000);
+    let evicted: Vec<(&str, EvictReason)> =
+        out.decisions.evictions.iter().map(|&(p, r, _)| (snap.jobs[snap.pods[p].job].name.as_str(), r)).collect();
+    assert!(evicted.contains(&("small", EvictReason::Overrun)), "evicted: {evicted:?}");
+
+    // Before its loan is due it keeps running.
+    let (_, out) = borrowing_cluster(Some(RunTime::Learned(500)), Some(NOW + 1000), NOW + 999);
+    assert!(out.decisions.evictions.is_empty());
 }
