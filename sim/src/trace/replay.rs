@@ -10,6 +10,10 @@
 //! loses its progress since it last started and waits again (the checkpoint-free worst case).
 //! A job the cycle resizes (under `drover-elastic`) restarts at its new size, all its pods
 //! pending, keeping the work it did (see [`super::work`] for how its run time scales).
+//! With `--declared-runtimes none`, the Drover policies learn run times from the jobs that
+//! finished, per queue, as Queue status keeps them in a cluster, and keep the loans the
+//! cycles record ([`drover_scheduler::snapshot::Job::borrowed_until`]) as PodGroup status
+//! would.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
