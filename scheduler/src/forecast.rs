@@ -64,11 +64,12 @@ struct Pool {
     /// No gang planned from here on starts before this (they start in serving order).
     clock: i64,
     learned: bool,
+    now: i64,
 }
 
 impl Pool {
     fn new(capacity: i64, now: i64) -> Pool {
-        Pool { free: capacity, capacity, ends: BinaryHeap::new(), clock: now, learned: false }
+        Pool { free: capacity, capacity, ends: BinaryHeap::new(), clock: now, learned: false, now }
     }
 
     fn hold_until(&mut self, amount: i64, end: Option<(i64, bool)>) {
@@ -79,13 +80,16 @@ impl Pool {
     }
 
     /// When `need` is free, given the ends so far, and whether any end waited for was
-    /// learned; holds it from then until `run` ends it. None (and nothing held) when the
-    /// capacity never comes back.
+    /// learned; holds it from then until `run` ends it. A gang that waits after the cycle
+    /// although the capacity is free (its queue's bounds, the order, the shape of the free
+    /// capacity hold it) starts no sooner than the next end: until something ends, the
+    /// next cycle decides as this one did. None (and nothing held) when the capacity never
+    /// comes back.
     fn plan(&mut self, need: i64, at_least: i64, run: Option<RunTime>) -> Option<(i64, Basis)> {
         if need > self.capacity {
             return None;
         }
-        while self.free < need {
+        while self.free < need || self.clock == self.now {
             let Reverse((t, amount, learned)) = self.ends.pop()?;
             self.clock = self.clock.max(t);
             self.free += amount;

@@ -177,3 +177,30 @@ fn work_on_a_learned_run_time_borrows_reserved_capacity_and_is_evicted_when_it_o
     let (_, out) = borrowing_cluster(Some(RunTime::Learned(500)), Some(NOW + 1000), NOW + 999);
     assert!(out.decisions.evictions.is_empty());
 }
+
+#[test]
+fn a_gang_that_waits_beside_free_capacity_starts_no_sooner_than_the_next_end() {
+    // Queue `a` is capped at 4 GPUs and runs 4 until NOW + 300: `capped` (2 GPUs) waits
+    // although 4 GPUs are idle. Nothing changes before the running job ends.
+    let running = job("running", "a", 4, NOW - 100, Some(RunTime::Declared(400)), true);
+    let capped = job("capped", "a", 2, NOW - 50, None, false);
+    let mut a = queue("a");
+    a.limit = Some(gpus(4));
+    let node = NodeInput {
+        name: "n1".into(),
+        allocatable: ResourceList(BTreeMap::from([
+            (GPU.to_string(), 8),
+            (CPU.to_string(), 64_000),
+            (PODS.to_string(), 110),
+        ])),
+        labels: BTreeMap::new(),
+        taints: Vec::new(),
+        unschedulable: false,
+    };
+    let mut snap = snapshot::build(&[node], &[a], &[running, capped]).unwrap();
+    snap.now = NOW;
+    let out = run_cycle(&snap, &SchedulerConfig::default());
+    let j = snap.jobs.iter_enumerated().find(|(_, j)| j.name == "capped").map(|(id, _)| id).unwrap();
+    let f = out.forecasts[j].expect("it waits");
+    assert_eq!((f.start, f.basis), (Some(NOW + 300), Basis::Declared));
+}

@@ -180,6 +180,18 @@ pub fn to_table(cluster: &Cluster, runs: &[Run]) -> String {
     }
     push_table(&mut out, rows);
     for run in runs {
+        let eta = run.summary.eta;
+        if eta.at_submission.given + eta.at_half_wait.given > 0 {
+            out.push_str(&format!(
+                "\n{}: start forecasts of the {} GPU jobs that waited 10 min or more: median error {:.0}% at submission, {:.0}% at half the wait (p90 {:.0}%, {:.0}%)\n",
+                run.policy.name(),
+                eta.jobs,
+                eta.at_submission.median * 100.0,
+                eta.at_half_wait.median * 100.0,
+                eta.at_submission.p90 * 100.0,
+                eta.at_half_wait.p90 * 100.0
+            ));
+        }
         if let Some(e) = run.summary.elastic {
             out.push_str(&format!(
                 "\n{}: {} GPU jobs shrank; elastic restarts: {} with fewer pods, {} with more\n",
