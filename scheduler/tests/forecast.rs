@@ -52,6 +52,21 @@ fn job(name: &str, queue: &str, gpu: i64, created_at: i64, run_time: Option<RunT
     }
 }
 
+/// An 8-GPU node.
+fn node(name: &str) -> NodeInput {
+    NodeInput {
+        name: name.into(),
+        allocatable: ResourceList(BTreeMap::from([
+            (GPU.to_string(), 8),
+            (CPU.to_string(), 64_000),
+            (PODS.to_string(), 110),
+        ])),
+        labels: BTreeMap::new(),
+        taints: Vec::new(),
+        unschedulable: false,
+    }
+}
+
 fn queue(name: &str) -> QueueInput {
     QueueInput {
         name: name.into(),
@@ -66,18 +81,7 @@ fn queue(name: &str) -> QueueInput {
 }
 
 fn forecasts(jobs: &[JobInput]) -> BTreeMap<String, Forecast> {
-    let node = NodeInput {
-        name: "n1".into(),
-        allocatable: ResourceList(BTreeMap::from([
-            (GPU.to_string(), 8),
-            (CPU.to_string(), 64_000),
-            (PODS.to_string(), 110),
-        ])),
-        labels: BTreeMap::new(),
-        taints: Vec::new(),
-        unschedulable: false,
-    };
-    let mut snap: Snapshot = snapshot::build(&[node], &[queue("a"), queue("b")], jobs).expect("a valid cluster");
+    let mut snap: Snapshot = snapshot::build(&[node("n1")], &[queue("a"), queue("b")], jobs).expect("a valid cluster");
     snap.now = NOW;
     // Allocation only: the waiting gangs must not reclaim the running one's GPUs.
     let config =
@@ -126,17 +130,6 @@ fn a_gang_larger_than_the_cluster_is_never_given_a_start() {
 /// 1000) and reserves both nodes from then. `small` (8 GPUs) may use the idle node only if
 /// it ends before: with a learned run time of 500 s it borrows it.
 fn borrowing_cluster(small: Option<RunTime>, borrowed_until: Option<i64>, now: i64) -> (Snapshot, CycleOutcome) {
-    let node = |name: &str| NodeInput {
-        name: name.into(),
-        allocatable: ResourceList(BTreeMap::from([
-            (GPU.to_string(), 8),
-            (CPU.to_string(), 64_000),
-            (PODS.to_string(), 110),
-        ])),
-        labels: BTreeMap::new(),
-        taints: Vec::new(),
-        unschedulable: false,
-    };
     let mut long = job("long", "a", 8, NOW - 600, Some(RunTime::Declared(1600)), true);
     long.tasks[0].pods = vec![PodPhaseInput::Bound("n1".into())];
     let mut big = job("big", "a", 8, NOW - 300, None, false);
@@ -186,18 +179,7 @@ fn a_gang_that_waits_beside_free_capacity_starts_no_sooner_than_the_next_end() {
     let capped = job("capped", "a", 2, NOW - 50, None, false);
     let mut a = queue("a");
     a.limit = Some(gpus(4));
-    let node = NodeInput {
-        name: "n1".into(),
-        allocatable: ResourceList(BTreeMap::from([
-            (GPU.to_string(), 8),
-            (CPU.to_string(), 64_000),
-            (PODS.to_string(), 110),
-        ])),
-        labels: BTreeMap::new(),
-        taints: Vec::new(),
-        unschedulable: false,
-    };
-    let mut snap = snapshot::build(&[node], &[a], &[running, capped]).unwrap();
+    let mut snap = snapshot::build(&[node("n1")], &[a], &[running, capped]).unwrap();
     snap.now = NOW;
     let out = run_cycle(&snap, &SchedulerConfig::default());
     let j = snap.jobs.iter_enumerated().find(|(_, j)| j.name == "capped").map(|(id, _)| id).unwrap();
