@@ -266,3 +266,79 @@ fn out_of_range(k: &Kubectl) {
     // The largest u32 is accepted.
     k.silently(&["apply", "--server-side", "-f", "-"], &job("largest", "  maxRetry: 4294967295\n", &[task("a", "1")]));
 }
+
+/// The scheduler's forecast and learned run times on the real server: what it writes is
+/// stored and reads back into Drover's types; a basis it does not know, a kind of job that is
+/// both a name and a GPU count, a negative or an unbounded run time are refused with the field
+/// named; and a create carrying them has them dropped (status is a subresource).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forecasts_and_learned_run_times_validate_on_the_server() {
+    use drover_api::crd::podgroup::PodGroup;
+    use drover_api::crd::run_times::MAX_SAMPLES;
+    use kube::api::{Patch, PatchParams, PostParams};
+    use serde_json::json;
+
+    let Some(server) = drover_envtest::Server::start().await else {
+        return;
+    };
+    let client = server.client();
+    drover_envtest::install_crds(&client, &drover_api::crd::all()).await.expect("CRDs are accepted");
+    let forecast = json!({"queuePosition": 2, "position": 3, "expectedStart": "2030-01-01T00:00:00Z",
+        "basis": "LearnedRunTimes", "toStart": "raise queue q's limit of nvidia.com/gpu to at least 16"});
+    let run_times = json!([
+        {"namespace": "team-a", "name": "train", "seconds": [600, 660], "updated": "2030-01-01T00:00:00Z"},
+        {"namespace": "team-a", "gpus": 8, "seconds": [600], "updated": "2030-01-01T00:00:00Z"},
+        {"namespace": "team-a", "seconds": [600], "updated": "2030-01-01T00:00:00Z"},
+    ]);
+    let queue: Queue = serde_json::from_value(json!({"apiVersion": "scheduling.drover.dev/v1alpha1", "kind": "Queue",
+        "metadata": {"name": "q"}, "spec": {}, "status": {"runTimes": run_times}}))
+    .expect("a Queue");
+    let queues: Api<Queue> = Api::all(client.clone());
+    let created = queues.create(&PostParams::default(), &queue).await.expect("queue created");
+    assert!(created.status.is_none_or(|s| s.run_times.is_empty()), "a create's status is dropped");
+    let group: PodGroup = serde_json::from_value(json!({"apiVersion": "scheduling.drover.dev/v1alpha1",
+        "kind": "PodGroup", "metadata": {"name": "g", "namespace": "default"}, "spec": {"minMember": 1},
+        "status": {"forecast": forecast, "recordedRunTimeSeconds": 5}}))
+    .expect("a PodGroup");
+    let groups: Api<PodGroup> = Api::namespaced(client.clone(), "default");
+    let created = groups.create(&PostParams::default(), &group).await.expect("group created");
+    assert!(created.status.is_none_or(|s| s.forecast.is_none()), "a create's status is dropped");
+
+    let params = PatchParams::default();
+    let status = |v: Value| Patch::Merge(json!({ "status": v }));
+    let stored = groups
+        .patch_status(
+            "g",
+            &params,
+            &status(json!({"forecast": forecast, "recordedRunTimeSeconds": 5,
+            "borrowedUntil": "2030-01-01T00:00:00Z"})),
+        )
+        .await
+        .expect("a forecast is stored");
+    let read = stored.status.expect("status").forecast.expect("the forecast reads back");
+    assert_eq!((read.queue_position, read.position), (2, 3));
+    let stored = queues.patch_status("q", &params, &status(json!({ "runTimes": run_times }))).await.expect("stored");
+    assert_eq!(stored.status.expect("status").run_times.len(), 3, "every kind reads back");
+
+    fn refused<T>(r: Result<T, kube::Error>) -> String {
+        match r {
+            Err(kube::Error::Api(s)) => s.message,
+            Ok(_) => panic!("accepted"),
+            Err(e) => panic!("{e}"),
+        }
+    }
+    let bad_basis = json!({"forecast": {"queuePosition": 1, "position": 1, "basis": "Guessed"}});
+    let why = refused(groups.patch_status("g", &params, &status(bad_basis)).await);
+    assert!(why.contains("status.forecast.basis: Unsupported value: \"Guessed\""), "{why}");
+    let both = json!([{"namespace": "a", "name": "x", "gpus": 8, "seconds": [1], "updated": "2030-01-01T00:00:00Z"}]);
+    let why = refused(queues.patch_status("q", &params, &status(json!({ "runTimes": both }))).await);
+    assert!(why.contains("status.runTimes[0]: Invalid value: a kind of job is a name or a GPU count"), "{why}");
+    let negative = json!([{"namespace": "a", "seconds": [-1], "updated": "2030-01-01T00:00:00Z"}]);
+    let why = refused(queues.patch_status("q", &params, &status(json!({ "runTimes": negative }))).await);
+    assert!(why.contains("status.runTimes[0].seconds[0]"), "{why}");
+    let many: Vec<i64> = (0..=i64::from(MAX_SAMPLES)).collect();
+    let long = json!([{"namespace": "a", "seconds": many, "updated": "2030-01-01T00:00:00Z"}]);
+    let why = refused(queues.patch_status("q", &params, &status(json!({ "runTimes": long }))).await);
+    assert!(why.contains(&format!("must have at most {MAX_SAMPLES} items")), "{why}");
+    server.stop().await;
+}

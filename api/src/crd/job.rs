@@ -4,6 +4,7 @@
 //! job actions.
 
 use super::elasticity::Elasticity;
+use super::forecast::Forecast;
 use super::task_template::TaskTemplate;
 use super::topology::{TaskTopologyConstraint, TopologyConstraint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -43,6 +44,8 @@ pub const MAX_PODS: u32 = 10_000;
     printcolumn(name = "Retries", type_ = "integer", json_path = ".status.retryCount"),
     printcolumn(name = "Queue", type_ = "string", json_path = ".spec.queue"),
     printcolumn(name = "Size", type_ = "integer", json_path = ".status.replicas", priority = 1),
+    printcolumn(name = "Position", type_ = "integer", json_path = ".status.forecast.queuePosition"),
+    printcolumn(name = "ETA", type_ = "string", json_path = ".status.forecast.expectedStart"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     printcolumn(name = "Reason", type_ = "string", json_path = ".status.reason")
 )]
@@ -215,6 +218,10 @@ pub struct JobStatus {
     /// until the scheduler resizes it; absent for other Jobs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replicas: Option<u32>,
+    /// While the job waits: its PodGroup's forecast (position, expected start, what would let
+    /// it start), mirrored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forecast: Option<Forecast>,
     /// Conditions, e.g. `Valid` false with the reason a job cannot work.
     #[serde(default)]
     pub conditions: Vec<Condition>,

@@ -9,11 +9,13 @@
 pub mod conditions;
 pub mod department;
 pub mod elasticity;
+pub mod forecast;
 mod formats;
 pub mod job;
 pub mod podgroup;
 pub mod project;
 pub mod queue;
+pub mod run_times;
 pub mod task_template;
 pub mod topology;
 
@@ -129,6 +131,31 @@ mod tests {
             assert!(pools["items"]["required"].as_array().unwrap().contains(&"name".into()), "{kind}");
             assert!(spec.get("x-kubernetes-validations").is_none(), "{kind} needs no CEL for uniqueness");
         }
+    }
+
+    #[test]
+    fn forecasts_and_learned_run_times_are_bounded_status_with_columns() {
+        for kind in ["PodGroup", "Job"] {
+            let crd = crd_json(kind);
+            let columns =
+                crd["spec"]["versions"][0]["additionalPrinterColumns"].as_array().cloned().unwrap_or_default();
+            let path = |name: &str| columns.iter().find(|c| c["name"] == name).map(|c| c["jsonPath"].clone());
+            assert_eq!(path("Position"), Some(".status.forecast.queuePosition".into()), "{kind}");
+            assert_eq!(path("ETA"), Some(".status.forecast.expectedStart".into()), "{kind}");
+            let forecast = &schema(kind)["properties"]["status"]["properties"]["forecast"];
+            let basis = &forecast["properties"]["basis"]["enum"];
+            assert_eq!(basis, &serde_json::json!(["DeclaredRunTimes", "LearnedRunTimes", "Unknown"]), "{kind}");
+            assert_eq!(forecast["properties"]["expectedStart"]["format"], "date-time", "{kind}");
+        }
+        let queue = schema("Queue");
+        let run_times = &queue["properties"]["status"]["properties"]["runTimes"];
+        assert_eq!(run_times["maxItems"], run_times::MAX_KINDS);
+        let seconds = &run_times["items"]["properties"]["seconds"];
+        assert_eq!(seconds["maxItems"], run_times::MAX_SAMPLES);
+        assert_eq!(seconds["items"]["minimum"].as_f64(), Some(0.0));
+        let rules = run_times["items"]["x-kubernetes-validations"].to_string();
+        assert!(rules.contains("!(has(self.name) && has(self.gpus))"), "{rules}");
+        assert!(queue["properties"].get("spec").is_some_and(|s| s["properties"].get("runTimes").is_none()));
     }
 
     #[test]

@@ -9,6 +9,7 @@ use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 use super::elasticity::{GroupElasticity, ResizeStatus};
+use super::forecast::Forecast;
 use super::topology::{TaskTopologies, TopologyConstraint, TopologyPlacement};
 
 /// Desired state of a pod group.
@@ -27,6 +28,8 @@ use super::topology::{TaskTopologies, TopologyConstraint, TopologyPlacement};
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(name = "Admitted-Queue", type_ = "string", json_path = ".status.admission.queue", priority = 1),
     printcolumn(name = "Running", type_ = "integer", json_path = ".status.running"),
+    printcolumn(name = "Position", type_ = "integer", json_path = ".status.forecast.queuePosition"),
+    printcolumn(name = "ETA", type_ = "string", json_path = ".status.forecast.expectedStart"),
     printcolumn(
         name = "Reason",
         type_ = "string",
@@ -151,6 +154,22 @@ pub struct PodGroupStatus {
     /// restart its pods at, and why. Lives in status, which tenants cannot write.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resize: Option<ResizeStatus>,
+    /// While the gang waits: its position in its queue and among all waiting gangs, when it
+    /// is expected to start and on what that rests, and what would let it start (`kubectl get
+    /// pg` shows the position in its queue and the expected start). Absent once it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forecast: Option<Forecast>,
+    /// The run time, in seconds, that the scheduler recorded in its queue's learned run times
+    /// (`Queue status.runTimes`) when the group completed: present once recorded, so that a
+    /// run is recorded once, whichever scheduler leads. Cleared when the group runs again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub recorded_run_time_seconds: Option<i64>,
+    /// When the group runs in capacity reserved for another gang, admitted there on a learned
+    /// run time (a loan): when that gang is due. If the group still runs then, it is evicted
+    /// for the gang. Lives in status, which tenants cannot write.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub borrowed_until: Option<Time>,
 }
 
 /// A pending pod of a group and the node the scheduler nominated it to.

@@ -10,6 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
 use kube::{CustomResource, KubeSchema, Resource};
 
 use super::department::Department;
+use super::run_times::{RunTimeSamples, MAX_KINDS};
 use crate::label_selector;
 use crate::labels::PROJECT_LABEL;
 use serde::{Deserialize, Serialize};
@@ -160,6 +161,13 @@ pub struct QueueStatus {
     /// by a new leader, so that all compute the same fair shares.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<QueueUsage>,
+    /// The run times of the queue's recently completed jobs, per kind of job (name, GPU count
+    /// or namespace), from which the scheduler predicts how long a job that declares no
+    /// `activeDeadlineSeconds` will run: written by the scheduler when a job completes, read
+    /// back by every cycle, by a new leader and by `drover explain`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_KINDS))]
+    pub run_times: Vec<RunTimeSamples>,
 }
 
 /// A queue's decayed past usage as of one tick.
