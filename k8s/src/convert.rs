@@ -29,7 +29,8 @@ use drover_api::crd::queue::{namespace_refusal, Queue};
 use drover_api::crd::topology::Topology;
 use drover_api::labels::PROJECT_LABEL;
 use drover_api::ResourceList;
-use drover_scheduler::ids::{PodId, TiVec};
+use drover_scheduler::ids::{JobId, PodId, TiVec};
+use drover_scheduler::run_times::{Prediction, RunTimeHistory};
 use drover_scheduler::snapshot::{
     Constraints, JobInput, JobPhase, NodeInput, PodPhaseInput, QueueInput, RunTime, Snapshot, SnapshotError, TaskInput,
     TopologyInput,
@@ -42,6 +43,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
 
 use crate::charge::Charge;
+use crate::run_times;
 use elastic::Elastic;
 use pod::Finding;
 use priority::{Classes, Resolved};
@@ -159,6 +161,10 @@ pub struct GroupFacts {
     min_member: u32,
     /// `spec.minTaskMember`.
     min_task_member: BTreeMap<String, u32>,
+    /// The name its runs are learned and predicted by ([`crate::run_times::job_name`]).
+    pub job_name: String,
+    /// When its loan of capacity reserved for another gang is due, as its status records it.
+    pub borrowed_until: Option<i64>,
 }
 
 /// A pod of a PodGroup.
@@ -179,6 +185,8 @@ impl GroupFacts {
         GroupFacts {
             min_member: group.spec.min_member,
             min_task_member: group.spec.min_task_member.clone(),
+            job_name: run_times::job_name(group),
+            borrowed_until: group.status.as_ref().and_then(|s| s.borrowed_until.as_ref()).map(|t| t.0.as_second()),
             ..GroupFacts::default()
         }
     }
@@ -252,12 +260,37 @@ pub struct Converted {
     pub problems: Vec<Problem>,
     /// Time-based fair share's ledger, as the Queues' status keeps it.
     pub ledger: UsageLedger,
+    /// Each queue's learned run times, by queue name, as the Queues' status keeps them.
+    pub run_times: BTreeMap<String, RunTimeHistory>,
 }
 
 impl Converted {
     /// The snapshot of these inputs (the conversion never hands over inputs it refuses).
     pub fn snapshot(&self) -> Result<Snapshot, SnapshotError> {
         drover_scheduler::snapshot::build_with_topologies(&self.nodes, &self.queues, &self.topologies, &self.jobs)
+    }
+
+    /// The snapshot at `now` (seconds since the Unix epoch), as the scheduler runs its cycle
+    /// and `drover explain` runs its own: a job that declares no run time plans with what its
+    /// queue's learned run times predict ([`Converted::predictions`]), and a job running on a
+    /// loan of reserved capacity is due when its group's status says.
+    pub fn snapshot_at(&self, now: i64) -> Result<Snapshot, SnapshotError> {
+        let mut snap = self.snapshot()?.at_unix_time(now);
+        let predicted = self.predictions(&snap);
+        run_times::apply(&mut snap, &predicted);
+        for job in snap.jobs.iter_mut() {
+            let facts = self.groups.get(&(job.namespace.clone(), job.name.clone()));
+            job.borrowed_until = facts.and_then(|f| f.borrowed_until);
+        }
+        Ok(snap)
+    }
+
+    /// What the queues' learned run times predict for each job of `snap` that declares no run
+    /// time, learned by its group's [`GroupFacts::job_name`].
+    pub fn predictions(&self, snap: &Snapshot) -> TiVec<JobId, Option<Prediction>> {
+        run_times::predict(snap, &self.run_times, |job| {
+            self.groups.get(&(job.namespace.clone(), job.name.clone())).map(|f| f.job_name.as_str())
+        })
     }
 }
 
@@ -362,6 +395,7 @@ pub fn convert(objects: &Objects, scheduler_name: &str) -> Converted {
     let mut nodes = convert_nodes(objects.nodes, &mut problems);
     let (queues, queue_state) = queue::convert(objects.queues, &mut problems);
     let ledger = queue::usage_ledger(objects.queues, &mut problems);
+    let learned = run_times::histories(objects.queues);
     let (topologies, catalog) = topology::convert(objects.topologies, &mut problems);
 
     let groups = unique(objects.pod_groups, |g| &g.metadata);
@@ -520,7 +554,13 @@ pub fn convert(objects: &Objects, scheduler_name: &str) -> Converted {
         groups: facts,
         problems,
         ledger,
+        run_times: learned,
     }
+}
+
+/// GPUs a pod requests (0 when its requests do not read), for learning a finished group's shape.
+pub(crate) fn gpus_requested(pod: &Pod) -> i64 {
+    pod::requests(pod, &mut Vec::new()).get(drover_api::GPU).copied().unwrap_or(0)
 }
 
 fn convert_nodes(objects: &[Arc<Node>], problems: &mut Vec<Problem>) -> BTreeMap<String, NodeDraft> {

@@ -6,8 +6,10 @@
 //! has listed once. Then, every [`SchedulerOptions::period`], and about 50 ms after a pending
 //! pod of the scheduler, a new PodGroup or a new Node appears or a bound pod is deleted (a
 //! claim waiting for its victims starts as soon as they are gone), it runs a cycle — only while
-//! `is_leader()` says so. A cycle never lists the API: it converts the store contents once
-//! ([`crate::convert`]: jobs, and each PodGroup's members and counts), builds a snapshot,
+//! `is_leader()` says so. A cycle reads only its stores (but the one Queue it adds completed runs
+//! to, read fresh): it converts the store contents once
+//! ([`crate::convert`]: jobs, and each PodGroup's members and counts), builds a snapshot
+//! ([`crate::convert::Converted::snapshot_at`]: learned run times and loans included),
 //! runs the core synchronously (after recovery) and writes, in this order:
 //!
 //! 1. **Recovery** of bind intents left by a previous leader, a crash, or an earlier cycle
@@ -26,8 +28,10 @@
 //!    [`IGNORED_BIND_INTENT_ANNOTATION`], where intents once lived, is never read (a group
 //!    carrying it gets a Warning Event).
 //! 4. **Status** where it changed, on the objects as the writes above returned them: PodGroup phase, counts, `observedGeneration` and the
-//!    `Unschedulable`/`Valid` conditions; Queue `allocated`, `deserved`, `fairShare`,
-//!    `queueState`.
+//!    `Unschedulable`/`Valid` conditions, a waiting gang's `forecast` (`scheduler/forecast.rs`)
+//!    and a loan's `borrowedUntil`; then the runs of groups that completed, recorded in their
+//!    queue's learned run times (`scheduler/learn.rs`); Queue `allocated`, `deserved`,
+//!    `fairShare`, `queueState`.
 //! 5. **Waiting pods**: the pending pods of every group that cannot start get
 //!    `PodScheduled=False` with the group's reason, and a `FailedScheduling` Event when the
 //!    reason changes, rate-limited (`scheduler/waiting.rs`), so `kubectl describe pod`, the
@@ -49,7 +53,9 @@ mod api;
 mod bind;
 mod cache;
 mod evict;
+mod forecast;
 mod intents;
+mod learn;
 mod placement;
 mod recovery;
 mod status;
@@ -179,6 +185,7 @@ async fn schedule(
         intents: Intents::default(),
         marked: waiting::Marked::default(),
         reported: BTreeSet::new(),
+        unmarked: learn::Unmarked::default(),
     };
     let period = options.period.max(Duration::from_millis(10));
     let mut ticker = tokio::time::interval(period);
@@ -202,6 +209,8 @@ struct State {
     marked: waiting::Marked,
     /// The conversion's problems of the last cycle, so that each is logged once.
     reported: BTreeSet<convert::Problem>,
+    /// Completed runs recorded in their queue's learned run times, their group not marked yet.
+    unmarked: learn::Unmarked,
 }
 
 impl State {
@@ -229,8 +238,8 @@ impl State {
             tracing::warn!(kind = p.kind, namespace, name = %p.name, reason = %p.reason, "{}", p.message);
         }
         self.reported = problems;
-        let mut snap = match converted.snapshot() {
-            Ok(s) => s.at_unix_time(jiff::Timestamp::now().as_second()),
+        let mut snap = match converted.snapshot_at(jiff::Timestamp::now().as_second()) {
+            Ok(s) => s,
             Err(e) => {
                 tracing::error!(error = %e, "could not build the snapshot; skipping the cycle");
                 return;
@@ -277,6 +286,7 @@ impl State {
                 g = cache.gather(&mut self.overlay);
             }
             status::write_groups(&writer, &mut self.overlay, &g, &snap, &converted, &outcome).await;
+            learn::record(&writer, &mut self.unmarked, &mut self.overlay, &g, &converted).await;
             status::write_queues(&writer, &g, &snap, &outcome, ledger.as_ref()).await;
             waiting::mark(&writer, &mut self.marked, &mut self.overlay, &g, &snap, &converted, &outcome).await;
             let report = CycleReport {

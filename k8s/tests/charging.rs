@@ -11,6 +11,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use drover_api::crd::podgroup::PodGroup;
 use drover_api::crd::queue::Queue;
@@ -137,10 +138,11 @@ impl Cluster {
                 }
             }
         }
-        let wanted: Vec<(String, _)> = wanted_group_statuses(&self.groups, &snap, &converted, &outcome)
-            .into_iter()
-            .map(|(g, status)| (g.metadata.name.clone().unwrap_or_default(), status))
-            .collect();
+        let wanted: Vec<(String, _)> =
+            wanted_group_statuses(&self.groups, &snap, &converted, &outcome, Duration::from_secs(1))
+                .into_iter()
+                .map(|(g, status)| (g.metadata.name.clone().unwrap_or_default(), status))
+                .collect();
         for (name, status) in wanted {
             if let Some(g) = self.groups.iter_mut().find(|g| g.metadata.name.as_deref() == Some(name.as_str())) {
                 Arc::make_mut(g).status = Some(status);

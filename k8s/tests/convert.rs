@@ -1212,3 +1212,80 @@ fn running_limits_and_minimum_run_times_come_from_the_queue() {
     assert_eq!((child.max_running_jobs, child.max_running_pods), (None, None), "limits bound the subtree, not copied");
     assert_eq!((child.preempt_min_runtime, child.reclaim_min_runtime), (Some(600), Some(1800)), "run times inherited");
 }
+
+/// A job that declares no run time plans with what its queue's learned run times (Queue
+/// `status.runTimes`) predict for its name in its namespace: a running one, given how long it
+/// has run, ending then; a declared `activeDeadlineSeconds` wins; another namespace's history
+/// is not used; a loan recorded in the group's status is due when it says.
+#[test]
+fn jobs_without_a_declared_run_time_plan_with_their_queues_learned_run_times() {
+    use drover_scheduler::run_times::HistoryKey;
+    use drover_scheduler::snapshot::RunTime;
+
+    let now = 1_900_000_000;
+    let at = |t: i64| jiff::Timestamp::from_second(t).expect("a time").to_string();
+    let mut q = queue("q", json!({}));
+    q["status"] = json!({"runTimes": [
+        {"namespace": "ns", "name": "train", "seconds": [600, 700, 4000], "updated": at(now - 100)},
+        {"namespace": "other", "seconds": [5, 5], "updated": at(now - 100)},
+    ]});
+    let gpu_pod = |name: &str, group: &str, node: Option<&str>| {
+        let mut p = dpod(name, group, "1");
+        p["spec"]["containers"][0]["resources"] = json!({"requests": {"cpu": "1", "nvidia.com/gpu": "8"}});
+        if let Some(n) = node {
+            p["spec"]["nodeName"] = json!(n);
+            p["status"] = json!({"phase": "Running", "startTime": at(now - 650)});
+        }
+        p
+    };
+    let in_q = |name: &str, owner: Option<&str>| {
+        let mut g = group(name, 1);
+        g["spec"]["queue"] = json!("q");
+        if let Some(o) = owner {
+            g["metadata"]["ownerReferences"] = json!([{"apiVersion": "batch.drover.dev/v1alpha1", "kind": "Job", "name": o, "uid": "u", "controller": true}]);
+        }
+        g
+    };
+    let mut declared = gpu_pod("declared-0", "declared", None);
+    declared["spec"]["activeDeadlineSeconds"] = json!(60);
+    let mut borrowing = in_q("train-2", Some("train"));
+    borrowing["status"] = json!({"phase": "Running", "borrowedUntil": at(now + 30)});
+    let w = World {
+        nodes: vec![node("n1", "32", "8"), node("n2", "32", "8")],
+        queues: vec![q],
+        groups: vec![in_q("train-2", Some("train")), in_q("train", None), in_q("declared", None), in_q("new", None)],
+        pods: vec![
+            gpu_pod("train-2-0", "train-2", Some("n1")),
+            gpu_pod("train-0", "train", None),
+            declared,
+            gpu_pod("new-0", "new", None),
+        ],
+        ..world()
+    };
+    let c = w.convert();
+    let snap = c.snapshot_at(now).expect("a snapshot");
+    let job = |name: &str| snap.jobs.iter().find(|j| j.name == name).expect(name);
+    assert_eq!(job("train").run_time, Some(RunTime::Learned(700)), "median of the runs of jobs named train");
+    let running = job("train-2");
+    assert_eq!(running.run_time, Some(RunTime::Learned(700)), "its owner Job names it train; it ran 650 s of them");
+    assert_eq!(running.ends_at, Some(now - 650 + 700), "a running job ends when its prediction does");
+    assert_eq!(job("declared").run_time, Some(RunTime::Declared(60)), "a declared run time wins");
+    assert_eq!(job("new").run_time, None, "no run of its name, shape or namespace in its queue");
+    let predictions = c.predictions(&snap);
+    let (j, p) = predictions.iter_enumerated().find(|(_, p)| p.is_some()).expect("a prediction");
+    assert_eq!(
+        p.as_ref().map(|p| (&p.key, p.samples)),
+        Some((&HistoryKey::Name { namespace: "ns".into(), name: "train".into() }, 3))
+    );
+    assert!(snap.jobs[j].name.starts_with("train"));
+    assert_eq!(
+        c.snapshot().expect("a snapshot").jobs.iter().find(|j| j.name == "train").and_then(|j| j.run_time),
+        None,
+        "the plain inputs hold no prediction"
+    );
+
+    let w = World { groups: vec![borrowing, in_q("train", None), in_q("declared", None), in_q("new", None)], ..w };
+    let snap = w.convert().snapshot_at(now).expect("a snapshot");
+    let borrower = snap.jobs.iter().find(|j| j.name == "train-2").expect("train-2");
+    assert_eq!(borrower.borrowed_until, Some(now + 30), "the loan its status records");
+}

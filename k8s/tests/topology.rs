@@ -6,6 +6,7 @@
 mod common;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use common::World;
 use drover_api::crd::podgroup::PodGroup;
@@ -262,7 +263,7 @@ fn a_placed_group_reports_the_finest_domain_holding_its_pods() {
     let outcome = run_cycle(&snap, &SchedulerConfig::default());
     let groups: Vec<Arc<PodGroup>> =
         w.groups.iter().map(|g| Arc::new(serde_json::from_value(g.clone()).expect("a PodGroup"))).collect();
-    let wanted = wanted_group_statuses(&groups, &snap, &c, &outcome);
+    let wanted = wanted_group_statuses(&groups, &snap, &c, &outcome, Duration::from_secs(1));
     let placed = |name: &str| {
         let (_, status) = wanted.iter().find(|(g, _)| g.metadata.name.as_deref() == Some(name)).expect("a status");
         status.topology.clone().map(|t| (t.name, t.level, t.domain))

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 /// Kinds of job one queue's history holds at most (the scheduler's `run_times::KEYS`).
 pub const MAX_KINDS: u32 = 256;
 /// Run times kept per kind of job (the scheduler's `run_times::SAMPLES`).
-pub const MAX_SAMPLES: u32 = 32;
+pub const MAX_SAMPLES: u32 = 8;
 
 /// The recent run times of one kind of job in a queue: the jobs of one name in a namespace,
 /// the jobs of one GPU count in a namespace (`gpus`), or all of a namespace's jobs (neither).

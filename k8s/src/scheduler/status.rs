@@ -3,9 +3,11 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::time::Duration;
 
 use drover_api::crd::conditions;
 use drover_api::crd::elasticity::ResizeStatus;
+use drover_api::crd::forecast::Forecast;
 use drover_api::crd::podgroup::{Admission, Nomination, PodGroup, PodGroupPhase, PodGroupStatus, ReservationStatus};
 use drover_api::crd::queue::{summary as queue_summary, Queue, QueueUsage as QueueUsageStatus};
 use drover_api::crd::topology::TopologyPlacement;
@@ -24,6 +26,7 @@ use kube::Api;
 use serde_json::{json, Map, Value};
 
 use super::cache::{key_of, Key, Overlay};
+use super::forecast;
 use super::placement::placement;
 use super::Writer;
 use crate::convert::{Converted, ObjectLists, PodCounts, Problem};
@@ -48,6 +51,10 @@ struct Decided<'a> {
     nominations: &'a [Nomination],
     /// The size the cycle resized it to, if it did (an elastic group).
     resize: Option<&'a JobResize>,
+    /// While its gang waits: the forecast its status should show.
+    forecast: Option<&'a Forecast>,
+    /// When the loan of reserved capacity the cycle started it on is due, if it did.
+    loan: Option<i64>,
 }
 
 /// The status the scheduler wants a group to have.
@@ -98,6 +105,18 @@ fn desired(group: &PodGroup, core: Option<Decided>, counts: PodCounts, problem: 
         }
         _ => None,
     };
+    status.forecast = core.and_then(|c| c.forecast).cloned();
+    // A loan is kept while the group runs on it, and ends with its run.
+    status.borrowed_until = match core.and_then(|c| c.loan) {
+        Some(due) => Some(Time(jiff::Timestamp::from_second(due).unwrap_or(jiff::Timestamp::MAX))),
+        None if status.phase != PodGroupPhase::Running || core.is_some_and(|c| c.preempted) => None,
+        None => current.borrowed_until.clone(),
+    };
+    // A run is recorded in its queue's learned run times once it completes; a group that
+    // runs again is recorded again when that run completes.
+    if status.phase != PodGroupPhase::Completed {
+        status.recorded_run_time_seconds = None;
+    }
     status.running = counts.running;
     status.succeeded = counts.succeeded;
     status.failed = counts.failed;
@@ -133,13 +152,15 @@ fn desired(group: &PodGroup, core: Option<Decided>, counts: PodCounts, problem: 
 }
 
 /// Every PodGroup whose status the cycle changes, with the status it should have: phase,
-/// counts, conditions, reservation and the admission record. The scheduler writes these; a
-/// test can apply them to objects it holds.
+/// counts, conditions, reservation, the admission record, the forecast of a waiting gang (an
+/// expected start that moved by less than `period` kept, see `forecast.rs`) and loans. The
+/// scheduler writes these; a test can apply them to objects it holds.
 pub fn wanted_group_statuses<'g>(
     pod_groups: &'g [Arc<PodGroup>],
     snap: &Snapshot,
     converted: &Converted,
     outcome: &CycleOutcome,
+    period: Duration,
 ) -> Vec<(&'g Arc<PodGroup>, PodGroupStatus)> {
     let reservations: HashMap<JobId, ReservationStatus> =
         outcome.reservations.iter().map(|r| (r.job, reservation_status(snap, r))).collect();
@@ -167,6 +188,17 @@ pub fn wanted_group_statuses<'g>(
         list.sort_by(|a, b| a.pod.cmp(&b.pod));
     }
     let resizes: HashMap<JobId, &JobResize> = outcome.decisions.resizes.iter().map(|r| (r.job, r)).collect();
+    let loans: HashMap<JobId, i64> = outcome.decisions.loans.iter().copied().collect();
+    let shown: HashMap<Key, &Forecast> =
+        pod_groups.iter().filter_map(|g| Some((key_of(&g.metadata), g.status.as_ref()?.forecast.as_ref()?))).collect();
+    let forecasts: TiVec<JobId, Option<Forecast>> = forecast::forecasts(snap, outcome)
+        .into_iter_enumerated()
+        .map(|(j, f)| {
+            let job = &snap.jobs[j];
+            let current = shown.get(&(job.namespace.clone(), job.name.clone())).copied();
+            f.map(|f| forecast::settle(current, f, snap.now, period))
+        })
+        .collect();
     let mut core: HashMap<Key, Decided> = HashMap::new();
     for (j, job) in snap.jobs.iter_enumerated() {
         let reason = outcome.reasons.get(j).and_then(|r| r.as_deref());
@@ -180,6 +212,8 @@ pub fn wanted_group_statuses<'g>(
             placement: placements[j].as_ref(),
             nominations: &nominations[j],
             resize: resizes.get(&j).copied(),
+            forecast: forecasts[j].as_ref(),
+            loan: loans.get(&j).copied(),
         };
         core.insert((job.namespace.clone(), job.name.clone()), decided);
     }
@@ -228,7 +262,7 @@ pub(super) async fn write_groups(
     outcome: &CycleOutcome,
 ) -> usize {
     let mut written = 0;
-    for (group, want) in wanted_group_statuses(&g.pod_groups, snap, converted, outcome) {
+    for (group, want) in wanted_group_statuses(&g.pod_groups, snap, converted, outcome, writer.period) {
         let key = key_of(&group.metadata);
         let Ok(mut status) = serde_json::to_value(&want) else { continue };
         // A merge patch removes only what it sets to null.
@@ -240,6 +274,21 @@ pub(super) async fn write_groups(
         }
         if want.nominations.is_empty() {
             status["nominations"] = Value::Null;
+        }
+        for (field, gone) in [
+            ("forecast", want.forecast.is_none()),
+            ("borrowedUntil", want.borrowed_until.is_none()),
+            ("recordedRunTimeSeconds", want.recorded_run_time_seconds.is_none()),
+        ] {
+            if gone {
+                status[field] = Value::Null;
+            }
+        }
+        if let Some(Value::Object(f)) = status.get_mut("forecast") {
+            // A merge patch keeps the fields it leaves out.
+            for field in ["expectedStart", "toStart"] {
+                f.entry(field).or_insert(Value::Null);
+            }
         }
         match &want.topology {
             None => status["topology"] = Value::Null,
@@ -455,6 +504,8 @@ mod tests {
             placement: None,
             nominations: &[],
             resize: None,
+            forecast: None,
+            loan: None,
         };
         let again = desired(&group, Some(waiting), restarted, None);
         assert_eq!(again.phase, PodGroupPhase::Pending, "a restarted job's group is live again");
@@ -496,6 +547,8 @@ mod tests {
             placement: None,
             nominations: &[],
             resize,
+            forecast: None,
+            loan: None,
         };
         let decided = desired(&group, Some(cycle(Some(&shrink))), PodCounts::default(), None);
         let recorded = decided.resize.clone().expect("the decision is recorded");

@@ -1,0 +1,192 @@
+//! Learning run times from the jobs that complete (see [`crate::run_times`]).
+//!
+//! A PodGroup whose status the scheduler has made `Completed` (every pod finished, and none
+//! failed or at least its gang minimum succeeded) is a finished run of its job. Its run time
+//! is from its earliest pod's `status.startTime` to its latest succeeded pod's containers'
+//! `state.terminated.finishedAt`: both written by the kubelet through `pods/status`, which
+//! tenants cannot write, so a team cannot make its jobs look shorter than they ran. It is
+//! recorded in the history of the queue its pods were charged to (their charge record, else
+//! the group's queue), in that Queue's `status.runTimes`: read fresh, fed, and written back
+//! carrying the resourceVersion it was read at, so a concurrent writer makes it try again
+//! next cycle rather than lose a run. Then the group's `status.recordedRunTimeSeconds` says
+//! it was recorded, and groups that say so are never recorded again, whichever scheduler
+//! leads. A group whose queue was written but whose mark failed is marked next cycle without
+//! being recorded again; only a crash or a change of leader between the two writes counts a
+//! run twice. Queues without a Queue object (the implicit `default`) keep no history.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use drover_api::crd::podgroup::{PodGroup, PodGroupPhase};
+use drover_api::crd::queue::Queue;
+use drover_scheduler::run_times::JobFeatures;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::Api;
+use serde_json::json;
+
+use super::cache::{key_of, Overlay};
+use super::Writer;
+use crate::charge::Charge;
+use crate::convert::{gpus_requested, Converted, ObjectLists, DEFAULT_QUEUE};
+use crate::run_times;
+
+/// Completed groups recorded per cycle at most, so that the groups of a whole history found
+/// at once (a first start on an old cluster) spread over a few cycles.
+const PER_CYCLE: usize = 64;
+
+/// Runs recorded in their queue's history whose group is not marked yet: group uid to the
+/// run time recorded.
+#[derive(Debug, Default)]
+pub(super) struct Unmarked(HashMap<String, i64>);
+
+/// One completed run to record.
+struct Run<'g> {
+    group: &'g Arc<PodGroup>,
+    name: String,
+    gpus: i64,
+    seconds: i64,
+    finished: i64,
+}
+
+/// Records the runs of the groups that completed and are not recorded yet, and marks them.
+/// Returns the groups marked.
+pub(super) async fn record(
+    writer: &Writer<'_>,
+    unmarked: &mut Unmarked,
+    overlay: &mut Overlay,
+    g: &ObjectLists,
+    converted: &Converted,
+) -> usize {
+    let completed: Vec<&Arc<PodGroup>> = g
+        .pod_groups
+        .iter()
+        .filter(|pg| {
+            pg.status
+                .as_ref()
+                .is_some_and(|s| s.phase == PodGroupPhase::Completed && s.recorded_run_time_seconds.is_none())
+        })
+        .collect();
+    let uid = |pg: &PodGroup| pg.metadata.uid.clone().unwrap_or_default();
+    let live: HashSet<String> = completed.iter().map(|pg| uid(pg)).collect();
+    unmarked.0.retain(|u, _| live.contains(u));
+    if completed.is_empty() {
+        return 0;
+    }
+    let pods = g.pods_by_key();
+    let queues: HashSet<&str> = g.queues.iter().filter_map(|q| q.metadata.name.as_deref()).collect();
+    let mut marks: Vec<(&Arc<PodGroup>, i64)> = Vec::new();
+    let mut runs: BTreeMap<String, Vec<Run>> = BTreeMap::new();
+    for group in completed.into_iter().take(PER_CYCLE) {
+        if let Some(&seconds) = unmarked.0.get(&uid(group)) {
+            marks.push((group, seconds));
+            continue;
+        }
+        let Some(facts) = converted.groups.get(&key_of(&group.metadata)) else { continue };
+        let members: Vec<&Pod> = facts
+            .members
+            .values()
+            .filter_map(|m| pods.get(&(m.pod.namespace.clone(), m.pod.name.clone())).map(|p| p.as_ref()))
+            .collect();
+        let Some((seconds, finished)) = finished_run(&members) else { continue };
+        let charged = members.iter().filter(|p| phase(p) == Some("Succeeded")).find_map(|p| Charge::of(p));
+        let queue = charged.map(|c| c.queue).or_else(|| group.spec.queue.clone().filter(|q| !q.is_empty()));
+        let queue = queue.unwrap_or_else(|| DEFAULT_QUEUE.to_string());
+        if !queues.contains(queue.as_str()) {
+            continue;
+        }
+        let gpus = members.iter().map(|p| gpus_requested(p)).sum();
+        runs.entry(queue).or_default().push(Run { group, name: facts.job_name.clone(), gpus, seconds, finished });
+    }
+    let api: Api<Queue> = Api::all(writer.client.clone());
+    for (queue, list) in runs {
+        match learn(&api, &queue, &list).await {
+            Ok(()) => {
+                for run in list {
+                    unmarked.0.insert(uid(run.group), run.seconds);
+                    marks.push((run.group, run.seconds));
+                }
+            }
+            Err(e) => tracing::debug!(queue, error = %e, "learned run times not written; retrying next cycle"),
+        }
+    }
+    let mut marked = 0;
+    for (group, seconds) in marks {
+        let (namespace, name) = key_of(&group.metadata);
+        let groups: Api<PodGroup> = Api::namespaced(writer.client.clone(), &namespace);
+        let patch = json!({"status": {"recordedRunTimeSeconds": seconds}});
+        match groups.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+            Ok(new) => {
+                overlay.group_written(group.metadata.resource_version.clone(), new);
+                unmarked.0.remove(&uid(group));
+                marked += 1;
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => {
+                unmarked.0.remove(&uid(group));
+            }
+            Err(e) => tracing::debug!(%namespace, group = %name, error = %e, "run not marked recorded; retrying"),
+        }
+    }
+    marked
+}
+
+/// Feeds `runs` into queue `name`'s history, read fresh and written back at the version read.
+async fn learn(api: &Api<Queue>, name: &str, runs: &[Run<'_>]) -> Result<(), kube::Error> {
+    let listed = api.list(&ListParams::default().fields(&format!("metadata.name={name}"))).await?;
+    let Some(queue) = listed.items.into_iter().next() else { return Ok(()) };
+    let mut history = run_times::history(&queue);
+    for run in runs {
+        let namespace = run.group.metadata.namespace.as_deref().unwrap_or_default();
+        let features = JobFeatures { namespace, name: Some(&run.name), gpus: run.gpus };
+        history.learn(&features, run.seconds, run.finished);
+    }
+    let patch = json!({
+        "metadata": {"resourceVersion": queue.metadata.resource_version},
+        "status": {"runTimes": run_times::status(&history)},
+    });
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    Ok(())
+}
+
+fn phase(pod: &Pod) -> Option<&str> {
+    pod.status.as_ref()?.phase.as_deref()
+}
+
+/// A finished run's seconds and end (Unix seconds): from the earliest `startTime` of `pods`
+/// to the latest `finishedAt` of a succeeded pod's containers. None when either is unknown.
+fn finished_run(pods: &[&Pod]) -> Option<(i64, i64)> {
+    let started = pods.iter().filter_map(|p| Some(p.status.as_ref()?.start_time.as_ref()?.0.as_second())).min()?;
+    let finished = pods
+        .iter()
+        .filter(|p| phase(p) == Some("Succeeded"))
+        .flat_map(|p| p.status.iter().flat_map(|s| s.container_statuses.iter().flatten()))
+        .filter_map(|c| Some(c.state.as_ref()?.terminated.as_ref()?.finished_at.as_ref()?.0.as_second()))
+        .max()?;
+    (finished >= started).then_some((finished - started, finished))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(phase: &str, start: Option<&str>, finished: &[&str]) -> Pod {
+        let containers: Vec<_> = finished
+            .iter()
+            .map(|t| json!({"name": "c", "image": "i", "ready": false, "restartCount": 0, "imageID": "", "state": {"terminated": {"exitCode": 0, "finishedAt": t}}}))
+            .collect();
+        serde_json::from_value(json!({"metadata": {"name": "p"}, "status": {"phase": phase, "startTime": start, "containerStatuses": containers}}))
+            .expect("a pod")
+    }
+
+    #[test]
+    fn a_run_is_from_the_first_start_to_the_last_success() {
+        let a = pod("Succeeded", Some("2030-01-01T00:00:00Z"), &["2030-01-01T00:10:00Z", "2030-01-01T00:09:00Z"]);
+        let b = pod("Succeeded", Some("2030-01-01T00:01:00Z"), &["2030-01-01T00:12:00Z"]);
+        let failed = pod("Failed", Some("2030-01-01T00:00:30Z"), &["2030-01-01T01:00:00Z"]);
+        let (seconds, end) = finished_run(&[&a, &b, &failed]).expect("a run");
+        assert_eq!(seconds, 12 * 60, "a failed pod's end is not the job's");
+        assert_eq!(end, a.status.as_ref().and_then(|s| s.start_time.as_ref()).map_or(0, |t| t.0.as_second()) + 720);
+        assert_eq!(finished_run(&[&failed]), None, "no pod succeeded");
+        assert_eq!(finished_run(&[&pod("Succeeded", None, &["2030-01-01T00:10:00Z"])]), None, "no start known");
+    }
+}
