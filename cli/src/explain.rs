@@ -54,6 +54,9 @@ pub struct Explanation {
     pub queue: String,
     /// The job's queue and its ancestors, leaf first, as the scheduler's cycle left them.
     pub queue_path: Vec<PathQueue>,
+    /// While its gang waits: where it stands and when it is expected to start.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forecast: Option<ForecastFacts>,
     /// What keeps the job from starting (empty when nothing does).
     pub blockers: Vec<String>,
     /// What would let it start.
@@ -102,6 +105,23 @@ pub struct GroupSummary {
     /// The scheduler's reason for the wait (the `Unschedulable` condition).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub scheduler_says: Option<String>,
+}
+
+/// Where a waiting gang stands and when it is expected to start.
+#[derive(Serialize, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ForecastFacts {
+    /// 1 for the gang its queue serves first.
+    pub queue_position: u32,
+    /// 1 for the gang the scheduler serves first, counting every queue's waiting gangs.
+    pub position: u32,
+    /// When it is expected to start (RFC 3339), when that is known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expected_start: Option<String>,
+    /// What that rests on: `DeclaredRunTimes`, `LearnedRunTimes` or `Unknown`.
+    pub basis: String,
+    /// The expected start and what it rests on, for people.
+    pub start: String,
 }
 
 /// One queue on the path from the job's queue to the root.
@@ -231,6 +251,7 @@ impl Explanation {
                 .filter(|q| !q.is_empty())
                 .unwrap_or_else(|| DEFAULT_QUEUE.to_string()),
             queue_path: Vec::new(),
+            forecast: None,
             blockers: Vec::new(),
             to_start: Vec::new(),
             missing_permissions: Vec::new(),
@@ -291,8 +312,8 @@ pub fn judge(
     };
     let objects = listed.objects();
     let converted = convert::convert(&objects, scheduler_name);
-    let snap = match converted.snapshot() {
-        Ok(s) => s.at(k8s_openapi::jiff::Timestamp::now().as_second()),
+    let snap = match converted.snapshot_at(k8s_openapi::jiff::Timestamp::now().as_second()) {
+        Ok(s) => s,
         Err(e) => {
             out.verdict = "Waiting".into();
             out.blockers.push(format!("the scheduler cannot build its snapshot of the cluster: {e}"));
@@ -315,6 +336,7 @@ pub fn judge(
         });
     }
     out.to_start = core.to_start;
+    out.forecast = core.forecast.map(|f| crate::explain_forecast::facts(&snap, &converted, j, &f));
     out
 }
 
@@ -355,6 +377,12 @@ fn from_status(mut out: Explanation, group: &PodGroup) -> Explanation {
     }
     if let Some(says) = out.pod_group.as_ref().and_then(|g| g.scheduler_says.clone()) {
         out.blockers.push(format!("the scheduler said in its last cycle: {says}"));
+    }
+    if let Some(f) = status.forecast.as_ref() {
+        out.forecast = Some(crate::explain_forecast::from_status(f));
+        if let Some(help) = &f.to_start {
+            out.to_start.push(format!("the scheduler said in its last cycle: {help}"));
+        }
     }
     out.to_start.push(
         "to see what the scheduler sees and what would let the job start, ask a cluster admin for the permissions \
@@ -452,6 +480,11 @@ pub fn table(e: &Explanation) -> String {
     }
     if !e.queue.is_empty() {
         out.push_str(&format!("Queue:     {}\n", e.queue));
+    }
+    if let Some(f) = &e.forecast {
+        let (q, all) = (f.queue_position, f.position);
+        out.push_str(&format!("Position:  {q} in queue {}, {all} among all waiting gangs\n", e.queue));
+        out.push_str(&format!("Start:     {}\n", f.start));
     }
     let rows: Vec<Vec<String>> = e
         .queue_path

@@ -7,6 +7,7 @@
 mod cluster;
 mod connect;
 mod explain;
+mod explain_forecast;
 mod explain_group;
 mod output;
 mod queue_state;

@@ -62,7 +62,8 @@
 //! The status also carries, for `kubectl get djob`, `minAvailable` (the gang minimum in force,
 //! all replicas when the spec leaves it out) and `reason` (`plan::reason`: why the job cannot
 //! work, else why its PodGroup waits, mirrored from the group's `Unschedulable` condition; the
-//! group's changes reconcile the Job).
+//! group's changes reconcile the Job) and `forecast` (the group's, mirrored while the Job is not
+//! finished: its position and expected start, which `kubectl get djob` shows).
 //!
 //! A Job that names no queue goes to its namespace's project queue (the Project listing the
 //! namespace and named by its `scheduling.drover.dev/project` label; its first node pool's
@@ -422,6 +423,7 @@ async fn reconcile_job(ctx: &Context, namespace: &str, name: &str) -> Result<Act
     let now = jiff::Timestamp::now();
     let mut plan = plan::plan(sized.as_ref().unwrap_or(&job), &views, &evictions, validity, sizing.as_ref(), now);
     plan.status.reason = plan::reason(&plan.status, group.status());
+    plan.status.forecast = plan::forecast(&plan.status, group.status());
     tracing::debug!(job = name, pods = views.len(), state = ?plan.status.state, delete = plan.delete.len(),
         create = plan.create.len(), requeue = ?plan.requeue, "job planned");
 

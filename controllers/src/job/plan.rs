@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use drover_api::crd::conditions;
+use drover_api::crd::forecast::Forecast;
 use drover_api::crd::job::{Job, JobAction, JobEvent, JobState, JobStatus};
 use drover_api::crd::podgroup::PodGroupStatus;
 use drover_kubeutil::events::EventType;
@@ -517,6 +518,16 @@ pub fn reason(status: &JobStatus, group: Option<&PodGroupStatus>) -> Option<Stri
     group.and_then(PodGroupStatus::waiting_reason).map(str::to_string)
 }
 
+/// The job's `status.forecast`: while it is not finished, its PodGroup's (`group`, as last
+/// read), so that `kubectl get djob` shows the position and expected start `kubectl get pg`
+/// does.
+pub fn forecast(status: &JobStatus, group: Option<&PodGroupStatus>) -> Option<Forecast> {
+    if is_terminal(status.state) {
+        return None;
+    }
+    group.and_then(|g| g.forecast.clone())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -580,6 +591,18 @@ mod tests {
         let mut done = planned.status.clone();
         done.state = JobState::Completed;
         assert_eq!(reason(&done, Some(&group)), None, "a finished job waits for nothing");
+    }
+
+    #[test]
+    fn the_status_mirrors_the_groups_forecast_until_the_job_finishes() {
+        let planned = plan(&job(4), &[], &[], Ok(()), None, jiff::Timestamp::now());
+        let shown = Forecast { queue_position: 1, position: 3, ..Forecast::default() };
+        let group = PodGroupStatus { forecast: Some(shown.clone()), ..PodGroupStatus::default() };
+        assert_eq!(forecast(&planned.status, Some(&group)), Some(shown));
+        assert_eq!(forecast(&planned.status, Some(&PodGroupStatus::default())), None, "a group that runs");
+        assert_eq!(forecast(&planned.status, None), None, "no group yet");
+        let done = JobStatus { state: JobState::Completed, ..planned.status };
+        assert_eq!(forecast(&done, Some(&group)), None, "a finished job waits for nothing");
     }
 
     #[test]

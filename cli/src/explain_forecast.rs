@@ -1,0 +1,121 @@
+//! "When will it start?" in `drover explain`: the waiting gang's positions and expected start
+//! from the core's forecast, said with what the start rests on — declared run times, the
+//! learned run times it waited for (which runs of which jobs they come from, as the queues'
+//! histories predict them for the scheduler, through the same conversion), or nothing known.
+//! A user who may not read what the scheduler reads gets the forecast its status shows.
+
+use drover_api::crd::forecast::{Forecast as StatusForecast, ForecastBasis};
+use drover_k8s::convert::Converted;
+use drover_scheduler::forecast::{Basis, Forecast};
+use drover_scheduler::run_times::{HistoryKey, Prediction};
+use drover_scheduler::snapshot::{JobId, RunTime, Snapshot};
+
+use crate::explain::ForecastFacts;
+
+/// Why a start is unknown.
+const UNKNOWN: &str = "unknown: work it waits for has no known end (its pods declare no activeDeadlineSeconds, and \
+                       fewer than 2 earlier runs of jobs like it have completed in its queue)";
+
+/// The facts of `job`'s forecast `f` in `snap`, the snapshot `converted` gave.
+pub fn facts(snap: &Snapshot, converted: &Converted, job: JobId, f: &Forecast) -> ForecastFacts {
+    let start = match (f.start, f.basis) {
+        (Some(t), Basis::Declared) => format!("expected at {} (from declared run times)", snap.time(t)),
+        (Some(t), Basis::Learned) => format!("expected at {} ({})", snap.time(t), learned(snap, converted, job, t)),
+        _ => UNKNOWN.to_string(),
+    };
+    ForecastFacts {
+        queue_position: f.queue_position,
+        position: f.position,
+        expected_start: f.start.map(|t| snap.time(t)),
+        basis: f.basis.as_str().into(),
+        start,
+    }
+}
+
+/// Where the learned run times a start at `start` rests on come from: the predictions of the
+/// running jobs that end by then (the latest first), else of every other job with one.
+fn learned(snap: &Snapshot, converted: &Converted, job: JobId, start: i64) -> String {
+    let predictions = converted.predictions(snap);
+    let learned = |j: JobId| matches!(snap.jobs[j].run_time, Some(RunTime::Learned(_))) && j != job;
+    let mut waited: Vec<(i64, &Prediction)> = predictions
+        .iter_enumerated()
+        .filter(|&(j, _)| learned(j))
+        .filter_map(|(j, p)| Some((snap.jobs[j].ends_at.filter(|&end| end <= start)?, p.as_ref()?)))
+        .collect();
+    waited.sort_by_key(|&(end, _)| std::cmp::Reverse(end));
+    let mut from: Vec<&Prediction> = waited.into_iter().map(|(_, p)| p).collect();
+    if from.is_empty() {
+        from = predictions.iter_enumerated().filter(|&(j, _)| learned(j)).filter_map(|(_, p)| p.as_ref()).collect();
+    }
+    let mut said: Vec<String> = Vec::new();
+    for p in from {
+        let text = describe(p);
+        if !said.contains(&text) {
+            said.push(text);
+        }
+    }
+    said.truncate(3);
+    if said.is_empty() {
+        return "from learned run times".into();
+    }
+    said.join("; ")
+}
+
+/// "learned from 3 earlier runs of jobs named train in team-a".
+fn describe(p: &Prediction) -> String {
+    let namespace = p.key.namespace();
+    match &p.key {
+        HistoryKey::Namespace { .. } => format!("learned from {} earlier runs of jobs in {namespace}", p.samples),
+        key => format!("learned from {} earlier runs of {} in {namespace}", p.samples, key.describe()),
+    }
+}
+
+/// The facts of the forecast a PodGroup's status shows (the scheduler's last).
+pub fn from_status(f: &StatusForecast) -> ForecastFacts {
+    let expected_start = f.expected_start.as_ref().map(|t| t.0.to_string());
+    let (basis, start) = match (&expected_start, f.basis) {
+        (Some(t), ForecastBasis::DeclaredRunTimes) => {
+            ("DeclaredRunTimes", format!("expected at {t} (from declared run times)"))
+        }
+        (Some(t), ForecastBasis::LearnedRunTimes) => {
+            ("LearnedRunTimes", format!("expected at {t} (from learned run times)"))
+        }
+        _ => ("Unknown", UNKNOWN.to_string()),
+    };
+    ForecastFacts { queue_position: f.queue_position, position: f.position, expected_start, basis: basis.into(), start }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    #[test]
+    fn a_status_forecast_says_what_its_start_rests_on() {
+        let at = Time(k8s_openapi::jiff::Timestamp::from_second(1_900_000_000).expect("a time"));
+        let f = StatusForecast {
+            queue_position: 2,
+            position: 5,
+            expected_start: Some(at),
+            basis: ForecastBasis::DeclaredRunTimes,
+            to_start: None,
+        };
+        let facts = from_status(&f);
+        assert_eq!(facts.start, "expected at 2030-03-17T17:46:40Z (from declared run times)");
+        assert_eq!((facts.queue_position, facts.position), (2, 5));
+        let unknown = from_status(&StatusForecast { expected_start: None, basis: ForecastBasis::Unknown, ..f });
+        assert!(unknown.start.starts_with("unknown: "), "{}", unknown.start);
+        assert_eq!(unknown.expected_start, None);
+    }
+
+    #[test]
+    fn a_prediction_names_its_runs_and_jobs() {
+        let p = |key| Prediction { seconds: 600, key, samples: 2 };
+        let named = p(HistoryKey::Name { namespace: "team-a".into(), name: "train".into() });
+        assert_eq!(describe(&named), "learned from 2 earlier runs of jobs named train in team-a");
+        let shape = p(HistoryKey::Shape { namespace: "team-a".into(), gpus: 8 });
+        assert_eq!(describe(&shape), "learned from 2 earlier runs of 8-GPU jobs in team-a");
+        let all = p(HistoryKey::Namespace { namespace: "team-a".into() });
+        assert_eq!(describe(&all), "learned from 2 earlier runs of jobs in team-a");
+    }
+}
