@@ -848,3 +848,34 @@ async fn the_api_server_refuses_a_job_above_max_pods_naming_the_field() {
         .expect("a Job of exactly MAX_PODS pods is accepted");
     c.stop().await;
 }
+
+/// The Job mirrors its PodGroup's forecast (the scheduler writes the group's, here the test),
+/// and drops it when the group no longer shows one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_job_mirrors_its_groups_forecast() {
+    let Some(c) = Cluster::start(false, false).await else { return };
+    c.create_job(job_json("waits", vec![task("worker", 2, json!({}))], json!({}))).await;
+    let groups: Api<PodGroup> = Api::namespaced(c.client.clone(), NS);
+    eventually(30, "the job's PodGroup", || async {
+        ensure(groups.get_opt("waits").await.map_err(|e| e.to_string())?.is_some(), || "not yet".into())
+    })
+    .await;
+    let forecast = json!({"queuePosition": 2, "position": 5, "expectedStart": "2030-01-01T00:00:00Z",
+        "basis": "DeclaredRunTimes", "toStart": "raise queue q's limit"});
+    let patch = Patch::Merge(json!({"status": {"phase": "Inqueue", "forecast": forecast}}));
+    groups.patch_status("waits", &PatchParams::default(), &patch).await.expect("group status written");
+    eventually(30, "the job shows the forecast", || async {
+        let f = c.status("waits").await.forecast;
+        let shown = f.as_ref().is_some_and(|f| (f.queue_position, f.position) == (2, 5) && f.to_start.is_some());
+        ensure(shown, || format!("{f:?}"))
+    })
+    .await;
+    let patch = Patch::Merge(json!({"status": {"forecast": null}}));
+    groups.patch_status("waits", &PatchParams::default(), &patch).await.expect("group status written");
+    eventually(30, "the job drops the forecast", || async {
+        let f = c.status("waits").await.forecast;
+        ensure(f.is_none(), || format!("{f:?}"))
+    })
+    .await;
+    c.stop().await;
+}
