@@ -559,4 +559,68 @@ mod tests {
         let again = desired(&group, Some(cycle(Some(&shrink))), PodCounts::default(), None);
         assert_eq!(again.resize.as_ref(), Some(&recorded), "the same decision is not stamped again");
     }
+
+    #[test]
+    fn a_loan_is_kept_while_its_group_runs_and_a_forecast_while_it_waits() {
+        let mut group = failed_group();
+        group.status = Some(PodGroupStatus { phase: PodGroupPhase::Running, ..PodGroupStatus::default() });
+        let charged = Admission::default();
+        let forecast = Forecast { queue_position: 1, position: 1, ..Forecast::default() };
+        let cycle = |phase, loan, preempted, forecast| Decided {
+            phase,
+            reason: None,
+            reservation: None,
+            charged: &charged,
+            preempted,
+            placement: None,
+            nominations: &[],
+            resize: None,
+            forecast,
+            loan,
+        };
+        let running = PodCounts { total: 2, running: 2, ..PodCounts::default() };
+        let lent = desired(&group, Some(cycle(JobPhase::Running, Some(1_900_000_000), false, None)), running, None);
+        let due = lent.borrowed_until.clone().map(|t| t.0.as_second());
+        assert_eq!(due, Some(1_900_000_000), "the loan is recorded");
+        group.status = Some(lent);
+        let kept = desired(&group, Some(cycle(JobPhase::Running, None, false, None)), running, None);
+        assert_eq!(kept.borrowed_until.map(|t| t.0.as_second()), due, "kept while the group runs");
+        let evicted = desired(&group, Some(cycle(JobPhase::Running, None, true, None)), running, None);
+        assert_eq!(evicted.borrowed_until, None, "a group evicted has given the capacity back");
+        let waits = desired(&group, Some(cycle(JobPhase::Inqueue, None, false, Some(&forecast))), running, None);
+        assert_eq!(waits.borrowed_until, None, "waiting again: no loan");
+        assert_eq!(waits.forecast.as_ref(), Some(&forecast), "a waiting gang shows its forecast");
+        group.status = Some(waits);
+        let runs = desired(&group, Some(cycle(JobPhase::Running, None, false, None)), running, None);
+        assert_eq!(runs.forecast, None, "a gang that runs has no forecast");
+    }
+
+    #[test]
+    fn a_recorded_run_stays_recorded_until_the_group_runs_again() {
+        let mut group = failed_group();
+        let status = PodGroupStatus {
+            phase: PodGroupPhase::Completed,
+            recorded_run_time_seconds: Some(600),
+            ..PodGroupStatus::default()
+        };
+        group.status = Some(status);
+        let done = PodCounts { total: 1, succeeded: 1, ..PodCounts::default() };
+        assert_eq!(desired(&group, None, done, None).recorded_run_time_seconds, Some(600));
+        let charged = Admission::default();
+        let again = Decided {
+            phase: JobPhase::Pending,
+            reason: Some("waiting"),
+            reservation: None,
+            charged: &charged,
+            preempted: false,
+            placement: None,
+            nominations: &[],
+            resize: None,
+            forecast: None,
+            loan: None,
+        };
+        let restarted = PodCounts { total: 1, ..PodCounts::default() };
+        let live = desired(&group, Some(again), restarted, None);
+        assert_eq!((live.phase, live.recorded_run_time_seconds), (PodGroupPhase::Pending, None));
+    }
 }
