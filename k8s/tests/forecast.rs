@@ -33,27 +33,27 @@ struct Env {
 }
 
 impl Env {
-    /// A real API server with Drover's CRDs, one fake node of 8 GPUs and queue `q`; `None`
-    /// when the test is skipped (no control-plane binaries).
-    async fn new() -> Option<Env> {
+    /// A real API server with Drover's CRDs, `nodes` fake nodes of 8 GPUs and queue `q`;
+    /// `None` when the test is skipped (no control-plane binaries).
+    async fn new(nodes: u32) -> Option<Env> {
         let server = Server::start().await?;
         let client = server.client();
         drover_envtest::install_crds(&client, &drover_api::crd::all()).await.expect("CRDs are accepted");
         let (kubelet, stop) = oneshot::channel::<()>();
         let kc = client.clone();
         tokio::spawn(async move {
-            let _ = kubelet::run(kc, KubeletConfig::gpu_nodes(1), async {
+            let _ = kubelet::run(kc, KubeletConfig::gpu_nodes(nodes), async {
                 let _ = stop.await;
             })
             .await;
         });
-        let nodes: Api<Node> = Api::all(client.clone());
-        eventually(T, "the node registered", || async {
-            nodes.list(&ListParams::default()).await.ok().filter(|l| l.items.len() == 1)
+        let api: Api<Node> = Api::all(client.clone());
+        eventually(T, "the nodes registered", || async {
+            api.list(&ListParams::default()).await.ok().filter(|l| l.items.len() == nodes as usize)
         })
         .await;
         let mut spec = QueueSpec { over_quota_weight: 1, reclaimable: true, ..QueueSpec::default() };
-        spec.deserved.insert("nvidia.com/gpu".into(), Quantity("8".into()));
+        spec.deserved.insert("nvidia.com/gpu".into(), Quantity((8 * nodes).to_string()));
         Api::<Queue>::all(client.clone()).create(&PostParams::default(), &Queue::new("q", spec)).await.expect("queue");
         Some(Env { server, client, kubelet })
     }
@@ -76,7 +76,12 @@ impl Env {
     /// (`activeDeadlineSeconds`) and running `duration` seconds on the fake kubelet (forever
     /// when none).
     async fn gang(&self, name: &str, deadline: Option<i64>, duration: Option<&str>) {
-        let spec = PodGroupSpec { min_member: 1, queue: Some("q".into()), ..PodGroupSpec::default() };
+        self.gang_of(name, 1, deadline, duration).await;
+    }
+
+    /// A gang `name` of `n` pods `{name}-{i}` of 8 GPUs each, as [`Env::gang`].
+    async fn gang_of(&self, name: &str, n: u32, deadline: Option<i64>, duration: Option<&str>) {
+        let spec = PodGroupSpec { min_member: n, queue: Some("q".into()), ..PodGroupSpec::default() };
         let mut group = PodGroup::new(name, spec);
         group.metadata.namespace = Some(NS.into());
         self.groups().create(&PostParams::default(), &group).await.expect("group created");
@@ -84,15 +89,17 @@ impl Env {
         if let Some(d) = duration {
             annotations[DURATION_ANNOTATION] = json!(d);
         }
-        let pod: Pod = serde_json::from_value(json!({
-            "metadata": {"name": format!("{name}-0"), "annotations": annotations},
-            "spec": {"schedulerName": "drover", "activeDeadlineSeconds": deadline, "containers": [{
-                "name": "main", "image": "trainer",
-                "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}},
-            }]},
-        }))
-        .expect("pod json");
-        self.pods().create(&PostParams::default(), &pod).await.expect("pod created");
+        for i in 0..n {
+            let pod: Pod = serde_json::from_value(json!({
+                "metadata": {"name": format!("{name}-{i}"), "annotations": annotations},
+                "spec": {"schedulerName": "drover", "activeDeadlineSeconds": deadline, "containers": [{
+                    "name": "main", "image": "trainer",
+                    "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}},
+                }]},
+            }))
+            .expect("pod json");
+            self.pods().create(&PostParams::default(), &pod).await.expect("pod created");
+        }
     }
 
     fn groups(&self) -> Api<PodGroup> {
@@ -152,7 +159,7 @@ impl Env {
 /// A gang that starts loses its forecast, and the next moves up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_gang_behind_a_declared_run_time_expects_its_end() {
-    let Some(env) = Env::new().await else { return };
+    let Some(env) = Env::new(1).await else { return };
     let _scheduler = env.start_scheduler();
     env.gang("long", Some(3600), None).await;
     let started = env.started("long-0").await;
@@ -194,7 +201,7 @@ async fn a_gang_behind_a_declared_run_time_expects_its_end() {
 /// `LearnedRunTimes`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_gang_behind_a_job_run_twice_before_expects_its_learned_end() {
-    let Some(env) = Env::new().await else { return };
+    let Some(env) = Env::new(1).await else { return };
     let scheduler = env.start_scheduler();
     env.gang("train", None, Some("2")).await;
     let first = env.recorded("train").await;
@@ -231,5 +238,46 @@ async fn a_gang_behind_a_job_run_twice_before_expects_its_learned_end() {
     let eta = learned.expected_start.expect("a learned start").0.as_second();
     assert!(eta >= started, "after train's third run has begun: {eta} vs {started}");
     assert_eq!((learned.queue_position, learned.position), (1, 1));
+    env.stop().await;
+}
+
+/// A learned run time is a loan, not a right: a job admitted on one into capacity reserved for
+/// a gang gets `status.borrowedUntil` (the gang's start), keeps it while it runs, and when it
+/// still runs then it is evicted (`Overran`) and the gang starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_job_admitted_into_reserved_capacity_on_a_learned_run_time_gives_it_back_when_due() {
+    let Some(env) = Env::new(2).await else { return };
+    let _scheduler = env.start_scheduler();
+    for _ in 0..2 {
+        env.gang("quick", None, Some("1")).await;
+        env.recorded("quick").await;
+        env.remove("quick").await;
+    }
+    // long holds one node until its declared end; big needs both, and reserves them from then.
+    env.gang("long", Some(12), Some("12")).await;
+    let due = env.started("long-0").await + 12;
+    env.gang_of("big", 2, None, None).await;
+    eventually(T, "big reserves both nodes", || async {
+        let r = env.groups().get("big").await.ok()?.status?.reservation?;
+        (r.nodes.len() == 2).then_some(())
+    })
+    .await;
+    // quick, expected to end in a second or two, borrows the idle reserved node.
+    env.gang("quick", None, None).await;
+    let until = eventually(T, "quick runs on a loan", || async {
+        let status = env.groups().get("quick").await.ok()?.status?;
+        (status.phase == PodGroupPhase::Running).then_some(status.borrowed_until?.0.as_second())
+    })
+    .await;
+    assert!((until - due).abs() <= 1, "the loan is due when big is: {until} vs {due}");
+    eventually(T + 12, "quick evicted for big once due", || async {
+        let gone = env.pods().get_opt("quick-0").await.ok()?.is_none_or(|p| p.metadata.deletion_timestamp.is_some());
+        let big = env.groups().get("big").await.ok()?.status?;
+        (gone && big.phase == PodGroupPhase::Running).then_some(())
+    })
+    .await;
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(env.client.clone(), NS);
+    let listed = events.list(&ListParams::default()).await.expect("events");
+    assert!(listed.items.iter().any(|e| e.reason.as_deref() == Some("Overran")), "an Overran Event says why");
     env.stop().await;
 }
