@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::actions::forbidden::Forbidden;
 use crate::actions::{self, Ctx};
 use crate::config::{ActionName, SchedulerConfig};
 use crate::forecast::{self, Forecast};
@@ -35,6 +36,9 @@ pub struct CycleOutcome {
     pub reservations: Vec<Reservation>,
     /// Per job, for gangs that still wait: their position and expected start.
     pub forecasts: TiVec<JobId, Option<Forecast>>,
+    /// Per job, for the first gangs that wait for room: victims that would seat them now,
+    /// which the rules forbid taking.
+    pub forbidden: TiVec<JobId, Option<Forbidden>>,
 }
 
 /// Runs one cycle of `config` on `snap`.
@@ -75,7 +79,9 @@ pub fn run_cycle_observed(
         }
         observe(action, started.elapsed(), &ssn.decisions);
     }
-    close(&fw, ssn, reservations)
+    let mut ctx = Ctx { ssn: &mut ssn, fw: &fw, placer: &mut placer, reservations: &mut reservations };
+    let forbidden = actions::forbidden::run(&mut ctx, &config.actions);
+    close(&fw, ssn, reservations, forbidden)
 }
 
 /// What keeps a waiting job's next pod off the cluster, for a job no action gave a reason:
@@ -90,7 +96,12 @@ fn blocker(fw: &Framework, ssn: &Session, job: JobId) -> (String, Option<Blocker
     }
 }
 
-fn close(fw: &Framework, mut ssn: Session, reservations: Reservations) -> CycleOutcome {
+fn close(
+    fw: &Framework,
+    mut ssn: Session,
+    reservations: Reservations,
+    forbidden: TiVec<JobId, Option<Forbidden>>,
+) -> CycleOutcome {
     let snap = ssn.snap;
     for j in snap.jobs.keys() {
         let states = || snap.jobs[j].tasks.iter().flat_map(|t| &t.pods).map(|&p| ssn.pod_state[p]);
@@ -131,5 +142,6 @@ fn close(fw: &Framework, mut ssn: Session, reservations: Reservations) -> CycleO
         queues,
         reservations,
         forecasts,
+        forbidden,
     }
 }

@@ -4,6 +4,7 @@
 //! state, what would let it start, and its forecast (position and expected start). Nothing
 //! here judges a rule again, so `drover explain` cannot disagree with the scheduler.
 
+use crate::actions::forbidden::Forbidden;
 use crate::config::SchedulerConfig;
 use crate::cycle::{run_cycle, CycleOutcome};
 use crate::forecast::Forecast;
@@ -76,7 +77,8 @@ pub fn explain(snap: &Snapshot, config: &SchedulerConfig, job: JobId) -> Explana
         .map(|q| PathQueue { queue: q, outcome: outcome.queues[q].clone(), limit: snap.queues[q].limit.clone() })
         .collect();
     let needs = next_request(snap, job);
-    let to_start = outcome.reasons[job].as_ref().map(|_| advice(snap, outcome.blocked_by[job], &needs));
+    let forbidden = outcome.forbidden[job].as_ref();
+    let to_start = outcome.reasons[job].as_ref().map(|_| advice(snap, outcome.blocked_by[job], &needs, forbidden));
     Explanation {
         verdict,
         reason: outcome.reasons[job].clone(),
@@ -99,7 +101,7 @@ pub fn to_start(snap: &Snapshot, outcome: &CycleOutcome, job: JobId) -> Option<S
             }
         }
     }
-    Some(advice(snap, outcome.blocked_by[job], &waiting))
+    Some(advice(snap, outcome.blocked_by[job], &waiting, outcome.forbidden[job].as_ref()))
 }
 
 /// What the job asks for at the start of the cycle: the pods that bring it to its gang
@@ -114,15 +116,19 @@ fn next_request(snap: &Snapshot, job: JobId) -> Res {
 }
 
 /// What would let the job's waiting pods start, from the refusal that gave its reason and
-/// what the job asks for: concrete for a queue's or the cluster's bound, else about nodes.
-fn advice(snap: &Snapshot, by: Option<Blocker>, need: &Res) -> String {
-    let nodes = "room on nodes its pods fit: running pods finish or are evicted for it, or nodes are added";
+/// what the job asks for: concrete for a queue's or the cluster's bound, else the victims
+/// the rules forbid when the cycle found some, else about nodes.
+fn advice(snap: &Snapshot, by: Option<Blocker>, need: &Res, forbidden: Option<&Forbidden>) -> String {
+    let nodes = match forbidden {
+        Some(f) => forbidden_victims(snap, f),
+        None => "room on nodes its pods fit: running pods finish or are evicted for it, or nodes are added".to_string(),
+    };
     if let Some(Blocker { rule: Rule::RegrowDelay, subject: Subject::Job(j), .. }) = by {
         let since = snap.now - snap.jobs[j].preempted_at.unwrap_or(snap.now);
         let left = (crate::plugins::regrow::REGROW_DELAY_SECONDS - since).max(0);
         return format!("time: its elastic pods may grow again in {left} s, if the other rules then allow");
     }
-    let Some(Blocker { rule, subject, excess: Some(e) }) = by else { return nodes.to_string() };
+    let Some(Blocker { rule, subject, excess: Some(e) }) = by else { return nodes };
     let (r, amount, freed) = (&snap.resources[e.resource], snap.amount(e.resource, e.amount), e.amount - e.bound);
     let q = match subject {
         Subject::Queue(q) => &snap.queues[q].name,
@@ -153,6 +159,24 @@ fn advice(snap: &Snapshot, by: Option<Blocker>, need: &Res) -> String {
             "fit the pods that must share one domain into {} {r} (the largest domain's), or require a coarser level",
             snap.amount(e.resource, e.bound)
         ),
-        _ => nodes.to_string(),
+        _ => nodes,
     }
+}
+
+/// At most this many victim jobs are named; the rest are counted.
+const NAMED_VICTIMS: usize = 3;
+
+/// "Evicting these would seat it, but this rule says no."
+fn forbidden_victims(snap: &Snapshot, f: &Forbidden) -> String {
+    let mut jobs: Vec<String> = f.jobs.iter().take(NAMED_VICTIMS).map(|&j| snap.jobs[j].key()).collect();
+    if f.jobs.len() > NAMED_VICTIMS {
+        jobs.push(format!("{} more", f.jobs.len() - NAMED_VICTIMS));
+    }
+    let place = f.domain.as_ref().map(|(level, d)| format!(" in {level} {d}")).unwrap_or_default();
+    format!(
+        "evicting {} pod(s) of {} would let it start now{place}, but the rules forbid it ({})",
+        f.pods,
+        jobs.join(", "),
+        f.why
+    )
 }

@@ -94,6 +94,14 @@ impl Statement {
             _ => None,
         })
     }
+
+    /// The pods the statement pipelines, with the nodes they go to.
+    pub fn pipelined(&self) -> impl Iterator<Item = (PodId, NodeId)> + '_ {
+        self.ops.iter().filter_map(|op| match *op {
+            Op::Pipeline(pod, node) => Some((pod, node)),
+            _ => None,
+        })
+    }
 }
 
 /// What a cycle decided.

@@ -7,7 +7,7 @@ mod support;
 
 use std::path::Path;
 
-use drover_scheduler::config::{PluginConfig, SchedulerConfig};
+use drover_scheduler::config::{ActionName, PluginConfig, SchedulerConfig};
 use drover_scheduler::explain::{explain, Verdict};
 use drover_scheduler::ids::JobId;
 use drover_sim::{report, run, scenario};
@@ -111,5 +111,61 @@ jobs:
     assert_eq!(
         e.to_start,
         ["raise queue capped's limit of nvidia.com/gpu to at least 6: the request alone exceeds it"]
+    );
+}
+
+/// What `explain` tells the scenario's job would let it start.
+fn advice_in(scenario: &str, adjust: impl Fn(SchedulerConfig) -> SchedulerConfig, job: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios").join(scenario);
+    let (config, result, _) = run(&path);
+    let snap = &result.snapshot;
+    let j = snap.jobs.position(|j| j.name == job).expect("the scenario's job");
+    explain(snap, &adjust(config), j).to_start.join("; ")
+}
+
+#[test]
+fn a_gang_waiting_for_room_is_told_which_victims_would_seat_it_and_which_rule_forbids_them() {
+    let same = |c| c;
+    assert_eq!(
+        advice_in("runai-reclaim-never-nonpreemptible.yaml", same, "train"),
+        "evicting 4 pod(s) of default/build would let it start now, but the rules forbid it (preempt: job \
+         default/build is non-preemptible and its queue is within its deserved quota)"
+    );
+    assert_eq!(
+        advice_in("kai-reclaim-no-ping-pong.yaml", same, "victim"),
+        "evicting 5 pod(s) of default/fenced-job would let it start now, but the rules forbid it (reclaim: queue \
+         fenced is not reclaimable)"
+    );
+    let protected = advice_in("min-runtime-protects-work-just-started.yaml", same, "a");
+    assert!(protected.contains("of default/b would let it start now"), "{protected}");
+    assert!(protected.contains("(reclaim: job default/b is protected until t=1540 s"), "{protected}");
+    // Two jobs must go: both are named, and the refusal is the first one's that is refused.
+    assert_eq!(
+        advice_in("strict-fifo-only-the-first-waiting-job-evicts.yaml", same, "j1"),
+        "evicting 2 pod(s) of default/v, default/keep would let it start now, but the rules forbid it (preempt: \
+         job default/keep does not have a lower priority)"
+    );
+}
+
+#[test]
+fn a_gang_that_requires_a_rack_is_told_which_rack_would_hold_it() {
+    let advice = advice_in("topology-1-gang-waits-when-no-rack-holds-it.yaml", |c| c, "gang");
+    assert_eq!(
+        advice,
+        "evicting 1 pod(s) of default/busy-r7 would let it start now in rack b1/r7, but the rules forbid it \
+         (preempt: job default/busy-r7 does not have a lower priority)"
+    );
+}
+
+#[test]
+fn victims_only_an_action_the_scheduler_does_not_run_could_take_are_refused_for_that() {
+    let without_preempt = |c: SchedulerConfig| SchedulerConfig {
+        actions: c.actions.iter().copied().filter(|a| *a != ActionName::Preempt).collect(),
+        ..c
+    };
+    assert_eq!(
+        advice_in("determined-priority-step3.yaml", without_preempt, "notebook"),
+        "evicting 1 pod(s) of default/asha would let it start now, but the rules forbid it (the scheduler runs no \
+         preempt action)"
     );
 }

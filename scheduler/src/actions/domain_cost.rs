@@ -15,7 +15,7 @@ use crate::plugin::EvictMode;
 use crate::res::Res;
 
 use super::domain_room::DomainRoom;
-use super::{with_victim, Ctx, EvictionCost, VictimOrder, NO_COST};
+use super::{may_take, with_victim, Ctx, EvictionCost, VictimOrder, NO_COST};
 
 /// Where one domain's walk stands.
 #[derive(Clone, Copy)]
@@ -41,7 +41,8 @@ struct Walk<'o, 'd, 's> {
 /// estimates, worked out as far as choosing the next domain to search needs.
 pub struct Estimates<'o, 'd, 's, 'u> {
     job: JobId,
-    mode: EvictMode,
+    /// The mode, and whether only units the rules let it evict count.
+    mode: (EvictMode, bool),
     /// The resource whose amount freed counts in the cost.
     key: usize,
     /// Whether a node of domain `i` is one the gang may use there.
@@ -56,7 +57,7 @@ impl<'o, 'd, 's, 'u> Estimates<'o, 'd, 's, 'u> {
     /// it holds the gang of `job` or costs more than the cheapest estimate so far.
     pub fn new(
         ctx: &Ctx,
-        (job, mode, key): (JobId, EvictMode, usize),
+        (job, mode, key): (JobId, (EvictMode, bool), usize),
         domains: Vec<(VictimOrder<'o>, DomainRoom<'d, 's>)>,
         usable: &'u dyn Fn(usize, NodeId) -> bool,
     ) -> Self {
@@ -117,7 +118,7 @@ impl<'o, 'd, 's, 'u> Estimates<'o, 'd, 's, 'u> {
         let w = &mut self.walks[i];
         while let Some(v) = w.order.next(ssn, ctx.fw) {
             let on = |p: &PodId| ssn.pod_state[*p].running_on().filter(|&n| usable(n));
-            if !v.pods.iter().any(|p| on(p).is_some()) || ctx.fw.may_evict(ssn, self.mode, self.job, v).is_err() {
+            if !v.pods.iter().any(|p| on(p).is_some()) || !may_take(ctx, self.mode, self.job, v) {
                 continue;
             }
             w.cost = with_victim(w.cost, ssn.snap, v, self.key);

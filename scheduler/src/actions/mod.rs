@@ -9,6 +9,7 @@ pub mod consolidate;
 mod domain_cost;
 mod domain_room;
 pub mod enqueue;
+pub mod forbidden;
 pub mod preempt;
 mod prune;
 pub mod reclaim;
@@ -446,7 +447,7 @@ pub fn make_room(
     fits: &dyn Fn(&Ctx) -> bool,
     failure: Option<&Failure>,
 ) -> Option<usize> {
-    match evict_for(ctx, job, pods, &mut order, mode, fits) {
+    match evict_for(ctx, job, pods, &mut order, (mode, true), fits) {
         Some(st) => {
             let since = ctx.ssn.decisions.evictions.len();
             let evicted_now = st.len() > pods.len();
@@ -562,20 +563,21 @@ const MAX_VICTIM_DOMAINS: usize = 8;
 /// idle and evictable, at most [`MAX_VICTIM_DOMAINS`]), and evicts in the domain where that
 /// costs least: the lowest priority taken, then the fewest gangs broken, then the least
 /// freed. Returns the statement holding evictions and pipelined pods, or `None` when no set
-/// of units helps.
+/// of units helps. `judged`: whether only units the rules let `mode` evict count (a search
+/// that ignores them tells a waiting gang which victims the rules forbid; see [`forbidden`]).
 fn evict_for(
     ctx: &mut Ctx,
     job: JobId,
     gang: &[PodId],
     order: &mut VictimOrder,
-    mode: EvictMode,
+    (mode, judged): (EvictMode, bool),
     fits: &dyn Fn(&Ctx) -> bool,
 ) -> Option<Statement> {
     let feasible = gang_feasibility(ctx, gang);
     let usable = |n: NodeId| feasible.iter().any(|f| f.ok(n));
     let group = ctx.placer.groups(ctx.ssn.snap, ctx.fw, job);
     let Some(required) = group.and_then(|g| required_domains(ctx.ssn, &g)) else {
-        let all = Within { usable: &usable, domain: None, give_up_at: None };
+        let all = Within { usable: &usable, domain: None, give_up_at: None, judged };
         return evict_within(ctx, job, gang, order, mode, fits, all).map(|(st, ..)| st);
     };
     let ranked = victim_domains(ctx, gang, order, &required);
@@ -600,13 +602,13 @@ fn evict_for(
             (order.within(ctx.ssn, (required.topology, required.level, d), nodes), room.clone())
         })
         .collect();
-    let mut estimates = Estimates::new(ctx, (job, mode, key), walks, &in_domain);
+    let mut estimates = Estimates::new(ctx, (job, (mode, judged), key), walks, &in_domain);
     let mut best: Option<(EvictionCost, usize, Vec<&Victim>)> = None;
     while let Some(i) = estimates.next(ctx, best.as_ref().map(|&(c, b, _)| (c, b))) {
         let (d, ref nodes) = ranked[i];
         let inside = |n: NodeId| in_domain(i, n);
         let give_up_at = best.as_ref().map(|&(c, b, _)| if i < b { (c.0, c.1, c.2 + 1) } else { c });
-        let domain = Within { usable: &inside, domain: Some((nodes, rooms[i].clone())), give_up_at };
+        let domain = Within { usable: &inside, domain: Some((nodes, rooms[i].clone())), give_up_at, judged };
         let mut within = order.within(ctx.ssn, (required.topology, required.level, d), nodes);
         let found = evict_within(ctx, job, gang, &mut within, mode, fits, domain);
         if let Some((st, cost, victims)) = found {
@@ -699,6 +701,14 @@ struct Within<'w, 's> {
     domain: Option<(&'w [NodeId], DomainRoom<'w, 's>)>,
     /// A cost at which the search gives up (another domain's victims cost no more).
     give_up_at: Option<EvictionCost>,
+    /// Whether only units the rules let the mode evict count.
+    judged: bool,
+}
+
+/// Whether a victim search for `job` may take `v`: the rules decide, unless the search is not
+/// `judged` (it asks which victims the rules forbid).
+fn may_take(ctx: &Ctx, (mode, judged): (EvictMode, bool), job: JobId, v: &Victim) -> bool {
+    !judged || ctx.fw.may_evict(ctx.ssn, mode, job, v).is_ok()
 }
 
 /// Evicts units in `order` on nodes `within` allows until the gang fits, and returns the
@@ -731,7 +741,7 @@ fn evict_within<'p>(
         }
         // Taking units only ever makes the rest less evictable (queues drop, jobs shrink),
         // so a unit refused now would have been refused before the first eviction too.
-        if ctx.fw.may_evict(ctx.ssn, mode, job, v).is_err() {
+        if !may_take(ctx, (mode, within.judged), job, v) {
             continue;
         }
         let touched: Vec<NodeId> = match room {
