@@ -1,7 +1,7 @@
 //! Scale benchmark of one full scheduling cycle (enqueue, allocate, preempt, reclaim,
 //! backfill) on the synthetic clusters of [`drover_sim::synthetic`].
 //!
-//! Run with `cargo bench -p drover-sim --bench cycle` (optionally followed by `-- A`, `-- B`,
+//! Run with `cargo bench -p drover-sim --bench cycle` (optionally followed by `-- A`, `-- B`, `-- C`,
 //! `-- T` or `-- G` to run some sizes only; `DROVER_BENCH_RUNS=n` sets the number of timed
 //! runs). Sizes `T` and `G` are the topology sizes of [`topology`]. The
 //! cluster is generated as a scenario file and read the way `drover sim` reads it; then the
@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use drover_scheduler::config::SchedulerConfig;
 use drover_scheduler::cycle::{run_cycle, run_cycle_observed};
 use drover_scheduler::snapshot::{self, Snapshot};
+use drover_sim::synthetic::Tree;
 use drover_sim::{scenario, synthetic};
 
 #[path = "support/topology.rs"]
@@ -56,12 +57,13 @@ struct Size {
     nodes: usize,
     running: usize,
     pending: usize,
+    tree: synthetic::Tree,
     runs: usize,
 }
 
 fn bench(size: &Size, config: &SchedulerConfig) -> f64 {
     let t = Instant::now();
-    let plan = synthetic::plan(size.nodes, size.running, size.pending).expect("the sizes fit");
+    let plan = synthetic::plan(size.nodes, size.running, size.pending, size.tree).expect("the sizes fit");
     let text = plan.to_yaml(&format!("bench-{}", size.label));
     let parsed = scenario::parse(&text, "synthetic").expect("the synthetic scenario is valid");
     let inputs = parsed;
@@ -113,8 +115,9 @@ fn bench(size: &Size, config: &SchedulerConfig) -> f64 {
 
 fn main() {
     let sizes = [
-        Size { label: "A", nodes: 1_000, running: 5_000, pending: 10_000, runs: 5 },
-        Size { label: "B", nodes: 5_000, running: 25_000, pending: 50_000, runs: 3 },
+        Size { label: "A", nodes: 1_000, running: 5_000, pending: 10_000, tree: Tree::DEPARTMENTS, runs: 5 },
+        Size { label: "B", nodes: 5_000, running: 25_000, pending: 50_000, tree: Tree::DEPARTMENTS, runs: 3 },
+        Size { label: "C", nodes: 10_000, running: 50_000, pending: 100_000, tree: Tree::DIVISIONS, runs: 3 },
     ];
     let wanted: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
     // `DROVER_BENCH_RUNS=n` overrides the number of timed runs per size (e.g. 1 under a profiler).

@@ -1,26 +1,63 @@
-//! Synthetic clusters for benchmarks and scale tests: a two-level queue tree of 5
-//! departments x 10 projects whose deserved GPU quotas add up to the cluster (department 4
-//! and project 5 of each department with limits), running one-GPU jobs of 10 spread over the
-//! nodes without over-committing any (mostly in small-quota projects that borrowed beyond
-//! their quota, 30% of them elastic), and pending one-GPU gangs of 10 spread over the
-//! projects in proportion to quota, 30% of them at priority 75 and the rest at 50. The
-//! cluster is written as a scenario file, so benchmarks and `drover sim` read exactly the
+//! Synthetic clusters for benchmarks and scale tests: a queue tree (5 departments x 10
+//! projects, or 10 divisions x 10 departments x 19 projects) whose deserved GPU quotas add up
+//! to the cluster (root 4 and project 5 of each parent with limits), running one-GPU jobs of
+//! 10 spread over the nodes without over-committing any (mostly in small-quota projects that
+//! borrowed beyond their quota, 30% of them elastic), and pending one-GPU gangs of 10 spread
+//! over the projects in proportion to quota, 30% of them at priority 75 and the rest at 50.
+//! The cluster is written as a scenario file, so benchmarks and `drover sim` read exactly the
 //! same thing. Generation is deterministic.
 
 use std::fmt::Write as _;
 
 /// GPUs of every node.
 pub const GPUS_PER_NODE: i64 = 8;
-const DEPARTMENTS: usize = 5;
-const PROJECTS: usize = 10;
 const GANG: usize = 10;
-/// Deserved GPU quota of the projects of a department, in twentieths of the department's.
-const PROJECT_QUOTA: [i64; PROJECTS] = [4, 3, 3, 2, 2, 2, 1, 1, 1, 1];
-/// How running jobs spread over the projects of a department: the small-quota projects 6-9
-/// borrowed far beyond their quota (reclaim victims), projects 0-2 run nothing.
-const RUNNING_WEIGHT: [u64; PROJECTS] = [0, 0, 0, 1, 1, 1, 5, 5, 5, 5];
-/// How pending gangs spread over the projects of a department: in proportion to quota.
-const PENDING_WEIGHT: [u64; PROJECTS] = [4, 3, 3, 2, 2, 2, 1, 1, 1, 1];
+/// Deserved GPU quota of the projects of a parent, by project index modulo 10, as weights.
+const PROJECT_QUOTA: [u64; 10] = [4, 3, 3, 2, 2, 2, 1, 1, 1, 1];
+/// How running jobs spread over the projects of a parent (by index modulo 10): the
+/// small-quota projects 6-9 borrowed far beyond their quota (reclaim victims), projects 0-2
+/// run nothing.
+const RUNNING_WEIGHT: [u64; 10] = [0, 0, 0, 1, 1, 1, 5, 5, 5, 5];
+
+/// The queue tree: how many queues the roots' level has and how many children each queue of
+/// the levels below has, the last level being the projects jobs run in; and what each
+/// level's queues are called.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tree {
+    fanout: &'static [usize],
+    names: &'static [&'static str],
+}
+
+impl Tree {
+    /// 5 departments x 10 projects: 55 queues (bench sizes A and B).
+    pub const DEPARTMENTS: Tree = Tree { fanout: &[5, 10], names: &["dept", "proj"] };
+    /// 10 divisions x 10 departments x 19 projects: 2,010 queues in 3 levels (bench size C).
+    pub const DIVISIONS: Tree = Tree { fanout: &[10, 10, 19], names: &["div", "dept", "proj"] };
+
+    /// A tree by the name `gen_scale_scenario --tree` takes.
+    pub fn named(name: &str) -> Option<Tree> {
+        match name {
+            "departments" => Some(Tree::DEPARTMENTS),
+            "divisions" => Some(Tree::DIVISIONS),
+            _ => None,
+        }
+    }
+
+    fn projects(&self) -> usize {
+        self.fanout[self.fanout.len() - 1]
+    }
+
+    /// A queue's name from its path of indices (one per level, from the root).
+    fn name(&self, path: &[usize]) -> String {
+        let parts: Vec<String> = path.iter().zip(self.names).map(|(i, n)| format!("{n}-{i}")).collect();
+        parts.join("-")
+    }
+}
+
+/// Per project of a parent, a weight from `pattern` (by index modulo its length).
+fn project_weights(pattern: &[u64], projects: usize) -> Vec<u64> {
+    (0..projects).map(|p| pattern[p % pattern.len()]).collect()
+}
 
 /// A small deterministic generator (Knuth's MMIX LCG).
 struct Lcg(u64);
@@ -77,44 +114,39 @@ fn node_name(i: usize) -> String {
     format!("node-{i:05}")
 }
 
-fn leaf_name(d: usize, p: usize) -> String {
-    format!("dept-{d}-proj-{p}")
-}
-
-/// `nodes` nodes of 8 GPUs, 5 departments x 10 projects whose deserved GPU quotas add up to
-/// the cluster, `running` running one-GPU pods as jobs of 10 (no node over-committed) and
-/// `pending` pending one-GPU pods in gangs of 10 (minMember 10).
-pub fn plan(nodes: usize, running: usize, pending: usize) -> Result<Plan, String> {
+/// `nodes` nodes of 8 GPUs, the queue `tree` whose deserved GPU quotas add up to the cluster,
+/// `running` running one-GPU pods as jobs of 10 (no node over-committed) and `pending`
+/// pending one-GPU pods in gangs of 10 (minMember 10).
+pub fn plan(nodes: usize, running: usize, pending: usize, tree: Tree) -> Result<Plan, String> {
     let total_gpu = nodes as i64 * GPUS_PER_NODE;
     if nodes == 0 || running as i64 > total_gpu {
         return Err(format!("{running} running one-GPU pods do not fit {nodes} nodes of {GPUS_PER_NODE} GPUs"));
     }
     let mut rng = Lcg(0x5eed_d20e);
     let mut queues = Vec::new();
-    let dept_gpu = total_gpu / DEPARTMENTS as i64;
-    for d in 0..DEPARTMENTS {
-        let deserved = dept_gpu + if d == 0 { total_gpu % DEPARTMENTS as i64 } else { 0 };
-        let name = format!("dept-{d}");
-        // Department 4 may borrow at most half its quota again.
-        let limit_gpu = (d == 4).then_some(deserved * 3 / 2);
-        queues.push(PlanQueue { name: name.clone(), parent: None, deserved_gpu: deserved, limit_gpu });
-        let shares: Vec<i64> = PROJECT_QUOTA.iter().map(|w| deserved * w / 20).collect();
-        let rest = deserved - shares.iter().sum::<i64>();
-        for (p, share) in shares.into_iter().enumerate() {
-            let deserved_gpu = share + if p == 0 { rest } else { 0 };
-            // Project 5 of every department is capped at twice its quota.
-            let limit_gpu = (p == 5).then_some(deserved_gpu * 2);
-            queues.push(PlanQueue { name: leaf_name(d, p), parent: Some(name.clone()), deserved_gpu, limit_gpu });
-        }
+    let roots = tree.fanout[0];
+    for (r, deserved) in split_evenly(total_gpu, roots).into_iter().enumerate() {
+        // Root 4 may borrow at most half its quota again.
+        let limit_gpu = (r == 4).then_some(deserved * 3 / 2);
+        add_queues(&tree, &mut queues, vec![r], None, deserved, limit_gpu);
     }
+    let running_weight = project_weights(&RUNNING_WEIGHT, tree.projects());
+    let pending_weight = project_weights(&PROJECT_QUOTA, tree.projects());
+    let leaf = |rng: &mut Lcg, root: usize, weights: &[u64]| {
+        let mut path = vec![root];
+        for &n in &tree.fanout[1..tree.fanout.len() - 1] {
+            path.push(rng.below(n as u64) as usize);
+        }
+        path.push(rng.weighted(weights));
+        tree.name(&path)
+    };
 
     let mut free = vec![GPUS_PER_NODE; nodes];
     let mut jobs = Vec::new();
     let running_jobs = running.div_ceil(GANG);
     for j in 0..running_jobs {
         let replicas = GANG.min(running - j * GANG);
-        let d = j % DEPARTMENTS;
-        let p = rng.weighted(&RUNNING_WEIGHT);
+        let queue = leaf(&mut rng, j % roots, &running_weight);
         let hot = rng.below(10) == 0;
         let elastic = rng.below(10) < 3;
         let mut on = Vec::with_capacity(replicas);
@@ -128,7 +160,7 @@ pub fn plan(nodes: usize, running: usize, pending: usize) -> Result<Plan, String
         }
         jobs.push(PlanJob {
             name: format!("run-{j:05}"),
-            queue: leaf_name(d, p),
+            queue,
             priority_class: if hot { "interactive-preemptible" } else { "train" },
             priority: if hot { 75 } else { 50 },
             min_member: if elastic { replicas.min(8) as u32 } else { replicas as u32 },
@@ -139,12 +171,12 @@ pub fn plan(nodes: usize, running: usize, pending: usize) -> Result<Plan, String
     }
     for g in 0..pending.div_ceil(GANG) {
         let replicas = GANG.min(pending - g * GANG);
-        let d = rng.below(DEPARTMENTS as u64) as usize;
-        let p = rng.weighted(&PENDING_WEIGHT);
+        let root = rng.below(roots as u64) as usize;
+        let queue = leaf(&mut rng, root, &pending_weight);
         let hot = rng.below(10) < 3;
         jobs.push(PlanJob {
             name: format!("gang-{g:05}"),
-            queue: leaf_name(d, p),
+            queue,
             priority_class: if hot { "interactive-preemptible" } else { "train" },
             priority: if hot { 75 } else { 50 },
             min_member: replicas as u32,
@@ -154,6 +186,48 @@ pub fn plan(nodes: usize, running: usize, pending: usize) -> Result<Plan, String
         });
     }
     Ok(Plan { nodes, queues, jobs })
+}
+
+/// `total` in `n` parts, the remainder to the first.
+fn split_evenly(total: i64, n: usize) -> Vec<i64> {
+    let part = total / n as i64;
+    (0..n).map(|i| part + if i == 0 { total - part * n as i64 } else { 0 }).collect()
+}
+
+/// Adds the queue at `path` (deserving `deserved` GPUs) and the queues below it, parents
+/// before their children: the projects split their parent's quota by [`PROJECT_QUOTA`]
+/// (project 5 of each capped at twice its quota), the levels between split it evenly.
+fn add_queues(
+    tree: &Tree,
+    queues: &mut Vec<PlanQueue>,
+    path: Vec<usize>,
+    parent: Option<String>,
+    deserved: i64,
+    limit_gpu: Option<i64>,
+) {
+    let name = tree.name(&path);
+    queues.push(PlanQueue { name: name.clone(), parent, deserved_gpu: deserved, limit_gpu });
+    let depth = path.len();
+    if depth == tree.fanout.len() {
+        return;
+    }
+    let children = tree.fanout[depth];
+    let shares = if depth + 1 == tree.fanout.len() {
+        let weights = project_weights(&PROJECT_QUOTA, children);
+        let sum: u64 = weights.iter().sum();
+        let mut shares: Vec<i64> = weights.iter().map(|&w| deserved * w as i64 / sum as i64).collect();
+        shares[0] += deserved - shares.iter().sum::<i64>();
+        shares
+    } else {
+        split_evenly(deserved, children)
+    };
+    for (c, share) in shares.into_iter().enumerate() {
+        let project = depth + 1 == tree.fanout.len();
+        let limit_gpu = (project && c % 10 == 5).then_some(share * 2);
+        let mut child = path.clone();
+        child.push(c);
+        add_queues(tree, queues, child, Some(name.clone()), share, limit_gpu);
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -230,4 +304,37 @@ fn render(plan: &Plan, name: &str) -> String {
         }
     }
     y
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The queues with no children, and the depth of every queue.
+    fn leaves_and_depths(plan: &Plan) -> (Vec<&PlanQueue>, Vec<usize>) {
+        let is_parent = |q: &PlanQueue| plan.queues.iter().any(|c| c.parent.as_ref() == Some(&q.name));
+        let depth = |q: &PlanQueue| {
+            let mut d = 1;
+            let mut at = q.parent.clone();
+            while let Some(p) = at {
+                d += 1;
+                at = plan.queues.iter().find(|c| c.name == p).and_then(|c| c.parent.clone());
+            }
+            d
+        };
+        (plan.queues.iter().filter(|q| !is_parent(q)).collect(), plan.queues.iter().map(depth).collect())
+    }
+
+    #[test]
+    fn each_tree_has_its_levels_and_its_projects_deserve_the_whole_cluster() {
+        for (tree, queues, levels) in [(Tree::DEPARTMENTS, 55, 2), (Tree::DIVISIONS, 2010, 3)] {
+            let plan = plan(100, 500, 1000, tree).expect("the sizes fit");
+            assert_eq!(plan.queues(), queues);
+            let (leaves, depths) = leaves_and_depths(&plan);
+            assert_eq!(depths.iter().max(), Some(&levels));
+            assert!(leaves.iter().all(|q| q.name.contains("proj-")), "jobs' queues are the projects");
+            assert_eq!(leaves.iter().map(|q| q.deserved_gpu).sum::<i64>(), 100 * GPUS_PER_NODE);
+            assert!(plan.jobs.iter().all(|j| leaves.iter().any(|q| q.name == j.queue)), "every job in a project");
+        }
+    }
 }

@@ -130,7 +130,7 @@ fn time_alternating(snaps: &[(&str, &Snapshot)], config: &SchedulerConfig, runs:
 /// Size `T`: the median cycle with topology and without, in ms.
 pub fn racks(runs: usize, config: &SchedulerConfig) -> (f64, f64) {
     let (nodes, running, pending) = (10_000, 70_000, 20_000);
-    let plan = synthetic::plan(nodes, running, pending).expect("the sizes fit");
+    let plan = synthetic::plan(nodes, running, pending, synthetic::Tree::DEPARTMENTS).expect("the sizes fit");
     let flat = scenario::parse(&plan.to_yaml("bench-T"), "synthetic").expect("the synthetic scenario is valid");
     let mut labelled = flat.nodes.clone();
     for (i, node) in labelled.iter_mut().enumerate() {
