@@ -205,6 +205,10 @@ pub struct Session<'s> {
     /// With topologies, the node of every change in order (undoing included), so that sums
     /// kept per domain catch up with only the nodes changed since they were last read.
     pub changed_nodes: Vec<NodeId>,
+    /// The leaf queue of every change's pod in order (undoing included), so that choices
+    /// kept per queue are made again only for the queues changed since (see
+    /// [`crate::actions::queue_choice`]).
+    pub changed_queues: Vec<QueueId>,
     /// Decisions committed so far.
     pub decisions: Decisions,
 }
@@ -237,6 +241,7 @@ impl<'s> Session<'s> {
             domains: DomainIndex::new(snap),
             version: 0,
             changed_nodes: Vec::new(),
+            changed_queues: Vec::new(),
             decisions: Decisions::default(),
         };
         for (pod_id, pod) in snap.pods.iter_enumerated() {
@@ -490,6 +495,7 @@ impl<'s> Session<'s> {
             }
             Op::Hold(..) => change(&mut self.node_used[node]),
         }
+        self.changed_queues.push(self.snap.jobs[self.snap.pods[pod].job].queue);
         self.reindex(node);
     }
 

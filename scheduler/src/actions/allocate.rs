@@ -25,7 +25,8 @@ use crate::reservation::Reservations;
 use crate::session::{EvictReason, Statement};
 use crate::snapshot::{JobId, JobPhase, QueueId};
 
-use super::{class, jobs_by_queue, place_all, select_queue, strict, Ctx};
+use super::queue_choice::QueueChoice;
+use super::{class, jobs_by_queue, place_all, strict, Ctx};
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Tier {
@@ -65,7 +66,8 @@ fn run_pass(ctx: &mut Ctx, queues: &TiSlice<QueueId, Vec<JobId>>, tier: Tier, bo
     let mut heads: TiVec<QueueId, Option<JobId>> = queues.keys().map(|q| pass.head(ctx, q, tier)).collect();
     let fair = bound == ShareBound::FairShare;
     let over = |c: &Ctx, q: QueueId| fair && c.fw.within_fair_share(c.ssn, q).is_err();
-    while let Some(q) = select_queue(ctx, &|q| heads[q].is_some() && !over(ctx, q)) {
+    let mut choice = QueueChoice::new(ctx);
+    while let Some(q) = choice.next(ctx, &|q| heads[q].is_some() && !over(ctx, q)) {
         let job = heads[q].expect("selected queues have a head job");
         let placed = match tier {
             Tier::Minimum if strict(ctx, q) => place_strict_minimum(ctx, job, bound),
@@ -93,6 +95,7 @@ fn run_pass(ctx: &mut Ctx, queues: &TiSlice<QueueId, Vec<JobId>>, tier: Tier, bo
             }
         }
         heads[q] = pass.head(ctx, q, tier);
+        choice.changed(ctx.ssn.snap, q);
     }
 }
 

@@ -12,6 +12,7 @@ pub mod enqueue;
 pub mod forbidden;
 pub mod preempt;
 mod prune;
+mod queue_choice;
 pub mod reclaim;
 pub mod resize;
 pub mod victims;
@@ -24,6 +25,7 @@ use crate::plugin::{EvictMode, ShareBound, Victim};
 use domain_cost::Estimates;
 use domain_room::{cluster_could_hold, DomainRoom};
 use prune::spare_unneeded;
+use queue_choice::QueueChoice;
 use std::borrow::Cow;
 use std::rc::Rc;
 
@@ -33,7 +35,7 @@ use crate::placement::{Avail, Feasibility, Placer};
 use crate::res::Res;
 use crate::reservation::Reservations;
 use crate::session::{EvictReason, PodState, Session, Statement};
-use crate::snapshot::{JobId, JobPhase, Level, NodeId, PodId, QueueId, QueueingStrategy, ROOT};
+use crate::snapshot::{JobId, JobPhase, Level, NodeId, PodId, QueueId, QueueingStrategy};
 
 /// Everything an action works with.
 pub struct Ctx<'a, 's> {
@@ -157,6 +159,8 @@ pub fn serve_in_queue_order(
     serve: &mut dyn FnMut(&mut Ctx, JobId),
 ) {
     let mut cursor = ti_vec![0usize; by_queue.len()];
+    let mut choice = QueueChoice::new(ctx);
+    let mut last: TiVec<QueueId, Option<JobId>> = ti_vec![None; by_queue.len()];
     loop {
         let mut head = |c: &Ctx, q: QueueId| {
             while by_queue[q].get(cursor[q]).is_some_and(|&j| !wants(c, j)) {
@@ -165,10 +169,16 @@ pub fn serve_in_queue_order(
             by_queue[q].get(cursor[q]).copied()
         };
         let heads: TiVec<QueueId, Option<JobId>> = by_queue.keys().map(|q| head(ctx, q)).collect();
-        let Some(q) = select_queue(ctx, &|q| heads[q].is_some() && eligible(ctx, q)) else { break };
+        for (q, (&now, was)) in heads.iter().zip(last.iter_mut()).enumerate() {
+            if std::mem::replace(was, now) != now {
+                choice.changed(ctx.ssn.snap, QueueId::from(q));
+            }
+        }
+        let Some(q) = choice.next(ctx, &|q| heads[q].is_some() && eligible(ctx, q)) else { break };
         let job = heads[q].expect("selected queue has a job to serve");
         cursor[q] += 1;
         serve(ctx, job);
+        choice.changed(ctx.ssn.snap, q);
     }
 }
 
@@ -194,24 +204,6 @@ pub fn jobs_by_queue(ctx: &Ctx, keep: impl Fn(JobId) -> bool) -> TiVec<QueueId, 
         list.sort_by(|&a, &b| ctx.fw.job_order(ctx.ssn, a, b));
     }
     by_queue
-}
-
-/// The most deprived leaf queue among those `eligible`, descending from the root and
-/// choosing at each level the child that the queue order serves first.
-pub fn select_queue(ctx: &Ctx, eligible: &dyn Fn(QueueId) -> bool) -> Option<QueueId> {
-    select_below(ctx, ROOT, eligible)
-}
-
-fn select_below(ctx: &Ctx, q: QueueId, eligible: &dyn Fn(QueueId) -> bool) -> Option<QueueId> {
-    let children = &ctx.ssn.snap.queues[q].children;
-    if children.is_empty() {
-        return (q != ROOT && eligible(q)).then_some(q);
-    }
-    children
-        .iter()
-        .filter_map(|&c| select_below(ctx, c, eligible).map(|leaf| (c, leaf)))
-        .min_by(|a, b| ctx.fw.queue_order(ctx.ssn, a.0, b.0))
-        .map(|(_, leaf)| leaf)
 }
 
 /// Places every pod of `pods` (in task order) or none. On failure, returns why.
