@@ -159,26 +159,37 @@ pub fn serve_in_queue_order(
     serve: &mut dyn FnMut(&mut Ctx, JobId),
 ) {
     let mut cursor = ti_vec![0usize; by_queue.len()];
-    let mut choice = QueueChoice::new(ctx);
-    let mut last: TiVec<QueueId, Option<JobId>> = ti_vec![None; by_queue.len()];
-    loop {
-        let mut head = |c: &Ctx, q: QueueId| {
-            while by_queue[q].get(cursor[q]).is_some_and(|&j| !wants(c, j)) {
-                cursor[q] += 1;
-            }
-            by_queue[q].get(cursor[q]).copied()
-        };
-        let heads: TiVec<QueueId, Option<JobId>> = by_queue.keys().map(|q| head(ctx, q)).collect();
-        for (q, (&now, was)) in heads.iter().zip(last.iter_mut()).enumerate() {
-            if std::mem::replace(was, now) != now {
-                choice.changed(ctx.ssn.snap, QueueId::from(q));
-            }
+    let head = |c: &Ctx, cursor: &mut TiVec<QueueId, usize>, q: QueueId| {
+        while by_queue[q].get(cursor[q]).is_some_and(|&j| !wants(c, j)) {
+            cursor[q] += 1;
         }
-        let Some(q) = choice.next(ctx, &|q| heads[q].is_some() && eligible(ctx, q)) else { break };
+        by_queue[q].get(cursor[q]).copied()
+    };
+    let mut heads: TiVec<QueueId, Option<JobId>> = by_queue.keys().map(|q| head(ctx, &mut cursor, q)).collect();
+    let mut choice = QueueChoice::new(ctx);
+    // Whether a job wants room depends on its own pods only, so a queue's head changes only
+    // when the session changes its jobs or it is served.
+    let mut seen = ctx.ssn.changed_queues.len();
+    let mut touched = ti_vec![false; by_queue.len()];
+    while let Some(q) = choice.next(ctx, &|q| heads[q].is_some() && eligible(ctx, q)) {
         let job = heads[q].expect("selected queue has a job to serve");
         cursor[q] += 1;
         serve(ctx, job);
-        choice.changed(ctx.ssn.snap, q);
+        let mut changed: Vec<QueueId> = vec![q];
+        touched[q] = true;
+        for &c in &ctx.ssn.changed_queues[seen..] {
+            if !std::mem::replace(&mut touched[c], true) {
+                changed.push(c);
+            }
+        }
+        seen = ctx.ssn.changed_queues.len();
+        for c in changed {
+            touched[c] = false;
+            let now = head(ctx, &mut cursor, c);
+            if std::mem::replace(&mut heads[c], now) != now || c == q {
+                choice.changed(ctx.ssn.snap, c);
+            }
+        }
     }
 }
 
