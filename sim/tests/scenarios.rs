@@ -26,6 +26,12 @@ fn failures(path: &Path) -> Vec<String> {
     if report::to_json(&rep) != report::to_json(&again) {
         problems.push("two runs printed different output".into());
     }
+    // Written straight, the report's keys come out sorted, as through a sorted tree of values.
+    let value = serde_json::to_value(&rep).expect("reports serialize");
+    let sorted = serde_json::to_string_pretty(&value).expect("values serialize") + "\n";
+    if report::to_json(&rep) != sorted {
+        problems.push("the JSON's keys are not sorted".into());
+    }
     problems
 }
 
