@@ -207,7 +207,7 @@ pub struct Session<'s> {
     pub changed_nodes: Vec<NodeId>,
     /// The leaf queue of every change's pod in order (undoing included), so that choices
     /// kept per queue are made again only for the queues changed since (see
-    /// [`crate::actions::queue_choice`]).
+    /// `actions::queue_choice`).
     pub changed_queues: Vec<QueueId>,
     /// Decisions committed so far.
     pub decisions: Decisions,
