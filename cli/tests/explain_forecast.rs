@@ -4,43 +4,25 @@
 //! times (Queue `status.runTimes`, as the scheduler writes them) say that run ends, and
 //! explain names the earlier runs it learned from.
 
+mod support;
+
 use std::path::Path;
-use std::process::{Command, Output};
 
 use drover_api::crd::podgroup::{PodGroup, PodGroupPhase, PodGroupSpec, PodGroupStatus};
-use drover_api::crd::queue::{Queue, QueueSpec};
+use drover_api::crd::queue::Queue;
 use drover_envtest::{install_crds, Server};
 use drover_k8s::convert::POD_GROUP_ANNOTATION;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::Client;
 use serde_json::{json, Value};
+use support::{drover, namespace, node, queue, stdout};
 
 const NS: &str = "team-a";
 
 fn explain(kubeconfig: &Path, args: &[&str]) -> String {
-    let out: Output = Command::new(env!("CARGO_BIN_EXE_drover"))
-        .arg("explain")
-        .args(args)
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .env_remove("KUBECONFIG")
-        .output()
-        .expect("the drover binary runs");
-    assert!(out.status.success(), "exit {:?}: {}", out.status.code(), String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).expect("utf-8 output")
-}
-
-/// A node of 8 GPUs, as a kubelet registers it.
-async fn node(client: &Client, name: &str) {
-    let api: Api<Node> = Api::all(client.clone());
-    let node: Node = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
-    api.create(&PostParams::default(), &node).await.unwrap();
-    let status =
-        json!({"status": {"allocatable": {"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": "8", "pods": "110"}}});
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(status)).await.unwrap();
+    stdout(&drover(kubeconfig, &[&["explain"], args].concat()))
 }
 
 /// A gang `name` of one pod of 8 GPUs in queue `q` declaring `deadline`: running on `node`
@@ -68,20 +50,31 @@ async fn gang(client: &Client, name: &str, deadline: Option<i64>, running: Optio
     }
 }
 
+/// The expected start `drover explain` gives the waiting gang `group` of team-a, which it must
+/// say rests on `basis` and is `position` in its queue and among all waiting gangs, in JSON
+/// and in the table.
+fn forecast(kubeconfig: &Path, group: &str, basis: &str, position: u64) -> Timestamp {
+    let target = format!("{NS}/{group}");
+    let json: Value = serde_json::from_str(&explain(kubeconfig, &["pg", &target, "-o", "json"])).unwrap();
+    let forecast = &json["forecast"];
+    assert_eq!(forecast["basis"], basis, "{json}");
+    assert_eq!((forecast["queuePosition"].as_u64(), forecast["position"].as_u64()), (Some(position), Some(position)));
+    let table = explain(kubeconfig, &["pg", &target]);
+    let said = format!("Position:  {position} in queue q, {position} among all waiting gangs");
+    assert!(table.contains(&said), "{table}");
+    forecast["expectedStart"].as_str().expect("an expected start").parse().unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn explain_says_when_a_gang_starts_from_declared_and_from_learned_run_times() {
     let Some(server) = Server::start().await else { return };
     let client = server.client();
     install_crds(&client, &drover_api::crd::all()).await.unwrap();
-    let mut ns = Namespace::default();
-    ns.metadata.name = Some(NS.into());
-    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.unwrap();
+    namespace(&client, NS).await;
     node(&client, "gpu-1").await;
     node(&client, "gpu-2").await;
+    queue(&client, "q", None, "16", None).await;
     let queues: Api<Queue> = Api::all(client.clone());
-    let mut spec = QueueSpec { over_quota_weight: 1, reclaimable: true, ..QueueSpec::default() };
-    spec.deserved.insert("nvidia.com/gpu".into(), Quantity("16".into()));
-    queues.create(&PostParams::default(), &Queue::new("q", spec)).await.unwrap();
     // Two runs of `train` completed in team-a, as the scheduler records them.
     let now = Timestamp::now().as_second();
     let history = json!({"status": {"runTimes": [{"namespace": NS, "name": "train", "seconds": [600, 700],
@@ -96,24 +89,14 @@ async fn explain_says_when_a_gang_starts_from_declared_and_from_learned_run_time
     gang(&client, "late", None, None).await;
     let kubeconfig = server.kubeconfig();
 
-    let declared: Value = serde_json::from_str(&explain(&kubeconfig, &["pg", "team-a/early", "-o", "json"])).unwrap();
-    let forecast = &declared["forecast"];
-    assert_eq!(forecast["basis"], "DeclaredRunTimes", "{declared}");
-    assert_eq!((forecast["queuePosition"].as_u64(), forecast["position"].as_u64()), (Some(1), Some(1)));
-    let eta: Timestamp = forecast["expectedStart"].as_str().expect("an expected start").parse().unwrap();
+    let eta = forecast(&kubeconfig, "early", "DeclaredRunTimes", 1);
     assert_eq!(eta.as_second(), now - 3500 + 3600, "when long's deadline ends it");
     let table = explain(&kubeconfig, &["pg", "team-a/early"]);
-    assert!(table.contains("Position:  1 in queue q, 1 among all waiting gangs"), "{table}");
     assert!(table.contains(&format!("Start:     expected at {eta} (from declared run times)")), "{table}");
 
-    let learned: Value = serde_json::from_str(&explain(&kubeconfig, &["pg", "team-a/late", "-o", "json"])).unwrap();
-    let forecast = &learned["forecast"];
-    assert_eq!(forecast["basis"], "LearnedRunTimes", "{learned}");
-    assert_eq!((forecast["queuePosition"].as_u64(), forecast["position"].as_u64()), (Some(2), Some(2)));
-    let eta: Timestamp = forecast["expectedStart"].as_str().expect("an expected start").parse().unwrap();
+    let eta = forecast(&kubeconfig, "late", "LearnedRunTimes", 2);
     assert_eq!(eta.as_second(), now - 100 + 600, "when train's learned run time ends it");
     let table = explain(&kubeconfig, &["pg", "team-a/late"]);
-    assert!(table.contains("Position:  2 in queue q, 2 among all waiting gangs"), "{table}");
     let said = format!("Start:     expected at {eta} (learned from 2 earlier runs of jobs named train in team-a)");
     assert!(table.contains(&said), "{table}");
     server.stop().await;

@@ -3,65 +3,22 @@
 //! what the scheduler wrote in status, with the exit codes and object-naming errors the CLI
 //! documents, and RBAC refusals reported as such.
 
-use std::collections::BTreeMap;
+mod support;
+
 use std::path::Path;
-use std::process::{Command, Output};
 
 use drover_api::crd::job::{Job, JobSpec, JobStatus, TaskSpec};
 use drover_api::crd::podgroup::{PodGroup, PodGroupPhase, PodGroupSpec, PodGroupStatus};
-use drover_api::crd::queue::{Queue, QueueOpenState, QueueSpec};
+use drover_api::crd::queue::{Queue, QueueOpenState};
 use drover_envtest::{install_crds, Server};
 use drover_k8s::convert::POD_GROUP_ANNOTATION;
 use k8s_openapi::api::authentication::v1::TokenRequest;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::Client;
 use serde_json::{json, Value};
-
-fn drover(kubeconfig: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_drover"))
-        .args(args)
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .env_remove("KUBECONFIG")
-        .output()
-        .expect("the drover binary runs")
-}
-
-fn stdout(out: &Output) -> String {
-    assert!(out.status.success(), "exit {:?}: {}", out.status.code(), String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout.clone()).expect("utf-8 output")
-}
-
-fn gpus(v: &str) -> BTreeMap<String, Quantity> {
-    BTreeMap::from([("nvidia.com/gpu".to_string(), Quantity(v.into()))])
-}
-
-/// Creates a queue.
-async fn queue(client: &Client, name: &str, parent: Option<&str>, deserved: &str, limit: Option<&str>) {
-    let api: Api<Queue> = Api::all(client.clone());
-    let spec = QueueSpec {
-        parent: parent.map(String::from),
-        deserved: gpus(deserved),
-        limit: limit.map(gpus),
-        over_quota_weight: 1,
-        reclaimable: true,
-        ..QueueSpec::default()
-    };
-    api.create(&PostParams::default(), &Queue::new(name, spec)).await.unwrap();
-}
-
-/// A node with 8 GPUs, as a kubelet registers it.
-async fn node(client: &Client, name: &str) {
-    let api: Api<Node> = Api::all(client.clone());
-    let node: Node = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
-    api.create(&PostParams::default(), &node).await.unwrap();
-    let status =
-        json!({"status": {"allocatable": {"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": "8", "pods": "110"}}});
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(status)).await.unwrap();
-}
+use support::{drover, gpus, namespace, node, queue, stdout};
 
 /// A PodGroup of `pods` pods of 1 GPU each in `queue`, in `phase`; the pods are bound to
 /// `node` and running when it is given, else pending.
@@ -138,9 +95,7 @@ async fn explain_and_queue_commands_read_and_change_the_cluster_with_documented_
     let Some(server) = Server::start().await else { return };
     let client = server.client();
     install_crds(&client, &drover_api::crd::all()).await.unwrap();
-    let mut ns = Namespace::default();
-    ns.metadata.name = Some("team-a".into());
-    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.unwrap();
+    namespace(&client, "team-a").await;
     node(&client, "gpu-1").await;
     queue(&client, "research", None, "8", None).await;
     queue(&client, "vision", Some("research"), "4", None).await;
@@ -273,9 +228,7 @@ async fn explain_pg_and_pod_give_the_answer_of_the_group_the_scheduler_schedules
     let Some(server) = Server::start().await else { return };
     let client = server.client();
     install_crds(&client, &drover_api::crd::all()).await.unwrap();
-    let mut ns = Namespace::default();
-    ns.metadata.name = Some("team-a".into());
-    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.unwrap();
+    namespace(&client, "team-a").await;
     node(&client, "gpu-1").await;
     queue(&client, "research", None, "8", None).await;
     queue(&client, "vision", Some("research"), "4", None).await;

@@ -479,6 +479,22 @@ pub(super) async fn write_queues(
 mod tests {
     use super::*;
 
+    /// A cycle's decision of `phase` for a job charged `charged`, with nothing else decided.
+    fn decided(phase: JobPhase, charged: &Admission) -> Decided<'_> {
+        Decided {
+            phase,
+            reason: None,
+            reservation: None,
+            charged,
+            preempted: false,
+            placement: None,
+            nominations: &[],
+            resize: None,
+            forecast: None,
+            loan: None,
+        }
+    }
+
     fn failed_group() -> PodGroup {
         serde_json::from_value(json!({
             "apiVersion": "scheduling.drover.dev/v1alpha1", "kind": "PodGroup",
@@ -495,18 +511,7 @@ mod tests {
         assert_eq!(idle.phase, PodGroupPhase::Failed);
         let restarted = PodCounts { total: 2, ..PodCounts::default() };
         let charged = Admission::default();
-        let waiting = Decided {
-            phase: JobPhase::Pending,
-            reason: Some("waiting"),
-            reservation: None,
-            charged: &charged,
-            preempted: false,
-            placement: None,
-            nominations: &[],
-            resize: None,
-            forecast: None,
-            loan: None,
-        };
+        let waiting = Decided { reason: Some("waiting"), ..decided(JobPhase::Pending, &charged) };
         let again = desired(&group, Some(waiting), restarted, None);
         assert_eq!(again.phase, PodGroupPhase::Pending, "a restarted job's group is live again");
         let unschedulable = again.conditions.iter().find(|c| c.type_ == UNSCHEDULABLE).expect("a condition");
@@ -538,18 +543,7 @@ mod tests {
         group.status = None;
         let charged = Admission::default();
         let shrink = JobResize { job: JobId(0), from: 16, to: 4, why: "no room".into() };
-        let cycle = |resize| Decided {
-            phase: JobPhase::Pending,
-            reason: None,
-            reservation: None,
-            charged: &charged,
-            preempted: false,
-            placement: None,
-            nominations: &[],
-            resize,
-            forecast: None,
-            loan: None,
-        };
+        let cycle = |resize| Decided { resize, ..decided(JobPhase::Pending, &charged) };
         let decided = desired(&group, Some(cycle(Some(&shrink))), PodCounts::default(), None);
         let recorded = decided.resize.clone().expect("the decision is recorded");
         assert_eq!((recorded.from, recorded.replicas, recorded.reason.as_str()), (16, 4, "no room"));
@@ -566,18 +560,8 @@ mod tests {
         group.status = Some(PodGroupStatus { phase: PodGroupPhase::Running, ..PodGroupStatus::default() });
         let charged = Admission::default();
         let forecast = Forecast { queue_position: 1, position: 1, ..Forecast::default() };
-        let cycle = |phase, loan, preempted, forecast| Decided {
-            phase,
-            reason: None,
-            reservation: None,
-            charged: &charged,
-            preempted,
-            placement: None,
-            nominations: &[],
-            resize: None,
-            forecast,
-            loan,
-        };
+        let cycle =
+            |phase, loan, preempted, forecast| Decided { loan, preempted, forecast, ..decided(phase, &charged) };
         let running = PodCounts { total: 2, running: 2, ..PodCounts::default() };
         let lent = desired(&group, Some(cycle(JobPhase::Running, Some(1_900_000_000), false, None)), running, None);
         let due = lent.borrowed_until.clone().map(|t| t.0.as_second());
@@ -607,18 +591,7 @@ mod tests {
         let done = PodCounts { total: 1, succeeded: 1, ..PodCounts::default() };
         assert_eq!(desired(&group, None, done, None).recorded_run_time_seconds, Some(600));
         let charged = Admission::default();
-        let again = Decided {
-            phase: JobPhase::Pending,
-            reason: Some("waiting"),
-            reservation: None,
-            charged: &charged,
-            preempted: false,
-            placement: None,
-            nominations: &[],
-            resize: None,
-            forecast: None,
-            loan: None,
-        };
+        let again = Decided { reason: Some("waiting"), ..decided(JobPhase::Pending, &charged) };
         let restarted = PodCounts { total: 1, ..PodCounts::default() };
         let live = desired(&group, Some(again), restarted, None);
         assert_eq!((live.phase, live.recorded_run_time_seconds), (PodGroupPhase::Pending, None));
