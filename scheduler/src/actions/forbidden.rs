@@ -37,12 +37,15 @@ pub struct Forbidden {
 pub fn run(ctx: &mut Ctx, actions: &[ActionName]) -> TiVec<JobId, Option<Forbidden>> {
     let snap = ctx.ssn.snap;
     let mut out = ti_vec![None; snap.jobs.len()];
+    let mut waiting: Vec<JobId> = snap.jobs.keys().filter(|&j| starving(ctx, j)).collect();
+    if waiting.is_empty() {
+        return out;
+    }
     let running = jobs_by_queue(ctx, |j| ctx.ssn.job_running[j] > 0);
     let queues: Vec<QueueId> = running.iter_enumerated().filter(|(_, jobs)| !jobs.is_empty()).map(|(q, _)| q).collect();
     if queues.is_empty() {
         return out;
     }
-    let mut waiting: Vec<JobId> = snap.jobs.keys().filter(|&j| starving(ctx, j)).collect();
     waiting.sort_by(|&a, &b| ctx.fw.job_order(ctx.ssn, a, b));
     let mut pool = VictimPool::new(EvictMode::Reclaim, running, snap.jobs.len());
     pool.prepare(ctx.ssn, ctx.fw, &queues);
