@@ -18,6 +18,7 @@ mod elastic;
 mod pod;
 mod priority;
 mod queue;
+mod reuse;
 mod topology;
 
 use std::collections::btree_map::Entry;
@@ -50,6 +51,8 @@ use priority::{Classes, Resolved};
 use queue::QueueState;
 use topology::{Catalog, Requests};
 
+pub use reuse::Reuse;
+
 pub use drover_api::labels::{POD_GROUP_ANNOTATION, PREEMPTIBLE_ANNOTATION, TASK_INDEX_LABEL, TASK_LABEL};
 /// The queue of groups that name none.
 pub const DEFAULT_QUEUE: &str = "default";
@@ -77,7 +80,7 @@ pub struct Objects<'a> {
 
 /// The objects of one cycle, owned: what the scheduler's cache gathers and what `drover
 /// explain` lists, so both convert the same thing.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct ObjectLists {
     /// Nodes.
     pub nodes: Vec<Arc<Node>>,
@@ -275,14 +278,20 @@ impl Converted {
     /// queue's learned run times predict ([`Converted::predictions`]), and a job running on a
     /// loan of reserved capacity is due when its group's status says.
     pub fn snapshot_at(&self, now: i64) -> Result<Snapshot, SnapshotError> {
-        let mut snap = self.snapshot()?.at_unix_time(now);
+        Ok(self.at(self.snapshot()?, now))
+    }
+
+    /// `snap`, this conversion's [`Converted::snapshot`], brought to `now` as
+    /// [`Converted::snapshot_at`] says.
+    pub fn at(&self, snap: Snapshot, now: i64) -> Snapshot {
+        let mut snap = snap.at_unix_time(now);
         let predicted = self.predictions(&snap);
         run_times::apply(&mut snap, &predicted);
         for job in snap.jobs.iter_mut() {
             let facts = self.groups.get(&(job.namespace.clone(), job.name.clone()));
             job.borrowed_until = facts.and_then(|f| f.borrowed_until);
         }
-        Ok(snap)
+        snap
     }
 
     /// What the queues' learned run times predict for each job of `snap` that declares no run

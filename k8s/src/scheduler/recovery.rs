@@ -61,21 +61,6 @@ fn may_bind(fw: &Framework, ssn: &Session, p: PodId, n: NodeId) -> Result<(), St
     fw.allocatable(ssn, pod.job, ssn.requests(p), ShareBound::Idle).map_err(|why| why.to_string())
 }
 
-/// Removes the intent; `false` if that failed (it is tried again next cycle).
-async fn clear_intent(writer: &Writer<'_>, overlay: &mut Overlay, group: &PodGroup) -> bool {
-    match api::write_intent(writer.client, group, None).await {
-        Ok(written) => {
-            overlay.group_written(group.metadata.resource_version.clone(), written);
-            true
-        }
-        Err(e) => {
-            let (ns, name) = key_of(&group.metadata);
-            tracing::warn!(namespace = %ns, group = %name, error = %e, "could not remove the bind intent; retrying next cycle");
-            false
-        }
-    }
-}
-
 /// What recovery does with one intent, decided before any write.
 enum IntentPlan {
     /// Bind these pods: the gang has its minimum with them.
@@ -85,9 +70,9 @@ enum IntentPlan {
 }
 
 /// One intent to resolve.
-struct Resolution<'g> {
+struct Resolution {
     key: Key,
-    group: &'g Arc<PodGroup>,
+    group: Arc<PodGroup>,
     id: Option<String>,
     plan: IntentPlan,
     /// Bindings refused by a rule, to report.
@@ -102,7 +87,7 @@ fn resolve<'g>(
     snap: &Snapshot,
     converted: &Converted,
     found: Vec<(Key, &'g Arc<PodGroup>, &'g BindIntent)>,
-) -> Vec<Resolution<'g>> {
+) -> Vec<Resolution> {
     let mut ssn = Session::open(snap);
     let mut fw = Framework::new(plugins::build(writer.config));
     fw.open(&mut ssn);
@@ -153,7 +138,7 @@ fn resolve<'g>(
             ssn.discard(st);
             IntentPlan::RollBack { bound, lost }
         };
-        out.push(Resolution { key, group, id: intent.id.clone(), plan, refused });
+        out.push(Resolution { key, group: group.clone(), id: intent.id.clone(), plan, refused });
     }
     out
 }
@@ -200,49 +185,28 @@ pub(super) async fn recover(
     }
     let mut placed: Vec<(PodRef, String)> = Vec::new();
     let mut deleted: Vec<PodRef> = Vec::new();
-    for Resolution { key, group, id, plan, refused } in resolve(writer, g, snap, converted, found) {
-        if !is_leader() {
-            out.blocked.insert(key);
-            continue;
+    let gangs_at_once = (writer.concurrency / 2).max(1);
+    let resolved: Vec<Recovered> = futures::stream::iter(resolve(writer, g, snap, converted, found))
+        .map(|resolution| recover_one(writer, resolution, is_leader.clone()))
+        .buffer_unordered(gangs_at_once)
+        .collect()
+        .await;
+    for gang in resolved {
+        let Recovered { key, id, wrote, binds, removed, cleared } = gang;
+        out.wrote |= wrote;
+        let (ok, _) = note_binds(overlay, &binds);
+        out.bound += ok;
+        placed.extend(binds.into_iter().filter(|(_, _, r)| r.is_ok()).map(|(pod, node, _)| (pod, node)));
+        for pod in removed {
+            overlay.pod_deleted(&pod);
+            deleted.push(pod);
         }
-        if !refused.is_empty() {
-            let message = format!("bind intent not followed: {}", refused.join("; "));
-            tracing::warn!(namespace = %key.0, group = %key.1, %message, "refusing bindings of a bind intent");
-            events::publish(
-                writer.client,
-                "drover-scheduler",
-                group.as_ref(),
-                EventType::Warning,
-                "BindIntentRefused",
-                &message,
-            )
-            .await;
-        }
-        out.wrote = true;
-        let resolved = match plan {
-            IntentPlan::Complete(to_bind) => {
-                if !to_bind.is_empty() {
-                    tracing::info!(namespace = %key.0, group = %key.1, pods = to_bind.len(), "completing a bind intent");
-                }
-                let results = bind_many(writer, to_bind).await;
-                let (ok, errors) = note_binds(overlay, &results);
-                out.bound += ok;
-                placed.extend(results.into_iter().filter(|(_, _, r)| r.is_ok()).map(|(pod, node, _)| (pod, node)));
-                if !errors.is_empty() {
-                    tracing::warn!(namespace = %key.0, group = %key.1, ?errors, "recovery could not bind every pod; retrying next cycle");
-                }
-                errors.is_empty()
-            }
-            IntentPlan::RollBack { bound, lost } => {
-                tracing::warn!(namespace = %key.0, group = %key.1, ?lost, "bind intent cannot be completed; rolling the gang back");
-                roll_back(writer, overlay, bound, &mut deleted).await
-            }
-        };
-        if resolved && clear_intent(writer, overlay, group).await {
+        if let Some((before, written)) = cleared {
+            overlay.group_written(before, written);
             intents.cleared(id.as_deref());
             continue;
         }
-        if let Some(id) = &id {
+        if let Some(id) = id.as_ref().filter(|_| wrote) {
             intents.pending(id);
         }
         out.blocked.insert(key);
@@ -279,8 +243,76 @@ fn note_in_snapshot(snap: &mut Snapshot, converted: &Converted, placed: &[(PodRe
     }
 }
 
-/// Deletes the pods a gang's intent bound; `false` if some deletion failed.
-async fn roll_back(writer: &Writer<'_>, overlay: &mut Overlay, bound: Vec<PodRef>, deleted: &mut Vec<PodRef>) -> bool {
+/// What resolving one intent wrote, applied to the overlay and intents once every gang is done.
+struct Recovered {
+    key: Key,
+    id: Option<String>,
+    /// Whether anything was written.
+    wrote: bool,
+    binds: Vec<(PodRef, String, Result<(), String>)>,
+    /// Pods deleted by a rollback.
+    removed: Vec<PodRef>,
+    /// The group as the intent's removal returned it, with the version it was made on
+    /// (`None`: the intent stays, resolved again next cycle).
+    cleared: Option<(Option<String>, PodGroup)>,
+}
+
+/// Resolves one intent: its bindings completed or its bound pods deleted, then the intent
+/// removed if every write succeeded. Nothing is written once this process is not the leader.
+async fn recover_one(writer: &Writer<'_>, resolution: Resolution, is_leader: Leader) -> Recovered {
+    let Resolution { key, group, id, plan, refused } = resolution;
+    let mut out = Recovered { key, id, wrote: false, binds: Vec::new(), removed: Vec::new(), cleared: None };
+    if !is_leader() {
+        return out;
+    }
+    let (namespace, name) = (&out.key.0, &out.key.1);
+    if !refused.is_empty() {
+        let message = format!("bind intent not followed: {}", refused.join("; "));
+        tracing::warn!(%namespace, group = %name, %message, "refusing bindings of a bind intent");
+        events::publish(
+            writer.client,
+            "drover-scheduler",
+            group.as_ref(),
+            EventType::Warning,
+            "BindIntentRefused",
+            &message,
+        )
+        .await;
+    }
+    out.wrote = true;
+    let done = match plan {
+        IntentPlan::Complete(to_bind) => {
+            if !to_bind.is_empty() {
+                tracing::info!(%namespace, group = %name, pods = to_bind.len(), "completing a bind intent");
+            }
+            out.binds = bind_many(writer, to_bind).await;
+            let errors: Vec<&String> = out.binds.iter().filter_map(|(_, _, r)| r.as_ref().err()).collect();
+            if !errors.is_empty() {
+                tracing::warn!(%namespace, group = %name, ?errors, "recovery could not bind every pod; retrying next cycle");
+            }
+            errors.is_empty()
+        }
+        IntentPlan::RollBack { bound, lost } => {
+            tracing::warn!(%namespace, group = %name, ?lost, "bind intent cannot be completed; rolling the gang back");
+            let (removed, all) = roll_back(writer, bound).await;
+            out.removed = removed;
+            all
+        }
+    };
+    if !done {
+        return out;
+    }
+    match api::write_intent(writer.client, &group, None).await {
+        Ok(written) => out.cleared = Some((group.metadata.resource_version.clone(), written)),
+        Err(e) => {
+            tracing::warn!(%namespace, group = %name, error = %e, "could not remove the bind intent; retrying next cycle")
+        }
+    }
+    out
+}
+
+/// Deletes the pods a gang's intent bound; returns those deleted and whether all were.
+async fn roll_back(writer: &Writer<'_>, bound: Vec<PodRef>) -> (Vec<PodRef>, bool) {
     let client = writer.client.clone();
     let results: Vec<(PodRef, Result<Removal, String>)> = futures::stream::iter(bound)
         .map(move |pod| {
@@ -294,19 +326,17 @@ async fn roll_back(writer: &Writer<'_>, overlay: &mut Overlay, bound: Vec<PodRef
         .collect()
         .await;
     let mut all = true;
+    let mut removed = Vec::new();
     for (pod, r) in results {
         match r {
-            Ok(_) => {
-                overlay.pod_deleted(&pod);
-                deleted.push(pod);
-            }
+            Ok(_) => removed.push(pod),
             Err(e) => {
                 all = false;
                 tracing::warn!(error = %e, "rollback could not delete a pod; retrying next cycle");
             }
         }
     }
-    all
+    (removed, all)
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ use drover_scheduler::res::Res;
 use drover_scheduler::session::JobResize;
 use drover_scheduler::snapshot::{JobId, JobPhase, NodeId, PodPhase, QueueId, Snapshot};
 use drover_scheduler::usage::{QueueUsage, UsageLedger};
+use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Patch, PatchParams};
@@ -252,7 +253,73 @@ fn placements(snap: &Snapshot, outcome: &CycleOutcome) -> TiVec<JobId, Option<To
     nodes.into_iter_enumerated().map(|(j, list)| placement(snap, j, list)).collect()
 }
 
-/// Writes every PodGroup status that changed. Returns the number written.
+/// The merge patch turning a group's status into `want`, carrying the group's
+/// resourceVersion (optimistic concurrency).
+fn group_patch(group: &PodGroup, want: &PodGroupStatus) -> Option<Value> {
+    let mut status = serde_json::to_value(want).ok()?;
+    // A merge patch removes only what it sets to null.
+    for (field, gone) in [
+        ("reservation", want.reservation.is_none()),
+        ("admission", want.admission.is_none()),
+        ("nominations", want.nominations.is_empty()),
+        ("forecast", want.forecast.is_none()),
+        ("borrowedUntil", want.borrowed_until.is_none()),
+        ("recordedRunTimeSeconds", want.recorded_run_time_seconds.is_none()),
+    ] {
+        if gone {
+            status[field] = Value::Null;
+        }
+    }
+    if let Some(Value::Object(f)) = status.get_mut("forecast") {
+        // A merge patch keeps the fields it leaves out.
+        for field in ["expectedStart", "toStart"] {
+            f.entry(field).or_insert(Value::Null);
+        }
+    }
+    match &want.topology {
+        None => status["topology"] = Value::Null,
+        Some(t) => {
+            status["topology"]["level"] = json!(t.level);
+            status["topology"]["domain"] = json!(t.domain);
+        }
+    }
+    Some(json!({"metadata": {"resourceVersion": group.metadata.resource_version}, "status": status}))
+}
+
+/// Writes one group's status; returns the group with the result.
+async fn write_group(
+    writer: &Writer<'_>,
+    group: Arc<PodGroup>,
+    patch: Value,
+    want: PodGroupStatus,
+) -> (Arc<PodGroup>, kube::Result<PodGroup>) {
+    let result = write_group_status(writer, &group, &want, &patch).await;
+    (group, result)
+}
+
+/// Writes one group's status, and the Events its change deserves.
+async fn write_group_status(
+    writer: &Writer<'_>,
+    group: &PodGroup,
+    want: &PodGroupStatus,
+    patch: &Value,
+) -> kube::Result<PodGroup> {
+    let (namespace, name) = key_of(&group.metadata);
+    let api: Api<PodGroup> = Api::namespaced(writer.client.clone(), &namespace);
+    let new = api.patch_status(&name, &PatchParams::default(), &Patch::Merge(patch)).await?;
+    if let Some(resize) = want.resize.as_ref().filter(|r| Some(*r) != current_resize(group)) {
+        let (from, to) = (resize.from, resize.replicas);
+        let message = format!("restart with {to} pods instead of {from}: {}", resize.reason);
+        events::publish(writer.client, "drover-scheduler", group, EventType::Normal, "Resized", &message).await;
+    }
+    if let Some((reason, message)) = newly_failing(group.status.as_ref(), want) {
+        events::publish(writer.client, "drover-scheduler", group, EventType::Warning, &reason, &message).await;
+    }
+    Ok(new)
+}
+
+/// Writes every PodGroup status that changed, `writer.concurrency` at a time. Returns the
+/// number written.
 pub(super) async fn write_groups(
     writer: &Writer<'_>,
     overlay: &mut Overlay,
@@ -261,75 +328,25 @@ pub(super) async fn write_groups(
     converted: &Converted,
     outcome: &CycleOutcome,
 ) -> usize {
+    let writes: Vec<_> = wanted_group_statuses(&g.pod_groups, snap, converted, outcome, writer.period)
+        .into_iter()
+        .filter_map(|(group, want)| Some((group.clone(), group_patch(group, &want)?, want)))
+        .collect();
+    let results: Vec<_> = futures::stream::iter(writes)
+        .map(|(group, patch, want)| write_group(writer, group, patch, want))
+        .buffer_unordered(writer.concurrency)
+        .collect()
+        .await;
     let mut written = 0;
-    for (group, want) in wanted_group_statuses(&g.pod_groups, snap, converted, outcome, writer.period) {
-        let key = key_of(&group.metadata);
-        let Ok(mut status) = serde_json::to_value(&want) else { continue };
-        // A merge patch removes only what it sets to null.
-        if want.reservation.is_none() {
-            status["reservation"] = Value::Null;
-        }
-        if want.admission.is_none() {
-            status["admission"] = Value::Null;
-        }
-        if want.nominations.is_empty() {
-            status["nominations"] = Value::Null;
-        }
-        for (field, gone) in [
-            ("forecast", want.forecast.is_none()),
-            ("borrowedUntil", want.borrowed_until.is_none()),
-            ("recordedRunTimeSeconds", want.recorded_run_time_seconds.is_none()),
-        ] {
-            if gone {
-                status[field] = Value::Null;
-            }
-        }
-        if let Some(Value::Object(f)) = status.get_mut("forecast") {
-            // A merge patch keeps the fields it leaves out.
-            for field in ["expectedStart", "toStart"] {
-                f.entry(field).or_insert(Value::Null);
-            }
-        }
-        match &want.topology {
-            None => status["topology"] = Value::Null,
-            Some(t) => {
-                status["topology"]["level"] = json!(t.level);
-                status["topology"]["domain"] = json!(t.domain);
-            }
-        }
-        let patch = json!({"metadata": {"resourceVersion": group.metadata.resource_version}, "status": status});
-        let api: Api<PodGroup> = Api::namespaced(writer.client.clone(), &key.0);
-        match api.patch_status(&key.1, &PatchParams::default(), &Patch::Merge(&patch)).await {
+    for (group, result) in results {
+        match result {
             Ok(new) => {
-                if let Some(resize) = want.resize.as_ref().filter(|r| Some(*r) != current_resize(group)) {
-                    let (from, to) = (resize.from, resize.replicas);
-                    let message = format!("restart with {to} pods instead of {from}: {}", resize.reason);
-                    events::publish(
-                        writer.client,
-                        "drover-scheduler",
-                        group.as_ref(),
-                        EventType::Normal,
-                        "Resized",
-                        &message,
-                    )
-                    .await;
-                }
-                if let Some((reason, message)) = newly_failing(group.status.as_ref(), &want) {
-                    events::publish(
-                        writer.client,
-                        "drover-scheduler",
-                        group.as_ref(),
-                        EventType::Warning,
-                        &reason,
-                        &message,
-                    )
-                    .await;
-                }
                 overlay.group_written(group.metadata.resource_version.clone(), new);
                 written += 1;
             }
             Err(e) => {
-                tracing::debug!(namespace = %key.0, group = %key.1, error = %e, "pod group status not written; retrying next cycle")
+                let (namespace, name) = key_of(&group.metadata);
+                tracing::debug!(%namespace, group = %name, error = %e, "pod group status not written; retrying next cycle")
             }
         }
     }

@@ -1,0 +1,351 @@
+//! The scheduler at scale on a real API server: 5,000 nodes, 50,000 pending pods in 5,000
+//! gangs over 50 queues, a leader killed mid-run, and kube-scheduler on the same cluster.
+//!
+//! Drover first: a fresh control plane (drover-envtest) and a fake kubelet whose nodes keep
+//! their Leases fresh and whose bound pods turn Running. The queues, PodGroups and pods are
+//! created before any scheduler starts. Replica `a` of `drover scheduler` starts (leader
+//! election on, cold caches); replica `b` starts once `a` has bound its first pod, as a
+//! standby. When half the cluster's GPUs are bound, the Lease holder is killed with SIGKILL.
+//! The bench reports the time from `a`'s start to the first and the last binding, the time
+//! from the kill to `b` taking the Lease (the lease duration) and from then to `b`'s first
+//! binding, cycle durations (p50/p99 of all cycles, and of the steady cycles after the last
+//! binding, when nothing new arrives), each replica's peak RSS, and whether any gang is left
+//! half bound. Then the same pods as plain pods for kube-scheduler on a control plane and
+//! nodes of their own, started the same way (see the throughput bench for why not the same
+//! one), and the ratio of the two binding rates.
+//!
+//! `cargo bench -p drover-e2e --bench scale` (about 15 minutes); `-- --nodes N --gangs G
+//! --pods-per-gang K --queues Q` for other sizes, `-- --only drover|kube-scheduler`, `-- --keep`
+//! to keep the logs.
+
+mod support;
+
+use std::collections::{BTreeMap, HashSet};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use drover_api::crd::podgroup::{PodGroup, PodGroupSpec};
+use drover_api::crd::queue::{Queue, QueueSpec};
+use futures::TryStreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ListParams, PostParams};
+use kube::runtime::watcher;
+use serde_json::json;
+use support::{bed, create_all, node_of, pod, pod_watch, Bed, Killed, GPU, NS};
+
+/// How many cycles with nothing new the bench times after the last binding.
+const STEADY_CYCLES: usize = 20;
+/// The longest wait for any one binding before the bench gives up.
+const STALL: Duration = Duration::from_secs(300);
+
+struct Args {
+    nodes: u32,
+    gangs: u32,
+    per_gang: u32,
+    queues: u32,
+    only: Option<String>,
+    keep: bool,
+}
+
+fn args() -> anyhow::Result<Args> {
+    let mut args = Args { nodes: 5000, gangs: 5000, per_gang: 10, queues: 50, only: None, keep: false };
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        let mut number = |flag: &str| -> anyhow::Result<u32> {
+            it.next().with_context(|| format!("{flag} N"))?.parse().with_context(|| format!("{flag} N"))
+        };
+        match a.as_str() {
+            "--nodes" => args.nodes = number("--nodes")?,
+            "--gangs" => args.gangs = number("--gangs")?,
+            "--pods-per-gang" => args.per_gang = number("--pods-per-gang")?,
+            "--queues" => args.queues = number("--queues")?,
+            "--only" => args.only = Some(it.next().context("--only drover|kube-scheduler")?),
+            "--keep" => args.keep = true,
+            "--bench" => {}
+            other => bail!("unknown argument {other}"),
+        }
+    }
+    Ok(args)
+}
+
+impl Args {
+    fn pods(&self) -> usize {
+        (self.gangs * self.per_gang) as usize
+    }
+
+    /// Pods that fit: whole gangs of one-GPU pods on the cluster's GPUs.
+    fn bindable(&self) -> usize {
+        let gangs = (self.nodes * 8 / self.per_gang).min(self.gangs);
+        (gangs * self.per_gang) as usize
+    }
+}
+
+/// One replica of `drover scheduler`.
+struct Replica {
+    identity: &'static str,
+    process: Killed,
+    log: std::path::PathBuf,
+}
+
+impl Replica {
+    fn start(bed: &Bed, identity: &'static str) -> anyhow::Result<Replica> {
+        let log = bed.log_path(&format!("drover-{identity}.log"));
+        let process = Command::new(drover_e2e::binary("drover")?)
+            .args(["scheduler", "--identity", identity, "--metrics-addr", "127.0.0.1:0"])
+            .env("KUBECONFIG", &bed.kubeconfig)
+            .env("RUST_LOG", "info,drover_k8s::scheduler=debug")
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log)?)
+            .spawn()?;
+        Ok(Replica { identity, process: Killed(process), log })
+    }
+
+    /// Peak resident memory so far, in MiB.
+    fn peak_rss_mib(&self) -> f64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.process.0.id())).unwrap_or_default();
+        let kib = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok());
+        kib.unwrap_or(0.0) / 1024.0
+    }
+}
+
+/// Each cycle a replica logged so far: `(milliseconds, pods bound in it)`.
+fn cycles(log: &std::path::Path) -> Vec<(u64, u64)> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let field = |line: &str, name: &str| -> Option<u64> {
+        line.split_whitespace().find_map(|w| w.strip_prefix(name)).and_then(|v| v.parse().ok())
+    };
+    text.lines()
+        .filter(|l| l.contains("cycle done"))
+        .filter_map(|l| Some((field(l, "ms=")?, field(l, "binds=")?)))
+        .collect()
+}
+
+fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn summary(cycles: &[u64]) -> String {
+    let mut sorted = cycles.to_vec();
+    sorted.sort_unstable();
+    format!(
+        "{} cycles, p50 {} ms, p99 {} ms, max {} ms",
+        sorted.len(),
+        percentile(&sorted, 0.5),
+        percentile(&sorted, 0.99),
+        sorted.last().copied().unwrap_or(0)
+    )
+}
+
+/// The queues, groups and pods of the run: gang `g` in queue `g % queues`, each queue
+/// deserving an equal part of the cluster's GPUs.
+async fn create_workload(args: &Args, bed: &Bed) -> anyhow::Result<()> {
+    let created = Instant::now();
+    let queues: Api<Queue> = Api::all(bed.client.clone());
+    let part = args.nodes * 8 / args.queues;
+    let all = (0..args.queues)
+        .map(|q| {
+            let mut spec = QueueSpec { over_quota_weight: 1, reclaimable: true, ..QueueSpec::default() };
+            spec.deserved.insert(GPU.into(), Quantity(part.to_string()));
+            Queue::new(&format!("team-{q}"), spec)
+        })
+        .collect();
+    create_all(&queues, all).await?;
+    let groups = (0..args.gangs)
+        .map(|g| {
+            let queue = format!("team-{}", g % args.queues);
+            let spec = PodGroupSpec { min_member: args.per_gang, queue: Some(queue), ..PodGroupSpec::default() };
+            PodGroup::new(&format!("gang-{g}"), spec)
+        })
+        .collect();
+    create_all(&Api::namespaced(bed.client.clone(), NS), groups).await?;
+    let pods = (0..args.gangs)
+        .flat_map(|g| {
+            (0..args.per_gang).map(move |i| pod(&format!("gang-{g}-{i}"), "drover", Some(&format!("gang-{g}"))))
+        })
+        .collect();
+    create_all(&Api::namespaced(bed.client.clone(), NS), pods).await?;
+    println!(
+        "{} queues, {} PodGroups and {} pods created in {:.1} s",
+        args.queues,
+        args.gangs,
+        args.pods(),
+        created.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// The Lease holder's identity, if any.
+async fn holder(bed: &Bed) -> Option<String> {
+    let leases: Api<Lease> = Api::namespaced(bed.client.clone(), "drover-system");
+    leases.get_opt("drover-scheduler").await.ok().flatten()?.spec?.holder_identity
+}
+
+/// Groups with some but not all of their pods bound.
+async fn half_bound(args: &Args, bed: &Bed) -> anyhow::Result<Vec<String>> {
+    let pods: Api<Pod> = Api::namespaced(bed.client.clone(), NS);
+    let mut bound: BTreeMap<String, u32> = BTreeMap::new();
+    for p in pods.list(&ListParams::default()).await?.items {
+        let group = p.metadata.annotations.as_ref().and_then(|a| a.get("scheduling.drover.dev/pod-group"));
+        let count = bound.entry(group.cloned().unwrap_or_default()).or_default();
+        *count += u32::from(node_of(&p).is_some());
+    }
+    Ok(bound.into_iter().filter(|(_, n)| *n > 0 && *n < args.per_gang).map(|(g, n)| format!("{g} ({n})")).collect())
+}
+
+/// Drover's binding rate before the kill, in pods/s.
+async fn drover(args: &Args, bed: &Bed) -> anyhow::Result<f64> {
+    let namespaces: Api<Namespace> = Api::all(bed.client.clone());
+    namespaces
+        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "drover-system"}}))?)
+        .await?;
+    create_workload(args, bed).await?;
+    let bindable = args.bindable();
+    let kill_at = bindable / 2;
+    let mut stream = pod_watch(&bed.client).await?;
+    let (started, start_clock) = (Instant::now(), Timestamp::now());
+    let mut replicas = vec![Replica::start(bed, "a")?];
+    let mut bound: HashSet<String> = HashSet::new();
+    // When each binding was seen, by the wall clock the Lease's acquireTime is written with.
+    let mut seen: Vec<Timestamp> = Vec::with_capacity(bindable);
+    let mut standby = false;
+    let (mut victim_rss, mut dead_log, mut killed) = (0.0, std::path::PathBuf::new(), None);
+    while bound.len() < bindable {
+        let event = tokio::time::timeout(STALL, stream.try_next())
+            .await
+            .with_context(|| format!("no binding for {STALL:?} at {} bound", bound.len()))??;
+        let Some(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) = event else { continue };
+        if node_of(&p).is_none() || !bound.insert(p.metadata.name.unwrap_or_default()) {
+            continue;
+        }
+        seen.push(Timestamp::now());
+        if !standby {
+            replicas.push(Replica::start(bed, "b")?);
+            standby = true;
+        }
+        if killed.is_none() && bound.len() >= kill_at {
+            let leader = holder(bed).await.context("no Lease holder mid-run")?;
+            let index = replicas.iter().position(|r| r.identity == leader).context("the holder is no replica")?;
+            let victim = replicas.remove(index);
+            victim_rss = victim.peak_rss_mib();
+            drop(victim.process);
+            dead_log = victim.log;
+            killed = Some((Timestamp::now(), started.elapsed(), bound.len()));
+        }
+    }
+    let last = started.elapsed();
+    let Some((kill_at_clock, kill, at_kill)) = killed else { bail!("the run ended before the leader was killed") };
+    let leases: Api<Lease> = Api::namespaced(bed.client.clone(), "drover-system");
+    let lease = leases.get("drover-scheduler").await?.spec.unwrap_or_default();
+    let acquired = lease.acquire_time.context("the Lease has no acquireTime")?.0;
+    let first = seen[0].duration_since(start_clock);
+    let first_after = seen.iter().find(|t| **t > acquired).context("no binding after the new leader took over")?;
+    let survivor = &replicas[0];
+    let cycles_before = cycles(&survivor.log).len();
+    let steady_from = Instant::now();
+    let steady = loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let after = cycles(&survivor.log).split_off(cycles_before);
+        let steady: Vec<u64> = after.iter().filter(|c| c.1 == 0).map(|c| c.0).collect();
+        if steady.len() >= STEADY_CYCLES || steady_from.elapsed() > STALL {
+            break steady;
+        }
+    };
+    let survivor_cycles = cycles(&survivor.log);
+    let dead_cycles = cycles(&dead_log);
+    let all: Vec<u64> = dead_cycles.iter().chain(&survivor_cycles).map(|c| c.0).collect();
+    let half = half_bound(args, bed).await?;
+    let rate = at_kill as f64 / kill.as_secs_f64();
+    println!("drover: first binding {:.2} s after start (cold caches)", first.as_secs_f64());
+    println!(
+        "drover: {at_kill} pods bound in {:.2} s = {rate:.0} pods/s, then the leader was killed",
+        kill.as_secs_f64()
+    );
+    println!(
+        "drover: failover: Lease taken {:.2} s after the kill (lease duration), first binding {:.2} s after that",
+        acquired.duration_since(kill_at_clock).as_secs_f64(),
+        first_after.duration_since(acquired).as_secs_f64()
+    );
+    println!("drover: last of {bindable} bindings {:.2} s after start", last.as_secs_f64());
+    println!("drover: all cycles: {}", summary(&all));
+    println!(
+        "drover: steady cycles (the first {STEADY_CYCLES} with nothing new after the last binding): {}",
+        summary(&steady)
+    );
+    println!("drover: peak RSS: killed leader {victim_rss:.0} MiB, survivor {:.0} MiB", survivor.peak_rss_mib());
+    if !half.is_empty() {
+        bail!("{} gangs half bound: {}", half.len(), half.join(", "));
+    }
+    println!("drover: no gang half bound");
+    Ok(rate)
+}
+
+/// kube-scheduler's binding rate: the same pods as plain pods, its client limits raised.
+async fn kube_scheduler(args: &Args, bed: &mut Bed) -> anyhow::Result<f64> {
+    let plain = (0..args.pods()).map(|i| pod(&format!("plain-{i}"), "default-scheduler", None)).collect();
+    create_all(&Api::namespaced(bed.client.clone(), NS), plain).await?;
+    let bindable = args.bindable();
+    let mut stream = pod_watch(&bed.client).await?;
+    let started = Instant::now();
+    bed.server.plane_mut().start_kube_scheduler(&["--kube-api-qps=5000".into(), "--kube-api-burst=5000".into()])?;
+    let mut bound: HashSet<String> = HashSet::new();
+    while bound.len() < bindable {
+        let event = tokio::time::timeout(STALL, stream.try_next())
+            .await
+            .with_context(|| format!("no binding for {STALL:?} at {} bound", bound.len()))??;
+        if let Some(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) = event {
+            if node_of(&p).is_some() {
+                bound.insert(p.metadata.name.unwrap_or_default());
+            }
+        }
+    }
+    let secs = started.elapsed().as_secs_f64();
+    bed.server.plane_mut().stop_kube_scheduler();
+    let rate = bindable as f64 / secs;
+    println!("kube-scheduler: {bindable} pods bound in {secs:.2} s = {rate:.0} pods/s");
+    Ok(rate)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = args()?;
+    println!(
+        "{} nodes x 8 GPUs, {} pods in {} gangs of {} over {} queues ({} fit)",
+        args.nodes,
+        args.pods(),
+        args.gangs,
+        args.per_gang,
+        args.queues,
+        args.bindable()
+    );
+    let mut rates = BTreeMap::new();
+    for side in ["drover", "kube-scheduler"] {
+        if args.only.as_deref().is_some_and(|o| o != side) {
+            continue;
+        }
+        let Some(mut bed) = bed(args.nodes).await? else { return Ok(()) };
+        let rate = match side {
+            "drover" => drover(&args, &bed).await,
+            _ => kube_scheduler(&args, &mut bed).await,
+        };
+        if args.keep {
+            println!("logs kept in {}", bed.server.plane().dir().display());
+            bed.server.plane_mut().keep_files();
+        }
+        rates.insert(side, rate?);
+    }
+    if let (Some(d), Some(k)) = (rates.get("drover"), rates.get("kube-scheduler")) {
+        println!("drover / kube-scheduler = {:.2}x", d / k);
+    }
+    Ok(())
+}
