@@ -4,13 +4,16 @@
 //! path of the faulty value, from the value being read. Scenario objects refuse unknown
 //! fields and take an explicit `null` for an absent field.
 
+use std::borrow::Cow;
 use std::fmt::{self, Write as _};
 
 use drover_api::ResourceList;
+use serde::de::value::MapDeserializer;
 use serde::de::value::StrDeserializer;
 use serde::de::{self, DeserializeSeed, Deserializer, Error as _, IntoDeserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
-use serde_yaml::{Mapping, Value};
+
+use super::tree::{describe, Tree, View};
 
 /// One step of a path from the document root to a value.
 #[derive(Debug, Clone)]
@@ -82,26 +85,30 @@ pub(super) fn foreign_list<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D)
     Ok(Vec::<Foreign<T>>::deserialize(d)?.into_iter().map(|f| f.0).collect())
 }
 
-/// A YAML value, read for serde. Enums and the API's own types are read with [`foreign`].
+/// A YAML value of either [`Tree`], read for serde. Enums and the API's own types are read
+/// with [`foreign`].
 #[derive(Clone, Copy)]
-pub(super) struct De<'v>(pub(super) &'v Value);
+pub(super) struct De<T>(pub(super) T);
 
-impl<'de> De<'de> {
+impl<'de, T: Tree<'de>> De<T> {
     fn wrong(self, expected: &str) -> Error {
         Error::custom(format!("expected {expected}, found {}", describe(self.0)))
     }
 
-    fn mapping(self) -> Result<&'de Mapping, Error> {
-        self.0.as_mapping().ok_or_else(|| self.wrong("a mapping"))
+    fn mapping(self) -> Result<T::Entries, Error> {
+        match self.0.untag().view() {
+            View::Map(entries) => Ok(entries),
+            _ => Err(self.wrong("a mapping")),
+        }
     }
 
-    fn whole<T: TryFrom<i128>>(self) -> Result<T, Error> {
-        let whole = match self.0 {
-            Value::Number(n) => n.as_i64().map(i128::from).or_else(|| n.as_u64().map(i128::from)),
+    fn whole<N: TryFrom<i128>>(self) -> Result<N, Error> {
+        let whole = match self.0.view() {
+            View::Number(n) => n.as_i64().map(i128::from).or_else(|| n.as_u64().map(i128::from)),
             _ => None,
         };
         let n = whole.ok_or_else(|| self.wrong("a whole number"))?;
-        T::try_from(n).map_err(|_| match n < 0 && T::try_from(-1).is_err() {
+        N::try_from(n).map_err(|_| match n < 0 && N::try_from(-1).is_err() {
             true => Error::custom(format!("must not be negative, found {n}")),
             false => Error::custom(format!("{n} is out of range")),
         })
@@ -116,15 +123,18 @@ macro_rules! whole_numbers {
     )*};
 }
 
-impl<'de> Deserializer<'de> for De<'de> {
+impl<'de, T: Tree<'de>> Deserializer<'de> for De<T> {
     type Error = Error;
 
     fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        self.0.deserialize_any(visitor).map_err(Error::custom)
+        self.0.any(visitor).map_err(Error::custom)
     }
 
     fn deserialize_bool<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        visitor.visit_bool(self.0.as_bool().ok_or_else(|| self.wrong("true or false"))?)
+        match self.0.untag().view() {
+            View::Bool(b) => visitor.visit_bool(b),
+            _ => Err(self.wrong("true or false")),
+        }
     }
 
     whole_numbers!(deserialize_i32 => visit_i32, deserialize_i64 => visit_i64, deserialize_u32 => visit_u32,
@@ -139,19 +149,19 @@ impl<'de> Deserializer<'de> for De<'de> {
     }
 
     fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        match self.0 {
-            Value::Null => visitor.visit_none(),
+        match self.0.view() {
+            View::Null => visitor.visit_none(),
             _ => visitor.visit_some(self),
         }
     }
 
     fn deserialize_newtype_struct<V: Visitor<'de>>(self, name: &'static str, visitor: V) -> Result<V::Value, Error> {
         match name {
-            QUANTITIES => visitor.visit_newtype_struct(amounts(self.0)?).map_err(Error::custom),
-            FOREIGN => visitor.visit_newtype_struct(self.0).map_err(|e| {
+            QUANTITIES => visitor.visit_newtype_struct(MapDeserializer::new(amounts(self.0)?.into_iter())),
+            FOREIGN => self.0.newtype(visitor).map_err(|e| {
                 let message = e.to_string();
                 let unknown = message.strip_prefix("unknown field `").and_then(|rest| rest.split('`').next());
-                match unknown.filter(|key| self.0.get(*key).is_some()) {
+                match unknown.filter(|key| self.0.get(key).is_some()) {
                     Some(key) => Error::custom(&message).within(key.into()),
                     None => Error::custom(message),
                 }
@@ -161,12 +171,14 @@ impl<'de> Deserializer<'de> for De<'de> {
     }
 
     fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        let seq = self.0.as_sequence().ok_or_else(|| self.wrong("a list"))?;
-        visitor.visit_seq(Seq(seq.iter().enumerate()))
+        match self.0.untag().view() {
+            View::Seq(items) => visitor.visit_seq(Seq(items.enumerate())),
+            _ => Err(self.wrong("a list")),
+        }
     }
 
     fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        visitor.visit_map(Map { entries: self.mapping()?.iter(), value: None, skip_null: false })
+        visitor.visit_map(Map::<T> { entries: self.mapping()?, value: None, skip_null: false })
     }
 
     fn deserialize_struct<V: Visitor<'de>>(
@@ -175,8 +187,7 @@ impl<'de> Deserializer<'de> for De<'de> {
         fields: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, Error> {
-        let map = self.mapping()?;
-        for key in map.keys() {
+        for (key, _) in self.mapping()? {
             let Some(name) = key.as_str() else {
                 return Err(Error::custom(format!("field names must be strings, found {}", describe(key))));
             };
@@ -184,7 +195,7 @@ impl<'de> Deserializer<'de> for De<'de> {
                 return Err(Error::custom(unknown_field(name, fields)).within(name.into()));
             }
         }
-        visitor.visit_map(Map { entries: map.iter(), value: None, skip_null: true })
+        visitor.visit_map(Map::<T> { entries: self.mapping()?, value: None, skip_null: true })
     }
 
     serde::forward_to_deserialize_any! {
@@ -193,12 +204,12 @@ impl<'de> Deserializer<'de> for De<'de> {
 }
 
 /// The entries of a list, each read at its index.
-struct Seq<'v>(std::iter::Enumerate<std::slice::Iter<'v, Value>>);
+struct Seq<I>(std::iter::Enumerate<I>);
 
-impl<'de> SeqAccess<'de> for Seq<'de> {
+impl<'de, T: Tree<'de>, I: Iterator<Item = T>> SeqAccess<'de> for Seq<I> {
     type Error = Error;
 
-    fn next_element_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Result<Option<T::Value>, Error> {
+    fn next_element_seed<S: DeserializeSeed<'de>>(&mut self, seed: S) -> Result<Option<S::Value>, Error> {
         let Some((index, value)) = self.0.next() else {
             return Ok(None);
         };
@@ -208,18 +219,19 @@ impl<'de> SeqAccess<'de> for Seq<'de> {
 
 /// The entries of a mapping, each value read at its key; `skip_null` (for objects) leaves out
 /// entries whose value is `null`, so that they count as absent.
-struct Map<'v> {
-    entries: serde_yaml::mapping::Iter<'v>,
-    value: Option<(&'v str, &'v Value)>,
+struct Map<'v, T: Tree<'v>> {
+    entries: T::Entries,
+    value: Option<(&'v str, T)>,
     skip_null: bool,
 }
 
-impl<'de> MapAccess<'de> for Map<'de> {
+impl<'de, T: Tree<'de>> MapAccess<'de> for Map<'de, T> {
     type Error = Error;
 
     fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>, Error> {
         let skip_null = self.skip_null;
-        let Some((key, value)) = self.entries.find(|(_, v)| !(skip_null && v.is_null())) else {
+        let Some((key, value)) = self.entries.find(|(_, v)| !(skip_null && matches!(v.untag().view(), View::Null)))
+        else {
             return Ok(None);
         };
         let Some(key) = key.as_str() else {
@@ -230,22 +242,9 @@ impl<'de> MapAccess<'de> for Map<'de> {
         seed.deserialize(key).map(Some)
     }
 
-    fn next_value_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Result<T::Value, Error> {
+    fn next_value_seed<S: DeserializeSeed<'de>>(&mut self, seed: S) -> Result<S::Value, Error> {
         let (key, value) = self.value.take().ok_or_else(|| Error::custom("a value without its key"))?;
         seed.deserialize(De(value)).map_err(|e| e.within(key.into()))
-    }
-}
-
-/// A value as errors describe it: `number 7`, `string "x"`, `a list`.
-fn describe(v: &Value) -> String {
-    match v {
-        Value::Null => "null".into(),
-        Value::Bool(b) => format!("boolean {b}"),
-        Value::Number(n) => format!("number {n}"),
-        Value::String(s) => format!("string {s:?}"),
-        Value::Sequence(_) => "a list".into(),
-        Value::Mapping(_) => "a mapping".into(),
-        Value::Tagged(t) => format!("a value tagged {}", t.tag),
     }
 }
 
@@ -307,23 +306,23 @@ const QUANTITIES: &str = "drover-scenario-quantities";
 struct Quantities(std::collections::BTreeMap<String, i64>);
 
 /// Each quantity of a mapping turned into its amount (quantities parse by resource name).
-fn amounts(v: &Value) -> Result<Value, Error> {
-    let mut amounts = Mapping::new();
+fn amounts<'v>(v: impl Tree<'v>) -> Result<Vec<(&'v str, i64)>, Error> {
+    let mut amounts = Vec::new();
     for (key, quantity) in De(v).mapping()? {
         let Some(name) = key.as_str().filter(|k| !k.is_empty()) else {
             return Err(Error::custom(format!("resource names must be non-empty strings, found {}", describe(key))));
         };
-        let text = match quantity {
-            Value::String(s) => s.clone(),
-            Value::Number(n) => n.to_string(),
-            other => {
-                let message = format!("expected a quantity such as 2, 500m or 4Gi, found {}", describe(other));
+        let text = match quantity.view() {
+            View::Str(s) => Cow::Borrowed(s),
+            View::Number(n) => Cow::Owned(n.to_string()),
+            _ => {
+                let message = format!("expected a quantity such as 2, 500m or 4Gi, found {}", describe(quantity));
                 return Err(Error::custom(message).within(name.into()));
             }
         };
         let amount =
             ResourceList::parse_amount(name, &text).map_err(|e| Error::custom(e.to_string()).within(name.into()))?;
-        amounts.insert(name.into(), amount.into());
+        amounts.push((name, amount));
     }
-    Ok(Value::Mapping(amounts))
+    Ok(amounts)
 }

@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use drover_api::ResourceList;
 use drover_scheduler::snapshot::JobInput;
 use serde::Deserialize;
-use serde_yaml::Value;
 
 use super::de::{resources, Step};
 use super::locate::{listing, steps, Doc};
@@ -112,8 +111,7 @@ pub(super) fn check(doc: &Doc, expect: &Expect, s: &Scenario) -> Result<(), Scen
 /// The keys of a mapping of `expect` in the file's order, so that of two keys naming one
 /// object, the later one is blamed.
 fn keys<'d>(doc: &Doc<'d>, section: &str) -> impl Iterator<Item = &'d str> {
-    let map = doc.root.get("expect").and_then(|e| e.get(section)).and_then(Value::as_mapping);
-    map.into_iter().flat_map(|m| m.keys()).filter_map(Value::as_str)
+    doc.keys(&["expect", section]).into_iter()
 }
 
 /// The pod an expectation key names, if any.

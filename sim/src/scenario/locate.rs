@@ -1,12 +1,14 @@
 //! Where an error is: the file, the object (`node n1`, `job default/j1 task worker`), the
 //! field's path inside it, and its line and column in the text.
 
+use std::borrow::Cow;
 use std::fmt::{self, Write as _};
 
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Unexpected, Visitor};
 use serde_yaml::Value;
 
 use super::de::Step;
+use super::tree::{keys_at, Node};
 use super::ScenarioError;
 
 /// A path from the document root, written as its steps: `steps!["jobs", 0, "queue"]`.
@@ -19,10 +21,27 @@ pub(super) use steps;
 pub(super) struct Doc<'a> {
     pub(super) text: &'a str,
     pub(super) file: &'a str,
-    pub(super) root: &'a Value,
+    pub(super) root: Root<'a>,
 }
 
-impl Doc<'_> {
+/// A document as the reader that read it keeps it.
+#[derive(Clone, Copy)]
+pub(super) enum Root<'a> {
+    /// Read by serde_yaml.
+    Yaml(&'a Value),
+    /// Read by the [`quick`](super::quick) reader.
+    Quick(&'a Node<'a>),
+}
+
+impl<'a> Doc<'a> {
+    /// The string keys of the mapping at `path`, in the text's order.
+    pub(super) fn keys(&self, path: &[&str]) -> Vec<&'a str> {
+        match self.root {
+            Root::Yaml(value) => keys_at(value, path),
+            Root::Quick(node) => keys_at(node, path),
+        }
+    }
+
     /// An error about the value at `path`, reported against the object it lies in.
     pub(super) fn error(&self, path: &[Step], message: impl fmt::Display) -> ScenarioError {
         self.error_in(path, path, message)
@@ -31,9 +50,13 @@ impl Doc<'_> {
     /// An error about the value at `path`, reported against the object `within` lies in (a
     /// job, for a duplicate in its list of tasks).
     pub(super) fn error_in(&self, within: &[Step], path: &[Step], message: impl fmt::Display) -> ScenarioError {
-        let (object, depth) = object(self.root, within);
+        let root = match self.root {
+            Root::Yaml(value) => Cow::Borrowed(value),
+            Root::Quick(node) => Cow::Owned(node.to_value()),
+        };
+        let (object, depth) = object(&root, within);
         let mut message = message.to_string();
-        if let Some((line, column)) = locate(self.text, self.root, path) {
+        if let Some((line, column)) = locate(self.text, &root, path) {
             let _ = write!(message, " (line {line}, column {column})");
         }
         ScenarioError { file: self.file.to_string(), object, field: render(&path[depth..]), message }

@@ -3,7 +3,8 @@
 //!
 //! The cluster is read straight into the core's inputs ([`NodeInput`], [`QueueInput`],
 //! [`JobInput`]); [`Scenario`] adds only what is not cluster state. The text is first read as
-//! a `serde_yaml::Value`, then with serde through [`de`], which says where an error is, and
+//! a YAML tree ([`tree`]): by the [`quick`] reader when it is plain YAML, else as a
+//! `serde_yaml::Value`; then with serde through [`de`], which says where an error is, and
 //! checked in one pass ([`model`], [`expect`]); each error names the file, the object (`job
 //! default/j1`) and the field (`requests.cpu`), and the line and column of that field
 //! ([`locate`]).
@@ -19,11 +20,15 @@ use drover_scheduler::usage::UsageLedger;
 use serde::Deserialize;
 use serde_yaml::Value;
 
+use self::locate::Root;
+
 mod de;
 mod expect;
 mod locate;
 mod model;
+mod quick;
 mod topology;
+mod tree;
 
 pub use expect::{Expect, JobExpect, QueueExpect};
 
@@ -113,13 +118,24 @@ pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
 
 /// Parses and validates scenario text; `file` names the text in errors.
 pub fn parse(text: &str, file: &str) -> Result<Scenario, ScenarioError> {
-    let root: Value = serde_yaml::from_str(text).map_err(|e| file_error(file, e))?;
-    if root.is_null() {
+    if let Some(node) = quick::read(text) {
+        return build(text, file, Root::Quick(&node));
+    }
+    let value: Value = serde_yaml::from_str(text).map_err(|e| file_error(file, e))?;
+    if value.is_null() {
         return Err(file_error(file, "the file is empty; a scenario needs at least a `name`"));
     }
-    let doc = locate::Doc { text, file, root: &root };
-    let raw = model::File::deserialize(de::De(&root)).map_err(|e| doc.error(&e.path, e.message))?;
-    model::validate(&doc, raw)
+    build(text, file, Root::Yaml(&value))
+}
+
+/// Reads and validates the scenario of a read YAML document.
+fn build(text: &str, file: &str, root: Root) -> Result<Scenario, ScenarioError> {
+    let raw = match root {
+        Root::Yaml(value) => model::File::deserialize(de::De(value)),
+        Root::Quick(node) => model::File::deserialize(de::De(node)),
+    };
+    let doc = locate::Doc { text, file, root };
+    model::validate(&doc, raw.map_err(|e| doc.error(&e.path, e.message))?)
 }
 
 /// An error about a file as a whole.

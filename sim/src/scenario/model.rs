@@ -2,7 +2,10 @@
 //! core's inputs), and the one validation pass that checks what serde cannot (references
 //! between objects, uniqueness, the queue tree, pod names) and builds the core's inputs.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
+use std::hash::Hash;
 
 use drover_api::topology::{min_nvlink_gpus, MIN_NVLINK_GPUS_ANNOTATION};
 use drover_api::{
@@ -226,12 +229,12 @@ pub(super) fn validate(doc: &Doc, file: File) -> Result<Scenario, ScenarioError>
         jobs: Vec::new(),
         expect: None,
     };
-    unique(doc, "priorityClasses", "priority class", scenario.priority_classes.iter().map(|c| c.name.clone()))?;
-    unique(doc, "nodes", "node", scenario.nodes.iter().map(|n| n.name.clone()))?;
-    unique(doc, "topologies", "topology", scenario.topologies.iter().map(|t| t.name.clone()))?;
-    unique(doc, "queues", "queue", scenario.queues.iter().map(|q| q.name.clone()))?;
+    unique(doc, "priorityClasses", "priority class", scenario.priority_classes.iter().map(|c| c.name.as_str()))?;
+    unique(doc, "nodes", "node", scenario.nodes.iter().map(|n| n.name.as_str()))?;
+    unique(doc, "topologies", "topology", scenario.topologies.iter().map(|t| t.name.as_str()))?;
+    unique(doc, "queues", "queue", scenario.queues.iter().map(|q| q.name.as_str()))?;
     check_queue_tree(doc, &scenario.queues)?;
-    let names = NodeNames::of(&scenario);
+    let names = (NodeNames::of(&scenario), QueueNames::of(&scenario.queues));
     let jobs = file.jobs.into_iter().flatten().enumerate().map(|(j, job)| self::job(doc, &scenario, &names, j, job));
     scenario.jobs = jobs.collect::<Result<_, _>>()?;
     unique(doc, "jobs", "job", scenario.jobs.iter().map(JobInput::key))?;
@@ -244,14 +247,23 @@ pub(super) fn validate(doc: &Doc, file: File) -> Result<Scenario, ScenarioError>
 }
 
 /// Rejects the second of two entries of a top-level list that share a name.
-fn unique(doc: &Doc, section: &str, kind: &str, names: impl Iterator<Item = String>) -> Result<(), ScenarioError> {
-    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+fn unique<N: Hash + Eq + fmt::Display>(
+    doc: &Doc,
+    section: &str,
+    kind: &str,
+    names: impl ExactSizeIterator<Item = N>,
+) -> Result<(), ScenarioError> {
+    let mut seen: HashMap<N, usize> = HashMap::with_capacity(names.len());
     for (index, name) in names.enumerate() {
-        if let Some(first) = seen.get(&name) {
-            let message = format!("duplicate {kind}: {section}[{first}] is also {name}");
-            return Err(doc.error(steps![section, index, "name"], message));
+        match seen.entry(name) {
+            Entry::Occupied(first) => {
+                let message = format!("duplicate {kind}: {section}[{}] is also {}", first.get(), first.key());
+                return Err(doc.error(steps![section, index, "name"], message));
+            }
+            Entry::Vacant(entry) => {
+                entry.insert(index);
+            }
         }
-        seen.insert(name, index);
     }
     Ok(())
 }
@@ -298,19 +310,44 @@ impl<'s> NodeNames<'s> {
     }
 }
 
-fn job(doc: &Doc, s: &Scenario, names: &NodeNames, j: usize, job: Job) -> Result<JobInput, ScenarioError> {
-    let queue = job.queue.as_str();
-    if !s.queues.iter().any(|q| q.name == queue) {
-        let names = listing(s.queues.iter().map(|q| q.name.as_str()));
-        return Err(doc.error(steps!["jobs", j, "queue"], format!("names no queue {queue:?}; queues: {names}")));
+/// The scenario's queue names, each with whether it has child queues, looked up once per job
+/// (a large scenario has thousands of queues and tens of thousands of jobs).
+struct QueueNames<'s>(HashMap<&'s str, bool>);
+
+impl<'s> QueueNames<'s> {
+    fn of(queues: &'s [QueueInput]) -> QueueNames<'s> {
+        let mut names: HashMap<&str, bool> = queues.iter().map(|q| (q.name.as_str(), false)).collect();
+        for parent in queues.iter().filter_map(|q| q.parent.as_deref()) {
+            if let Some(has_children) = names.get_mut(parent) {
+                *has_children = true;
+            }
+        }
+        QueueNames(names)
     }
-    // Jobs go to leaf queues only.
-    let children: Vec<&str> =
-        s.queues.iter().filter(|q| q.parent.as_deref() == Some(queue)).map(|q| q.name.as_str()).collect();
-    if !children.is_empty() {
-        let message = format!("queue {queue} has child queues ({}); jobs must be in leaf queues", listing(children));
-        return Err(doc.error(steps!["jobs", j, "queue"], message));
+
+    /// Checks that the queue of job `j` is one of the scenario's, and a leaf: jobs go to leaf
+    /// queues only.
+    fn check(&self, doc: &Doc, j: usize, s: &Scenario, queue: &str) -> Result<(), ScenarioError> {
+        let message = match self.0.get(queue) {
+            Some(false) => return Ok(()),
+            None => format!("names no queue {queue:?}; queues: {}", listing(s.queues.iter().map(|q| q.name.as_str()))),
+            Some(true) => {
+                let children = s.queues.iter().filter(|q| q.parent.as_deref() == Some(queue)).map(|q| q.name.as_str());
+                format!("queue {queue} has child queues ({}); jobs must be in leaf queues", listing(children))
+            }
+        };
+        Err(doc.error(steps!["jobs", j, "queue"], message))
     }
+}
+
+fn job(
+    doc: &Doc,
+    s: &Scenario,
+    (nodes, queues): &(NodeNames, QueueNames),
+    j: usize,
+    job: Job,
+) -> Result<JobInput, ScenarioError> {
+    queues.check(doc, j, s, &job.queue)?;
     // The job's priority class: the one it names, else the lowest-valued one.
     let classes = &s.priority_classes;
     let class = match job.priority_class.as_deref() {
@@ -334,7 +371,7 @@ fn job(doc: &Doc, s: &Scenario, names: &NodeNames, j: usize, job: Job) -> Result
     }
     let topology = job.topology.map(|block| Names(&s.topologies).job(doc, j, block)).transpose()?;
     let tasks =
-        job.tasks.into_iter().enumerate().map(|(t, task)| self::task(doc, (s, names), j, t, task, topology.as_ref()));
+        job.tasks.into_iter().enumerate().map(|(t, task)| self::task(doc, (s, nodes), j, t, task, topology.as_ref()));
     let tasks = tasks.collect::<Result<Vec<_>, _>>()?;
     for (t, task) in tasks.iter().enumerate() {
         if let Some(first) = tasks[..t].iter().position(|other| other.name == task.name) {
@@ -447,14 +484,20 @@ fn task(
 
 /// Pod names (`<job>-<task>-<index>`) must not collide within a namespace: expectations use them.
 fn check_pod_names(doc: &Doc, jobs: &[JobInput]) -> Result<(), ScenarioError> {
-    let mut owners: BTreeMap<(&str, String), String> = BTreeMap::new();
+    let mut owners: HashMap<(&str, String), (usize, usize)> = HashMap::with_capacity(jobs.len());
     for (j, job) in jobs.iter().enumerate() {
         for (t, task) in job.tasks.iter().enumerate() {
             let prefix = format!("{}-{}", job.name, task.name);
-            let owner = format!("job {} task {}", job.key(), task.name);
-            if let Some(other) = owners.insert((job.namespace.as_str(), prefix.clone()), owner) {
-                let message = format!("its pods would be named {prefix}-<index>, like those of {other}");
-                return Err(doc.error(steps!["jobs", j, "tasks", t, "name"], message));
+            match owners.entry((job.namespace.as_str(), prefix)) {
+                Entry::Occupied(owner) => {
+                    let (other, other_task) = *owner.get();
+                    let other = format!("job {} task {}", jobs[other].key(), jobs[other].tasks[other_task].name);
+                    let message = format!("its pods would be named {}-<index>, like those of {other}", owner.key().1);
+                    return Err(doc.error(steps!["jobs", j, "tasks", t, "name"], message));
+                }
+                Entry::Vacant(entry) => {
+                    entry.insert((j, t));
+                }
             }
         }
     }
