@@ -50,6 +50,13 @@ impl Res {
         r
     }
 
+    /// Adds `other * k` entry-wise (saturating), without building `other * k`.
+    pub fn add_times(&mut self, other: &Res, k: i64) {
+        for (a, b) in self.0.iter_mut().zip(&other.0) {
+            *a = a.saturating_add(b.saturating_mul(k));
+        }
+    }
+
     /// `self * k`.
     pub fn times(&self, k: i64) -> Res {
         Res(self.0.iter().map(|a| a.saturating_mul(k)).collect())

@@ -322,17 +322,18 @@ fn deprivation(ssn: &Session, q: QueueId) -> (bool, f64) {
     (!below_deserved, ratio)
 }
 
-/// Requests of the job's pods above its gang minimum that are running.
-fn elastic_running(ssn: &Session, job: JobId) -> Res {
+/// Adds to `into` the requests of the job's pods above its gang minimum that are running.
+fn add_elastic_running(ssn: &Session, job: JobId, into: &mut Res) {
     let j = &ssn.snap.jobs[job];
     let mut surplus = ssn.job_running[job].saturating_sub(j.min_member);
-    let mut r = Res::zero(ssn.snap.resources.len());
     for (t, task) in j.tasks.iter().enumerate().rev() {
+        if surplus == 0 {
+            break;
+        }
         let spare = ssn.task_running[job][t].saturating_sub(task.min_available).min(surplus);
-        r.add(&task.requests.times(i64::from(spare)));
+        into.add_times(&task.requests, i64::from(spare));
         surplus -= spare;
     }
-    r
 }
 
 impl FairShare {
@@ -397,10 +398,10 @@ impl FairShare {
             }
             if o.preemptible && o.priority < j.priority {
                 for (t, task) in o.tasks.iter().enumerate() {
-                    free.add(&task.requests.times(i64::from(ssn.task_running[other][t])));
+                    free.add_times(&task.requests, i64::from(ssn.task_running[other][t]));
                 }
             } else {
-                free.add(&elastic_running(ssn, other));
+                add_elastic_running(ssn, other, &mut free);
             }
         }
         free
@@ -531,7 +532,7 @@ impl Plugin for FairShare {
         for (q, jobs) in by_queue.iter_enumerated() {
             let mut sum = Res::zero(snap.resources.len());
             for &j in jobs {
-                sum.add(&elastic_running(ssn, j));
+                add_elastic_running(ssn, j, &mut sum);
             }
             for a in snap.ancestry(q) {
                 elastic[a].add(&sum);
