@@ -46,6 +46,11 @@
 //! a binding, until the store shows the pod on a node (the pod's charge record, written just
 //! before it, makes a newer version that is still unbound).
 //!
+//! **Taking over.** A process that has followed another leader waits, before its first cycle
+//! as leader, until its Pod and PodGroup watches have reached the API server's revision of
+//! that moment (`scheduler/catch_up.rs`), so that it never decides on a store that does not
+//! show the previous leader's last bindings yet.
+//!
 //! **Failures.** An API error on one object is logged and retried next cycle; it never
 //! stops the cycle or the loop. Nothing here panics. Every problem the conversion finds in
 //! an object (a value it cannot use, a missing reference) is logged as a warning naming the
@@ -55,6 +60,7 @@
 mod api;
 mod bind;
 mod cache;
+mod catch_up;
 mod evict;
 mod forecast;
 mod intents;
@@ -194,13 +200,19 @@ async fn schedule(
     let period = options.period.max(Duration::from_millis(10));
     let mut ticker = tokio::time::interval(period);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Whether this process has followed another leader since it last caught up.
+    let mut followed = false;
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
             () = trigger.notified() => tokio::time::sleep(DEBOUNCE).await,
         }
         if !is_leader() {
+            followed = true;
             continue;
+        }
+        if std::mem::take(&mut followed) {
+            cache.catch_up(&client).await;
         }
         state.cycle(&client, &options, &cache, &is_leader, observer.as_ref()).await;
     }

@@ -20,6 +20,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
+use super::catch_up::{self, Progress};
 use crate::convert::{ObjectLists, PodRef};
 
 /// `(namespace, name)`; namespace is empty for cluster-scoped objects.
@@ -38,6 +39,9 @@ pub(super) struct Cache {
     classes: Store<PriorityClass>,
     namespaces: Store<Namespace>,
     topologies: Store<Topology>,
+    /// How far the Pod and PodGroup watches have got, for a new leader's catch-up.
+    pods_progress: Arc<Progress>,
+    groups_progress: Arc<Progress>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -85,6 +89,21 @@ fn slim<K: Resource>(object: &mut K) {
     }
 }
 
+/// `on_event`, noting each event's progress first.
+fn tracked<K: Resource>(
+    progress: Arc<Progress>,
+    mut on_event: impl FnMut(&watcher::Event<K>) + Send + 'static,
+) -> impl FnMut(&watcher::Event<K>) + Send + 'static {
+    move |event| {
+        let object = match event {
+            watcher::Event::Apply(o) | watcher::Event::InitApply(o) | watcher::Event::Delete(o) => Some(o),
+            watcher::Event::Init | watcher::Event::InitDone => None,
+        };
+        progress.saw(object.and_then(|o| o.meta().resource_version.as_deref()));
+        on_event(event)
+    }
+}
+
 fn applied<K>(event: &watcher::Event<K>) -> Option<&K> {
     match event {
         watcher::Event::Apply(o) | watcher::Event::InitApply(o) => Some(o),
@@ -111,7 +130,8 @@ impl Cache {
     pub(super) fn start(client: &Client, scheduler_name: &str, trigger: Arc<Notify>) -> Cache {
         let name = scheduler_name.to_string();
         let t = trigger.clone();
-        let (pods, pods_task) = reflect(Api::<Pod>::all(client.clone()), "Pod", move |event| {
+        let (pods_progress, groups_progress) = (Arc::new(Progress::default()), Arc::new(Progress::default()));
+        let on_pod = move |event: &watcher::Event<Pod>| {
             if let watcher::Event::Delete(pod) = event {
                 if pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty()) {
                     t.notify_one(); // capacity freed: a claim waiting for its victims may bind now
@@ -126,9 +146,10 @@ impl Cache {
             {
                 t.notify_one();
             }
-        });
-        let (pod_groups, groups_task) =
-            reflect(Api::<PodGroup>::all(client.clone()), "PodGroup", on_new(trigger.clone()));
+        };
+        let (pods, pods_task) = reflect(Api::<Pod>::all(client.clone()), "Pod", tracked(pods_progress.clone(), on_pod));
+        let on_group = tracked(groups_progress.clone(), on_new(trigger.clone()));
+        let (pod_groups, groups_task) = reflect(Api::<PodGroup>::all(client.clone()), "PodGroup", on_group);
         let (nodes, nodes_task) = reflect(Api::<Node>::all(client.clone()), "Node", on_new(trigger));
         let (queues, queues_task) = reflect(Api::<Queue>::all(client.clone()), "Queue", |_| {});
         let (classes, classes_task) = reflect(Api::<PriorityClass>::all(client.clone()), "PriorityClass", |_| {});
@@ -142,6 +163,8 @@ impl Cache {
             classes,
             namespaces,
             topologies,
+            pods_progress,
+            groups_progress,
             tasks: vec![
                 pods_task,
                 groups_task,
@@ -167,6 +190,12 @@ impl Cache {
         )
         .map_err(|e| anyhow::anyhow!("a reflector stopped before its first list: {e}"))?;
         Ok(())
+    }
+
+    /// Waits until the Pod and PodGroup stores show what the API server holds now (see
+    /// `catch_up.rs`): a new leader's first decisions must see the previous leader's writes.
+    pub(super) async fn catch_up(&self, client: &Client) {
+        catch_up::catch_up(client, &[&self.pods_progress, &self.groups_progress]).await;
     }
 
     /// The store contents now, with the overlay applied.
