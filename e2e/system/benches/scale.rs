@@ -30,15 +30,13 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use drover_api::crd::podgroup::{PodGroup, PodGroupSpec};
 use drover_api::crd::queue::{Queue, QueueSpec};
-use futures::TryStreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams, PostParams};
-use kube::runtime::watcher;
 use serde_json::json;
-use support::{bed, create_all, node_of, pod, pod_watch, Bed, Killed, GPU, NS};
+use support::{bed, create_all, next_binding, node_of, pod, pod_watch, Bed, Killed, GPU, NS};
 
 /// How many cycles with nothing new (reusing the last conversion) the bench times after the
 /// last binding.
@@ -264,13 +262,7 @@ async fn drover(args: &Args, bed: &Bed) -> anyhow::Result<f64> {
     let mut standby = false;
     let (mut victim_rss, mut dead_log, mut killed) = (0.0, std::path::PathBuf::new(), None);
     while bound.len() < bindable {
-        let event = tokio::time::timeout(STALL, stream.try_next())
-            .await
-            .with_context(|| format!("no binding for {STALL:?} at {} bound", bound.len()))??;
-        let Some(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) = event else { continue };
-        if node_of(&p).is_none() || !bound.insert(p.metadata.name.unwrap_or_default()) {
-            continue;
-        }
+        next_binding(&mut stream, &mut bound, STALL).await?;
         if !standby {
             replicas.push(Replica::start(bed, "b")?);
             standby = true;
@@ -363,14 +355,7 @@ async fn kube_scheduler(args: &Args, bed: &mut Bed) -> anyhow::Result<f64> {
     bed.server.plane_mut().start_kube_scheduler(&["--kube-api-qps=5000".into(), "--kube-api-burst=5000".into()])?;
     let mut bound: HashSet<String> = HashSet::new();
     while bound.len() < bindable {
-        let event = tokio::time::timeout(STALL, stream.try_next())
-            .await
-            .with_context(|| format!("no binding for {STALL:?} at {} bound", bound.len()))??;
-        if let Some(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) = event {
-            if node_of(&p).is_some() {
-                bound.insert(p.metadata.name.unwrap_or_default());
-            }
-        }
+        next_binding(&mut stream, &mut bound, STALL).await?;
     }
     bed.server.plane_mut().stop_kube_scheduler();
     let Some(&last) = books(args, bed).await?.scheduled.last() else { bail!("nothing bound") };

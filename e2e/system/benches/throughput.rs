@@ -25,9 +25,8 @@ use drover_api::crd::queue::{Queue, QueueSpec};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{Api, PostParams};
-use kube::runtime::watcher;
 use kube::Client;
-use support::{bed, create_all, node_of, pod, pod_watch, Bed, Killed, GPU, NS};
+use support::{bed, create_all, next_binding, pod, pod_watch, Bed, Killed, GPU, NS};
 
 struct Args {
     nodes: u32,
@@ -67,14 +66,7 @@ async fn time_to_bind(
     let started = Instant::now();
     let child = start()?.map(Killed);
     while bound.len() < count {
-        let event = tokio::time::timeout(Duration::from_secs(600), stream.try_next())
-            .await
-            .context("no binding for 10 minutes")??;
-        if let Some(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) = event {
-            if node_of(&p).is_some() {
-                bound.insert(p.metadata.name.unwrap_or_default());
-            }
-        }
+        next_binding(&mut stream, &mut bound, Duration::from_secs(600)).await?;
     }
     Ok((started.elapsed().as_secs_f64(), child))
 }

@@ -1,10 +1,11 @@
 //! What the real-API benches share: a fresh control plane with fake GPU nodes, pods, and
 //! child processes that die with the bench.
 
+use std::collections::HashSet;
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use anyhow::bail;
+use anyhow::{bail, Context};
 use drover_envtest::{Credentials, Server};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -123,22 +124,37 @@ pub async fn bed(nodes: u32) -> anyhow::Result<Option<Bed>> {
     Ok(Some(Bed { server, client, kubeconfig, kubelet }))
 }
 
-/// The pods of `NS` as a watch shows them: bound or not.
-pub async fn pod_watch(
-    client: &Client,
-) -> anyhow::Result<
-    futures::stream::BoxStream<'static, kube::runtime::watcher::Result<kube::runtime::watcher::Event<Pod>>>,
-> {
+/// A watch of the pods of `NS`.
+pub type PodEvents =
+    futures::stream::BoxStream<'static, kube::runtime::watcher::Result<kube::runtime::watcher::Event<Pod>>>;
+
+/// A watch of the pods of `NS`, its initial list consumed (so that a scheduler started after
+/// it is seen from its first binding).
+pub async fn pod_watch(client: &Client) -> anyhow::Result<PodEvents> {
     use kube::runtime::watcher;
     let api: Api<Pod> = Api::namespaced(client.clone(), NS);
     let mut stream = watcher(api, watcher::Config::default()).boxed();
-    // Consume the initial list before the caller starts a scheduler.
     while let Some(event) = stream.try_next().await? {
         if matches!(event, watcher::Event::InitDone) {
             break;
         }
     }
     Ok(stream)
+}
+
+/// Waits for the next pod the watch shows bound that `bound` does not hold yet, and adds it;
+/// an error if none comes within `stall`.
+pub async fn next_binding(stream: &mut PodEvents, bound: &mut HashSet<String>, stall: Duration) -> anyhow::Result<()> {
+    use kube::runtime::watcher;
+    loop {
+        let event = tokio::time::timeout(stall, stream.try_next())
+            .await
+            .with_context(|| format!("no binding for {stall:?} at {} bound", bound.len()))??;
+        let Some(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) = event else { continue };
+        if node_of(&p).is_some() && bound.insert(p.metadata.name.unwrap_or_default()) {
+            return Ok(());
+        }
+    }
 }
 
 /// The pod's node, if bound.
