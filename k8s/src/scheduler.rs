@@ -264,6 +264,7 @@ impl State {
                 return;
             }
         };
+        let converted_at = started.elapsed();
         let (intents, overlay) = (&mut self.intents, &mut self.overlay);
         let recovery = recovery::recover(&writer, intents, overlay, &g, &converted, &mut snap, is_leader).await;
         if recovery.wrote {
@@ -276,7 +277,7 @@ impl State {
             snap.past_usage = ledger.for_snapshot(&snap);
             ledger
         });
-        let converted_at = started.elapsed();
+        let core_from = started.elapsed();
         let mut actions = Vec::new();
         let outcome = run_cycle_observed(&snap, &options.config, &mut |a, d, _| actions.push((a, d)));
         let decided_at = started.elapsed();
@@ -325,7 +326,7 @@ impl State {
             ms = started.elapsed().as_millis() as u64,
             convert_ms = converted_at.as_millis() as u64,
             reused = self.reuse.reused(),
-            core_ms = (decided_at - converted_at).as_millis() as u64,
+            core_ms = (decided_at - core_from).as_millis() as u64,
             "cycle done"
         );
     }
