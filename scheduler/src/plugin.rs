@@ -181,6 +181,13 @@ pub struct Blocker {
     pub excess: Option<Excess>,
 }
 
+impl Blocker {
+    /// The refusal again, to display with `snap`.
+    pub fn why(self, snap: &Snapshot) -> Why<'_> {
+        Why { rule: self.rule, subject: self.subject, excess: self.excess, level: None, until: None, snap }
+    }
+}
+
 impl From<Why<'_>> for Blocker {
     fn from(why: Why<'_>) -> Blocker {
         Blocker { rule: why.rule, subject: why.subject, excess: why.excess }

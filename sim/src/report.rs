@@ -1,8 +1,9 @@
 //! The simulator's output: a JSON document with sorted keys (identical bytes on every run)
 //! and a table for people that says, per job and per queue, what runs, what waits and why.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
+use std::io::Write;
 
 use drover_api::PODS;
 use drover_scheduler::ids::{ti_vec, JobId, TiVec};
@@ -11,7 +12,7 @@ use drover_scheduler::session::EvictReason;
 use drover_scheduler::snapshot::{JobPhase, Snapshot, ROOT};
 use serde::Serialize;
 
-use crate::run::{pod_key, PodFate, SimResult};
+use crate::run::{pod_key, Eviction, PodFate, SimResult};
 
 /// One pod's result.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -86,7 +87,7 @@ pub struct Report {
     pub evictions: Vec<String>,
     /// Per job, by `namespace/name`.
     pub jobs: BTreeMap<String, JobReport>,
-    /// Per pod, by `namespace/name`.
+    /// Per pod, by `namespace/name` (empty in a [`summary`]).
     pub pods: BTreeMap<String, PodReport>,
     /// Per queue, by name.
     pub queues: BTreeMap<String, QueueReport>,
@@ -128,32 +129,29 @@ fn named(snap: &Snapshot, r: &Res) -> BTreeMap<String, String> {
 
 /// Builds the report of a run.
 pub fn report(name: &str, result: &SimResult) -> Report {
+    build(name, result, true)
+}
+
+/// The report without its per-pod map, for the table, which shows none: at 150,000 pods,
+/// naming every pod is a tenth of the run.
+pub fn summary(name: &str, result: &SimResult) -> Report {
+    build(name, result, false)
+}
+
+fn build(name: &str, result: &SimResult, with_pods: bool) -> Report {
     let snap = &result.snapshot;
-    let mut pods = BTreeMap::new();
     let mut counts: TiVec<JobId, (u32, u32, u32)> = ti_vec![(0, 0, 0); snap.jobs.len()];
     for (p, fate) in result.fates.iter_enumerated() {
-        let job = snap.pods[p].job;
-        let (node, state) = match fate {
-            PodFate::Bound(n) => {
-                counts[job].0 += 1;
-                (Some(n.clone()), "Bound")
-            }
-            PodFate::Pending => {
-                counts[job].1 += 1;
-                (None, "Pending")
-            }
-            PodFate::Evicted(n) => (Some(n.clone()), "Evicted"),
-        };
-        pods.insert(pod_key(snap, p), PodReport { node, state });
-    }
-    // A job's evictions over the whole run, as the `evictions` list has them.
-    let job_of: BTreeMap<String, JobId> =
-        snap.pods.iter_enumerated().map(|(p, pod)| (pod_key(snap, p), pod.job)).collect();
-    for e in &result.evictions {
-        if let Some(&j) = job_of.get(&e.pod) {
-            counts[j].2 += 1;
+        match fate {
+            PodFate::Bound(_) => counts[snap.pods[p].job].0 += 1,
+            PodFate::Pending => counts[snap.pods[p].job].1 += 1,
+            PodFate::Evicted(_) => {}
         }
     }
+    for (j, times) in evictions_by_job(snap, &result.evictions) {
+        counts[j].2 += times;
+    }
+    let pods = if with_pods { pod_reports(result) } else { BTreeMap::new() };
     let jobs = snap
         .jobs
         .iter_enumerated()
@@ -224,13 +222,66 @@ pub fn report(name: &str, result: &SimResult) -> Report {
     }
 }
 
+/// Every pod's result, by `namespace/name`.
+fn pod_reports(result: &SimResult) -> BTreeMap<String, PodReport> {
+    let snap = &result.snapshot;
+    result
+        .fates
+        .iter_enumerated()
+        .map(|(p, fate)| {
+            let (node, state) = match fate {
+                PodFate::Bound(n) => (Some(n.clone()), "Bound"),
+                PodFate::Pending => (None, "Pending"),
+                PodFate::Evicted(n) => (Some(n.clone()), "Evicted"),
+            };
+            (pod_key(snap, p), PodReport { node, state })
+        })
+        .collect()
+}
+
+/// Each job's evictions over the whole run, as the `evictions` list names its pods: an
+/// evicted name counts for the job of the last pod of that name in the final snapshot. Only
+/// the pods of jobs whose `namespace/name-` begins an evicted name are named.
+fn evictions_by_job(snap: &Snapshot, evictions: &[Eviction]) -> Vec<(JobId, u32)> {
+    if evictions.is_empty() {
+        return Vec::new();
+    }
+    let mut evicted: HashMap<&str, (u32, Option<JobId>)> = HashMap::new();
+    for e in evictions {
+        evicted.entry(e.pod.as_str()).or_default().0 += 1;
+    }
+    let mut names: Vec<&str> = evicted.keys().copied().collect();
+    names.sort_unstable();
+    let candidate: TiVec<JobId, bool> = snap
+        .jobs
+        .iter()
+        .map(|job| {
+            let prefix = format!("{}/{}-", job.namespace, job.name);
+            names.get(names.partition_point(|n| *n < prefix.as_str())).is_some_and(|n| n.starts_with(&prefix))
+        })
+        .collect();
+    for (p, pod) in snap.pods.iter_enumerated().filter(|(_, pod)| candidate[pod.job]) {
+        if let Some((_, of)) = evicted.get_mut(pod_key(snap, p).as_str()) {
+            *of = Some(pod.job);
+        }
+    }
+    evicted.into_values().filter_map(|(times, job)| Some((job?, times))).collect()
+}
+
 /// The report as JSON with every object's keys sorted: the maps are sorted, and every
 /// struct declares its fields in the order of their names (a test holds them to it), so
 /// the report is written straight, without building a tree of values to sort.
 pub fn to_json(report: &Report) -> String {
-    let mut text = serde_json::to_string_pretty(report).expect("reports serialize");
-    text.push('\n');
-    text
+    let mut text = Vec::new();
+    write_json(report, &mut text).expect("writing to memory does not fail");
+    String::from_utf8(text).expect("JSON is UTF-8")
+}
+
+/// Writes [`to_json`]'s text to `out`, as it is made (a 150,000-pod report is 18 MB).
+pub fn write_json(report: &Report, mut out: impl Write) -> std::io::Result<()> {
+    serde_json::to_writer_pretty(&mut out, report)?;
+    out.write_all(b"\n")?;
+    out.flush()
 }
 
 /// The report as aligned text tables.

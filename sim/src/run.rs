@@ -4,6 +4,8 @@
 //! jobs the cycle resized restart at their new size. Nothing in the
 //! core knows it is simulated.
 
+use std::borrow::Cow;
+
 use drover_scheduler::carry::{carry, Termination};
 use drover_scheduler::config::SchedulerConfig;
 use drover_scheduler::cycle::{run_cycle, CycleOutcome};
@@ -68,7 +70,8 @@ pub struct SimResult {
 
 /// Runs `cycles` cycles of `config` on the scenario.
 pub fn simulate(scenario: &Scenario, config: &SchedulerConfig, cycles: u32) -> Result<SimResult, SnapshotError> {
-    let mut jobs = scenario.jobs.clone();
+    // The scenario's jobs, copied once a cycle's decisions are carried into them.
+    let mut jobs = Cow::Borrowed(&scenario.jobs);
     let mut evictions = Vec::new();
     let mut resizes = Vec::new();
     let mut cycle = 0;
@@ -81,16 +84,6 @@ pub fn simulate(scenario: &Scenario, config: &SchedulerConfig, cycles: u32) -> R
             snap.past_usage = scenario.usage.for_snapshot(&snap);
         }
         let outcome = run_cycle(&snap, config);
-        let node = |n: NodeId| snap.nodes[n].name.clone();
-        let fates: TiVec<PodId, PodFate> = outcome
-            .pod_state
-            .iter()
-            .map(|state| match *state {
-                PodState::Bound(n) | PodState::Allocated(n) => PodFate::Bound(node(n)),
-                PodState::Releasing(n) => PodFate::Evicted(node(n)),
-                PodState::Pending | PodState::Pipelined(_) => PodFate::Pending,
-            })
-            .collect();
         let mut cycle_evictions: Vec<Eviction> = outcome
             .decisions
             .evictions
@@ -107,15 +100,33 @@ pub fn simulate(scenario: &Scenario, config: &SchedulerConfig, cycles: u32) -> R
             why: r.why.clone(),
         }));
         if cycle >= cycles {
+            let node = |n: NodeId| snap.nodes[n].name.clone();
+            let fates: TiVec<PodId, PodFate> = outcome
+                .pod_state
+                .iter()
+                .map(|state| match *state {
+                    PodState::Bound(n) | PodState::Allocated(n) => PodFate::Bound(node(n)),
+                    PodState::Releasing(n) => PodFate::Evicted(node(n)),
+                    PodState::Pending | PodState::Pipelined(_) => PodFate::Pending,
+                })
+                .collect();
             return Ok(SimResult { cycles, snapshot: snap, last: outcome, fates, evictions, resizes });
         }
-        carry(&mut jobs, &snap, &outcome, Termination::Immediate);
+        carry(jobs.to_mut(), &snap, &outcome, Termination::Immediate);
     }
 }
 
-/// The pod's `namespace/<job>-<task>-<index>` name.
+/// The pod's `namespace/<job>-<task>-<index>` name (the namespace and the scenario's
+/// [`pod_name`](crate::scenario::pod_name)).
 pub fn pod_key(snap: &Snapshot, pod: PodId) -> String {
     let p = &snap.pods[pod];
     let job = &snap.jobs[p.job];
-    format!("{}/{}", job.namespace, crate::scenario::pod_name(&job.name, &job.tasks[p.task].name, p.index))
+    let task = &job.tasks[p.task].name;
+    let mut index = itoa::Buffer::new();
+    let index = index.format(p.index);
+    let mut key = String::with_capacity(job.namespace.len() + job.name.len() + task.len() + index.len() + 3);
+    for part in [&job.namespace, "/", &job.name, "-", task, "-", index] {
+        key.push_str(part);
+    }
+    key
 }

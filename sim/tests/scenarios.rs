@@ -32,6 +32,27 @@ fn failures(path: &Path) -> Vec<String> {
     if report::to_json(&rep) != sorted {
         problems.push("the JSON's keys are not sorted".into());
     }
+    problems.extend(summary_problems(&rep, &result));
+    problems
+}
+
+/// The table's report leaves out the pods and nothing else; each job's evictions are those
+/// of the `evictions` list whose name is one of its pods' in the final snapshot.
+fn summary_problems(rep: &report::Report, result: &run::SimResult) -> Vec<String> {
+    let summary = report::summary(&rep.scenario, result);
+    let mut problems = Vec::new();
+    if !summary.pods.is_empty() || report::to_table(&summary) != report::to_table(rep) {
+        problems.push("the summary differs from the report beyond its pods".into());
+    }
+    let snap = &result.snapshot;
+    let owner: std::collections::HashMap<String, String> =
+        snap.pods.iter_enumerated().map(|(p, pod)| (run::pod_key(snap, p), snap.jobs[pod.job].key())).collect();
+    for (key, job) in &rep.jobs {
+        let expected = result.evictions.iter().filter(|e| owner.get(&e.pod) == Some(key)).count();
+        if job.evicted as usize != expected {
+            problems.push(format!("job {key}: {} evictions reported, {expected} in the list", job.evicted));
+        }
+    }
     problems
 }
 

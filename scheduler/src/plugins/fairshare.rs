@@ -17,7 +17,7 @@ use foldhash::HashMap;
 
 use crate::config::{FairShareArgs, TimeBasedArgs};
 use crate::ids::{ti_vec, TiSlice, TiVec};
-use crate::plugin::{EvictMode, Plugin, Rule, ShareBound, Subject, Verdict, Victim, Why};
+use crate::plugin::{Blocker, EvictMode, Plugin, Rule, ShareBound, Subject, Verdict, Victim, Why};
 use crate::queue_state::queue_state;
 use crate::res::{Res, UNLIMITED};
 use crate::session::Session;
@@ -49,6 +49,21 @@ pub struct FairShare {
     /// Per queue, its fair share before [`count_only_usable_capacity`] lowered it: a refusal
     /// by a lowered share says so.
     full_share: TiVec<QueueId, Res>,
+    /// Reclaim asks about every queue for one job in a row; see [`PartingVerdicts`].
+    reclaim_from: RefCell<PartingVerdicts>,
+}
+
+/// [`reclaimable_from`]'s verdicts for one reclaiming job on one session state, by the
+/// sibling queue where the paths part: every queue below that sibling gets the same verdict,
+/// so with thousands of queues in a few levels only a few dozen are worked out.
+#[derive(Default)]
+struct PartingVerdicts {
+    /// The session's version and the job they are worked out for.
+    key: Option<(u64, JobId)>,
+    /// Counts the keys: a verdict stamped with an older round is not current.
+    round: u64,
+    /// Per sibling queue, its verdict and the round it was worked out in.
+    by_sibling: TiVec<QueueId, (u64, Result<(), Blocker>)>,
 }
 
 /// A job's running and pipelined pod counts: its request is fixed while these are.
@@ -75,6 +90,7 @@ impl FairShare {
             waiting: TiVec::new(),
             placed: TiVec::new(),
             full_share: TiVec::new(),
+            reclaim_from: RefCell::default(),
         }
     }
 }
@@ -185,6 +201,15 @@ pub fn count_only_usable_capacity(
     free.iter().for_each(|f| total_free.add(f));
     let leaves: Vec<QueueId> =
         snap.queues.keys().filter(|&q| q != ROOT && snap.queues[q].children.is_empty()).collect();
+    // What the leaves hold above their bar, summed once; a queue takes its own part out.
+    let mut above = [vec![0i128; n], vec![0i128; n]];
+    for &v in &leaves {
+        for (within, sums) in [false, true].into_iter().zip(&mut above) {
+            for (r, sum) in sums.iter_mut().enumerate() {
+                *sum += held_above(ssn, v, r, within);
+            }
+        }
+    }
     let mut lowered = Vec::new();
     // Queues often wait with gangs of the same requests: each is fitted, and each set of
     // requests' reachable capacity summed, once per cycle.
@@ -200,12 +225,10 @@ pub fn count_only_usable_capacity(
             sum
         }));
         let within_deserved = (0..n).all(|r| !snap.quota_resources[r] || alloc[r] <= deserved[r]);
-        for &v in leaves.iter().filter(|&&v| v != q) {
-            let (held, bar) = (&ssn.queue_alloc[v], &snap.queues[v].deserved);
-            for r in 0..n {
-                let bar = if within_deserved { bar[r] } else { bar[r].max(fair[v][r]) };
-                usable[r] = usable[r].saturating_add((held[r] - bar).max(0));
-            }
+        let others = &above[usize::from(within_deserved)];
+        for r in 0..n {
+            let sum = i128::from(usable[r]) + others[r] - held_above(ssn, q, r, within_deserved);
+            usable[r] = sum.min(i128::from(i64::MAX)) as i64;
         }
         let mut share = fair[q].clone();
         for r in (0..n).filter(|&r| r != snap.pods_resource) {
@@ -218,6 +241,15 @@ pub fn count_only_usable_capacity(
         ssn.fair_share[q] = share;
     }
     full
+}
+
+/// What leaf `v` holds of resource `r` above what reclaim leaves it: its deserved quota
+/// when the reclaiming queue stays `within` its own, else the larger of deserved quota and
+/// fair share.
+fn held_above(ssn: &Session, v: QueueId, r: usize, within: bool) -> i128 {
+    let deserved = ssn.snap.queues[v].deserved[r];
+    let bar = if within { deserved } else { deserved.max(ssn.fair_share[v][r]) };
+    i128::from((ssn.queue_alloc[v][r] - bar).max(0))
 }
 
 /// Whether a gang of these requests, in this order, fits the nodes' free capacity whole.
@@ -700,7 +732,22 @@ impl Plugin for FairShare {
         let Some((mine, theirs)) = snap.split(snap.jobs[preemptor].queue, queue) else {
             return Err(Why::new(snap, Rule::SameQueue, Subject::Queue(queue)));
         };
-        self.with_need(ssn, preemptor, |need| reclaimable_from(ssn, mine, theirs, &need.request))
+        let mut memo = self.reclaim_from.borrow_mut();
+        let key = Some((ssn.version, preemptor));
+        if memo.key != key {
+            memo.key = key;
+            memo.round += 1;
+            memo.by_sibling.resize(snap.queues.len(), (0, Ok(())));
+        }
+        let round = memo.round;
+        let (at, verdict) = &mut memo.by_sibling[theirs];
+        if *at != round {
+            *at = round;
+            *verdict = self
+                .with_need(ssn, preemptor, |need| reclaimable_from(ssn, mine, theirs, &need.request))
+                .map_err(Blocker::from);
+        }
+        verdict.map_err(|b| b.why(snap))
     }
 
     fn victim_rank_precedence(&self) -> Option<u8> {
@@ -711,6 +758,107 @@ impl Plugin for FairShare {
         match mode {
             EvictMode::Preempt => 0,
             EvictMode::Reclaim => 2 - queue_state(ssn, ssn.snap.jobs[v.job].queue) as i64,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use drover_api::{ResourceList, GPU, PODS};
+
+    use super::*;
+    use crate::session::{EvictReason, Statement};
+    use crate::snapshot::{
+        self, Constraints, JobInput, JobPhase, NodeInput, PodPhaseInput, QueueBounds, QueueInput, QueueingStrategy,
+        TaskInput,
+    };
+
+    fn gpus(n: i64) -> ResourceList {
+        ResourceList(BTreeMap::from([(GPU.to_string(), n), (PODS.to_string(), 110)]))
+    }
+
+    fn queue(name: &str, parent: Option<&str>, deserved: i64) -> QueueInput {
+        QueueInput {
+            name: name.into(),
+            parent: parent.map(Into::into),
+            deserved: gpus(deserved),
+            limit: None,
+            over_quota_weight: 1,
+            reclaimable: true,
+            strategy: QueueingStrategy::BestEffortFifo,
+            bounds: QueueBounds::default(),
+        }
+    }
+
+    fn job(name: &str, queue: &str, pods: Vec<PodPhaseInput>) -> JobInput {
+        JobInput {
+            name: name.into(),
+            namespace: "ns".into(),
+            queue: queue.into(),
+            priority_class: "train".into(),
+            priority: 0,
+            preemptible: true,
+            min_member: pods.len() as u32,
+            min_resources: None,
+            created_at: 0,
+            phase: JobPhase::Inqueue,
+            tasks: vec![TaskInput {
+                name: "w".into(),
+                min_available: 0,
+                requests: gpus(1),
+                constraints: Constraints::default(),
+                pods,
+                topology: None,
+                slices: None,
+            }],
+            run_time: None,
+            ends_at: None,
+            preempted_at: None,
+            started_at: None,
+            topology: None,
+            resize: None,
+        }
+    }
+
+    /// Department `d2` (deserved 4 GPUs) runs 6 in its leaves `b` and `c`; leaf `a` of `d1`
+    /// waits for 2. Both of `d2`'s leaves are judged by `d2`, once per session state: once
+    /// two of `b`'s pods are evicted, `d2` is at its deserved quota and neither may lose more.
+    #[test]
+    fn reclaim_from_a_sibling_is_judged_again_once_the_session_changes() {
+        let node = NodeInput {
+            name: "n".into(),
+            allocatable: gpus(6),
+            labels: BTreeMap::new(),
+            taints: Vec::new(),
+            unschedulable: false,
+        };
+        let queues = [
+            queue("d1", None, 4),
+            queue("d2", None, 4),
+            queue("a", Some("d1"), 4),
+            queue("b", Some("d2"), 2),
+            queue("c", Some("d2"), 2),
+        ];
+        let bound = || vec![PodPhaseInput::Bound("n".into()); 3];
+        let jobs = [job("x", "a", vec![PodPhaseInput::Pending; 2]), job("y", "b", bound()), job("z", "c", bound())];
+        let snap = snapshot::build_with_topologies(&[node], &queues, &[], &jobs).expect("a valid cluster");
+        let id = |name: &str| snap.queues.keys().find(|&q| snap.queues[q].name == name).expect("queue");
+        let (x, y) = (JobId::from(0), JobId::from(1));
+        let mut ssn = Session::open(&snap);
+        let mut plugin = FairShare::new(FairShareArgs::default(), false);
+        plugin.on_open(&mut ssn);
+        for leaf in ["b", "c"] {
+            assert!(plugin.may_reclaim_from(&ssn, x, id(leaf)).is_ok(), "{leaf}: d2 holds 6 GPUs above its 4");
+        }
+        let mut st = Statement::new();
+        for pod in ssn.running_pods(y).take(2).collect::<Vec<_>>() {
+            ssn.evict(&mut st, pod, EvictReason::Reclaim, x);
+        }
+        for leaf in ["b", "c"] {
+            let why = plugin.may_reclaim_from(&ssn, x, id(leaf)).expect_err("d2 is at its deserved quota");
+            assert_eq!((why.rule, why.subject), (Rule::NotAboveDeserved, Subject::Queue(id("d2"))), "{leaf}");
         }
     }
 }
