@@ -48,7 +48,6 @@ pub fn run(ctx: &mut Ctx, actions: &[ActionName]) -> TiVec<JobId, Option<Forbidd
     }
     waiting.sort_by(|&a, &b| ctx.fw.job_order(ctx.ssn, a, b));
     let mut pool = VictimPool::new(EvictMode::Reclaim, running, snap.jobs.len());
-    pool.prepare(ctx.ssn, ctx.fw, &queues);
     let mut searched = 0;
     for job in waiting {
         if searched == MAX_GANGS {
@@ -60,6 +59,11 @@ pub fn run(ctx: &mut Ctx, actions: &[ActionName]) -> TiVec<JobId, Option<Forbidd
         // A gang its queues' bounds hold gets their numbers as advice instead.
         if gang.is_empty() || !fits(ctx) {
             continue;
+        }
+        if searched == 0 {
+            // Formed for the first gang searched: often every waiting gang is held by its
+            // queues' bounds, and forming every running job's units is then wasted.
+            pool.prepare(ctx.ssn, ctx.fw, &queues);
         }
         searched += 1;
         let mut order = pool.order(&queues, job);
