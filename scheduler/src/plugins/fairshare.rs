@@ -770,56 +770,11 @@ mod tests {
 
     use super::*;
     use crate::session::{EvictReason, Statement};
-    use crate::snapshot::{
-        self, Constraints, JobInput, JobPhase, NodeInput, PodPhaseInput, QueueBounds, QueueInput, QueueingStrategy,
-        TaskInput,
-    };
+    use crate::snapshot::{self, JobInput, JobPhase, PodPhaseInput};
+    use crate::test_cluster::{job, node, queue};
 
     fn gpus(n: i64) -> ResourceList {
         ResourceList(BTreeMap::from([(GPU.to_string(), n), (PODS.to_string(), 110)]))
-    }
-
-    fn queue(name: &str, parent: Option<&str>, deserved: i64) -> QueueInput {
-        QueueInput {
-            name: name.into(),
-            parent: parent.map(Into::into),
-            deserved: gpus(deserved),
-            limit: None,
-            over_quota_weight: 1,
-            reclaimable: true,
-            strategy: QueueingStrategy::BestEffortFifo,
-            bounds: QueueBounds::default(),
-        }
-    }
-
-    fn job(name: &str, queue: &str, pods: Vec<PodPhaseInput>) -> JobInput {
-        JobInput {
-            name: name.into(),
-            namespace: "ns".into(),
-            queue: queue.into(),
-            priority_class: "train".into(),
-            priority: 0,
-            preemptible: true,
-            min_member: pods.len() as u32,
-            min_resources: None,
-            created_at: 0,
-            phase: JobPhase::Inqueue,
-            tasks: vec![TaskInput {
-                name: "w".into(),
-                min_available: 0,
-                requests: gpus(1),
-                constraints: Constraints::default(),
-                pods,
-                topology: None,
-                slices: None,
-            }],
-            run_time: None,
-            ends_at: None,
-            preempted_at: None,
-            started_at: None,
-            topology: None,
-            resize: None,
-        }
     }
 
     /// Department `d2` (deserved 4 GPUs) runs 6 in its leaves `b` and `c`; leaf `a` of `d1`
@@ -827,23 +782,22 @@ mod tests {
     /// two of `b`'s pods are evicted, `d2` is at its deserved quota and neither may lose more.
     #[test]
     fn reclaim_from_a_sibling_is_judged_again_once_the_session_changes() {
-        let node = NodeInput {
-            name: "n".into(),
-            allocatable: gpus(6),
-            labels: BTreeMap::new(),
-            taints: Vec::new(),
-            unschedulable: false,
-        };
         let queues = [
-            queue("d1", None, 4),
-            queue("d2", None, 4),
-            queue("a", Some("d1"), 4),
-            queue("b", Some("d2"), 2),
-            queue("c", Some("d2"), 2),
+            queue("d1", None, gpus(4)),
+            queue("d2", None, gpus(4)),
+            queue("a", Some("d1"), gpus(4)),
+            queue("b", Some("d2"), gpus(2)),
+            queue("c", Some("d2"), gpus(2)),
         ];
-        let bound = || vec![PodPhaseInput::Bound("n".into()); 3];
-        let jobs = [job("x", "a", vec![PodPhaseInput::Pending; 2]), job("y", "b", bound()), job("z", "c", bound())];
-        let snap = snapshot::build_with_topologies(&[node], &queues, &[], &jobs).expect("a valid cluster");
+        let bound = |name: &str, queue: &str| job(name, queue, gpus(1), vec![PodPhaseInput::Bound("n".into()); 3]);
+        let waiting = JobInput {
+            min_member: 2,
+            phase: JobPhase::Inqueue,
+            ..job("x", "a", gpus(1), vec![PodPhaseInput::Pending; 2])
+        };
+        let jobs = [waiting, bound("y", "b"), bound("z", "c")];
+        let nodes = [node("n", gpus(6), BTreeMap::new())];
+        let snap = snapshot::build_with_topologies(&nodes, &queues, &[], &jobs).expect("a valid cluster");
         let id = |name: &str| snap.queues.keys().find(|&q| snap.queues[q].name == name).expect("queue");
         let (x, y) = (JobId::from(0), JobId::from(1));
         let mut ssn = Session::open(&snap);
