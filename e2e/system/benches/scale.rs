@@ -13,7 +13,10 @@
 //! taking the Lease (the lease duration) and from then to `b`'s first binding, cycle
 //! durations (p50/p99 of all cycles, and of the steady cycles after the last binding, when
 //! nothing new arrives), each replica's peak RSS, and whether any gang is left half bound or
-//! any node holds more than its GPUs. Then the same pods as plain pods for
+//! any node holds more than its GPUs. For each scheduler it also reports the API server's
+//! load per bound pod, from its own `/metrics`: write requests by resource (the kubelets'
+//! Leases and Nodes left out) and CPU time above its rate before the scheduler started.
+//! Then the same pods as plain pods for
 //! kube-scheduler on a control plane and nodes of their own, started the same way (see the
 //! throughput bench for why not the same one), and the ratio of the two binding rates.
 //!
@@ -43,6 +46,8 @@ use support::{bed, create_all, next_binding, node_of, pod, pod_watch, Bed, Kille
 const STEADY_CYCLES: usize = 20;
 /// The longest wait for any one binding before the bench gives up.
 const STALL: Duration = Duration::from_secs(300);
+/// How long the API server's idle CPU is sampled before a scheduler starts.
+const IDLE_SAMPLE: Duration = Duration::from_secs(10);
 
 struct Args {
     nodes: u32,
@@ -194,6 +199,78 @@ async fn create_workload(args: &Args, bed: &Bed) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What the API server has served since it started: its write requests by resource and
+/// subresource, and the CPU it used.
+struct ServerLoad {
+    writes: BTreeMap<String, f64>,
+    cpu_seconds: f64,
+    at: Instant,
+}
+
+/// Reads [`ServerLoad`] from the API server's `/metrics` (`apiserver_request_total`,
+/// `process_cpu_seconds_total`). Leases and Nodes are left out: they are the kubelets'
+/// traffic, the same whichever scheduler runs.
+async fn server_load(bed: &Bed) -> anyhow::Result<ServerLoad> {
+    let text = bed.client.request_text(http::Request::get("/metrics").body(Vec::new())?).await?;
+    let mut load = ServerLoad { writes: BTreeMap::new(), cpu_seconds: 0.0, at: Instant::now() };
+    for line in text.lines() {
+        if let Some(v) = line.strip_prefix("process_cpu_seconds_total ") {
+            load.cpu_seconds = v.trim().parse()?;
+        }
+        let Some((labels, value)) = line.strip_prefix("apiserver_request_total{").and_then(|l| l.rsplit_once("} "))
+        else {
+            continue;
+        };
+        let label = |key: &str| {
+            labels.split(',').find_map(|kv| kv.strip_prefix(key)?.strip_prefix("=\"")?.strip_suffix('"')).unwrap_or("")
+        };
+        if matches!(label("verb"), "GET" | "LIST" | "WATCH" | "CONNECT")
+            || matches!(label("resource"), "leases" | "nodes")
+        {
+            continue;
+        }
+        let key = match label("subresource") {
+            "" => label("resource").to_string(),
+            sub => format!("{}/{sub}", label("resource")),
+        };
+        *load.writes.entry(key).or_default() += value.trim().parse::<f64>()?;
+    }
+    Ok(load)
+}
+
+/// The API server's load from `before` to now per bound pod, its CPU counted above `idle`
+/// (cores used before the scheduler started): one line for people.
+async fn load_per_pod(bed: &Bed, before: &ServerLoad, idle: f64, pods: usize) -> anyhow::Result<String> {
+    let now = server_load(bed).await?;
+    let pods = pods.max(1) as f64;
+    let mut total = 0.0;
+    let mut parts = Vec::new();
+    for (resource, n) in &now.writes {
+        let n = n - before.writes.get(resource).copied().unwrap_or(0.0);
+        if n >= 1.0 {
+            total += n;
+            parts.push(format!("{resource} {:.2}", n / pods));
+        }
+    }
+    let busy = now.cpu_seconds - before.cpu_seconds - idle * now.at.duration_since(before.at).as_secs_f64();
+    Ok(format!(
+        "{:.2} writes per bound pod ({}); API server CPU above idle {:.1} ms per bound pod",
+        total / pods,
+        parts.join(", "),
+        busy.max(0.0) * 1000.0 / pods
+    ))
+}
+
+/// The cores the API server uses with no scheduler running (the kubelets' Leases), over a
+/// few seconds, and the load at the end of them.
+async fn idle_load(bed: &Bed) -> anyhow::Result<(f64, ServerLoad)> {
+    let first = server_load(bed).await?;
+    tokio::time::sleep(IDLE_SAMPLE).await;
+    let then = server_load(bed).await?;
+    let idle = (then.cpu_seconds - first.cpu_seconds) / then.at.duration_since(first.at).as_secs_f64();
+    Ok((idle, then))
+}
+
 /// The Lease holder's identity, if any.
 async fn holder(bed: &Bed) -> Option<String> {
     let leases: Api<Lease> = Api::namespaced(bed.client.clone(), "drover-system");
@@ -256,6 +333,7 @@ async fn drover(args: &Args, bed: &Bed) -> anyhow::Result<f64> {
     // early by what it has seen; the figures come from the API server's own times.
     let kill_at = bindable / 4;
     let mut stream = pod_watch(&bed.client).await?;
+    let (idle, load_before) = idle_load(bed).await?;
     let start = Timestamp::now();
     let mut replicas = vec![Replica::start(bed, "a")?];
     let mut bound: HashSet<String> = HashSet::new();
@@ -304,6 +382,7 @@ async fn drover(args: &Args, bed: &Bed) -> anyhow::Result<f64> {
     let survivor_cycles = cycles(&survivor.log);
     let dead_cycles = cycles(&dead_log);
     let all: Vec<u64> = dead_cycles.iter().chain(&survivor_cycles).map(|c| c.ms).collect();
+    let load = load_per_pod(bed, &load_before, idle, bindable).await?;
     let Books { half, over, scheduled } = books(args, bed).await?;
     let (Some(&first), Some(&last)) = (scheduled.first(), scheduled.last()) else { bail!("nothing bound") };
     let before_kill = scheduled.iter().filter(|t| **t < kill).count();
@@ -332,6 +411,7 @@ async fn drover(args: &Args, bed: &Bed) -> anyhow::Result<f64> {
         summary(&steady)
     );
     println!("drover: peak RSS: killed leader {victim_rss:.0} MiB, survivor {:.0} MiB", survivor.peak_rss_mib());
+    println!("drover: from the start to the last steady cycle: {load}");
     if !half.is_empty() || !over.is_empty() {
         bail!(
             "{} gangs half bound: {}; {} nodes overcommitted: {}",
@@ -351,6 +431,7 @@ async fn kube_scheduler(args: &Args, bed: &mut Bed) -> anyhow::Result<f64> {
     create_all(&Api::namespaced(bed.client.clone(), NS), plain).await?;
     let bindable = args.bindable();
     let mut stream = pod_watch(&bed.client).await?;
+    let (idle, load_before) = idle_load(bed).await?;
     let start = Timestamp::now();
     bed.server.plane_mut().start_kube_scheduler(&["--kube-api-qps=5000".into(), "--kube-api-burst=5000".into()])?;
     let mut bound: HashSet<String> = HashSet::new();
@@ -358,10 +439,12 @@ async fn kube_scheduler(args: &Args, bed: &mut Bed) -> anyhow::Result<f64> {
         next_binding(&mut stream, &mut bound, STALL).await?;
     }
     bed.server.plane_mut().stop_kube_scheduler();
+    let load = load_per_pod(bed, &load_before, idle, bindable).await?;
     let Some(&last) = books(args, bed).await?.scheduled.last() else { bail!("nothing bound") };
     let secs = until_end_of(last, start);
     let rate = bindable as f64 / secs;
     println!("kube-scheduler: {bindable} pods bound within {secs:.0} s (API server stamps) = {rate:.0} pods/s");
+    println!("kube-scheduler: from the start to the last binding: {load}");
     Ok(rate)
 }
 
