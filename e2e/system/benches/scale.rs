@@ -199,41 +199,46 @@ async fn create_workload(args: &Args, bed: &Bed) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// What the API server has served since it started: its write requests by resource and
-/// subresource, and the CPU it used.
+/// What the API server has served since it started: its write requests and the time spent
+/// serving requests (watches left out: theirs is how long they stay open), both by verb and
+/// resource, and the CPU it used.
 struct ServerLoad {
     writes: BTreeMap<String, f64>,
+    serving: BTreeMap<String, f64>,
     cpu_seconds: f64,
     at: Instant,
 }
 
 /// Reads [`ServerLoad`] from the API server's `/metrics` (`apiserver_request_total`,
-/// `process_cpu_seconds_total`). Leases and Nodes are left out: they are the kubelets'
-/// traffic, the same whichever scheduler runs.
+/// `apiserver_request_duration_seconds_sum`, `process_cpu_seconds_total`). Leases and
+/// Nodes are left out: they are the kubelets' traffic, the same whichever scheduler runs.
 async fn server_load(bed: &Bed) -> anyhow::Result<ServerLoad> {
     let text = bed.client.request_text(http::Request::get("/metrics").body(Vec::new())?).await?;
-    let mut load = ServerLoad { writes: BTreeMap::new(), cpu_seconds: 0.0, at: Instant::now() };
+    let mut load =
+        ServerLoad { writes: BTreeMap::new(), serving: BTreeMap::new(), cpu_seconds: 0.0, at: Instant::now() };
     for line in text.lines() {
         if let Some(v) = line.strip_prefix("process_cpu_seconds_total ") {
             load.cpu_seconds = v.trim().parse()?;
         }
-        let Some((labels, value)) = line.strip_prefix("apiserver_request_total{").and_then(|l| l.rsplit_once("} "))
-        else {
-            continue;
-        };
+        let Some((metric, rest)) = line.split_once('{') else { continue };
+        let Some((labels, value)) = rest.rsplit_once("} ") else { continue };
         let label = |key: &str| {
             labels.split(',').find_map(|kv| kv.strip_prefix(key)?.strip_prefix("=\"")?.strip_suffix('"')).unwrap_or("")
         };
-        if matches!(label("verb"), "GET" | "LIST" | "WATCH" | "CONNECT")
-            || matches!(label("resource"), "leases" | "nodes")
-        {
+        let (verb, resource) = (label("verb"), label("resource"));
+        if matches!(resource, "leases" | "nodes") || verb == "WATCH" {
             continue;
         }
-        let key = match label("subresource") {
-            "" => label("resource").to_string(),
-            sub => format!("{}/{sub}", label("resource")),
+        let resource = match label("subresource") {
+            "" => resource.to_string(),
+            sub => format!("{resource}/{sub}"),
         };
-        *load.writes.entry(key).or_default() += value.trim().parse::<f64>()?;
+        let (into, key) = match metric {
+            "apiserver_request_total" if !matches!(verb, "GET" | "LIST" | "CONNECT") => (&mut load.writes, resource),
+            "apiserver_request_duration_seconds_sum" => (&mut load.serving, format!("{verb} {resource}")),
+            _ => continue,
+        };
+        *into.entry(key).or_default() += value.trim().parse::<f64>()?;
     }
     Ok(load)
 }
@@ -243,21 +248,28 @@ async fn server_load(bed: &Bed) -> anyhow::Result<ServerLoad> {
 async fn load_per_pod(bed: &Bed, before: &ServerLoad, idle: f64, pods: usize) -> anyhow::Result<String> {
     let now = server_load(bed).await?;
     let pods = pods.max(1) as f64;
-    let mut total = 0.0;
-    let mut parts = Vec::new();
-    for (resource, n) in &now.writes {
-        let n = n - before.writes.get(resource).copied().unwrap_or(0.0);
-        if n >= 1.0 {
-            total += n;
-            parts.push(format!("{resource} {:.2}", n / pods));
-        }
-    }
+    let since = |now: &BTreeMap<String, f64>, before: &BTreeMap<String, f64>| -> Vec<(String, f64)> {
+        now.iter()
+            .map(|(k, n)| (k.clone(), n - before.get(k).copied().unwrap_or(0.0)))
+            .filter(|(_, n)| *n > 0.0)
+            .collect()
+    };
+    let writes = since(&now.writes, &before.writes);
+    let total: f64 = writes.iter().map(|(_, n)| n).sum();
+    let parts: Vec<String> =
+        writes.iter().filter(|(_, n)| *n >= 1.0).map(|(k, n)| format!("{k} {:.2}", n / pods)).collect();
+    let mut serving = since(&now.serving, &before.serving);
+    serving.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let top: Vec<String> =
+        serving.iter().take(6).map(|(k, secs)| format!("{k} {:.2} ms", secs * 1000.0 / pods)).collect();
     let busy = now.cpu_seconds - before.cpu_seconds - idle * now.at.duration_since(before.at).as_secs_f64();
     Ok(format!(
-        "{:.2} writes per bound pod ({}); API server CPU above idle {:.1} ms per bound pod",
+        "{:.2} writes per bound pod ({}); API server CPU above idle {:.1} ms per bound pod; time serving, \
+         per bound pod, the most: {}",
         total / pods,
         parts.join(", "),
-        busy.max(0.0) * 1000.0 / pods
+        busy.max(0.0) * 1000.0 / pods,
+        top.join(", ")
     ))
 }
 
