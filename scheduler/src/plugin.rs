@@ -182,7 +182,8 @@ pub struct Blocker {
 }
 
 impl Blocker {
-    /// The refusal again, to display with `snap`.
+    /// The refusal again, to display with `snap` (without a topology level or an end, which a
+    /// blocker does not keep).
     pub fn why(self, snap: &Snapshot) -> Why<'_> {
         Why { rule: self.rule, subject: self.subject, excess: self.excess, level: None, until: None, snap }
     }

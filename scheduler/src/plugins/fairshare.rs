@@ -206,7 +206,7 @@ pub fn count_only_usable_capacity(
     for &v in &leaves {
         for (within, sums) in [false, true].into_iter().zip(&mut above) {
             for (r, sum) in sums.iter_mut().enumerate() {
-                *sum += held_above(ssn, v, r, within);
+                *sum += held_above(ssn, fair, v, r, within);
             }
         }
     }
@@ -227,7 +227,7 @@ pub fn count_only_usable_capacity(
         let within_deserved = (0..n).all(|r| !snap.quota_resources[r] || alloc[r] <= deserved[r]);
         let others = &above[usize::from(within_deserved)];
         for r in 0..n {
-            let sum = i128::from(usable[r]) + others[r] - held_above(ssn, q, r, within_deserved);
+            let sum = i128::from(usable[r]) + others[r] - held_above(ssn, fair, q, r, within_deserved);
             usable[r] = sum.min(i128::from(i64::MAX)) as i64;
         }
         let mut share = fair[q].clone();
@@ -245,10 +245,10 @@ pub fn count_only_usable_capacity(
 
 /// What leaf `v` holds of resource `r` above what reclaim leaves it: its deserved quota
 /// when the reclaiming queue stays `within` its own, else the larger of deserved quota and
-/// fair share.
-fn held_above(ssn: &Session, v: QueueId, r: usize, within: bool) -> i128 {
+/// its `fair` share.
+fn held_above(ssn: &Session, fair: &TiSlice<QueueId, Res>, v: QueueId, r: usize, within: bool) -> i128 {
     let deserved = ssn.snap.queues[v].deserved[r];
-    let bar = if within { deserved } else { deserved.max(ssn.fair_share[v][r]) };
+    let bar = if within { deserved } else { deserved.max(fair[v][r]) };
     i128::from((ssn.queue_alloc[v][r] - bar).max(0))
 }
 
@@ -588,6 +588,7 @@ impl Plugin for FairShare {
         self.placed = waiting.iter().map(|_| Cell::new(0)).collect();
         self.waiting = waiting;
         self.needs = RefCell::new(ti_vec![None; snap.jobs.len()]);
+        self.reclaim_from = RefCell::default();
         self.jobs_by_queue = by_queue;
     }
 
