@@ -15,8 +15,8 @@
 //! nothing new arrives), each replica's peak RSS, and whether any gang is left half bound or
 //! any node holds more than its GPUs. For each scheduler it also reports the API server's
 //! load per bound pod, from its own `/metrics`: write requests by resource (the kubelets'
-//! Leases and Nodes left out) and CPU time above its rate before the scheduler started.
-//! Then the same pods as plain pods for
+//! Leases and Nodes left out), CPU time above its rate before the scheduler started, and the
+//! time spent serving each kind of request. Then the same pods as plain pods for
 //! kube-scheduler on a control plane and nodes of their own, started the same way (see the
 //! throughput bench for why not the same one), and the ratio of the two binding rates.
 //!
@@ -307,8 +307,8 @@ async fn books(args: &Args, bed: &Bed) -> anyhow::Result<Books> {
     for p in pods.list(&ListParams::default()).await?.items {
         let group = p.metadata.annotations.as_ref().and_then(|a| a.get("scheduling.drover.dev/pod-group"));
         let count = bound.entry(group.cloned().unwrap_or_default()).or_default();
-        *count += u32::from(node_of(&p).is_some());
         if let Some(node) = node_of(&p) {
+            *count += 1;
             *on_node.entry(node.to_string()).or_default() += 1;
         }
         let conditions = p.status.as_ref().and_then(|s| s.conditions.as_ref());
