@@ -89,7 +89,7 @@ pub fn predict<'a>(
             }
             let history = histories.get(&snap.queues[job.queue].name)?;
             let features = JobFeatures { namespace: &job.namespace, name: name_of(job), gpus: gpus(snap, job) };
-            let elapsed = job.started_at.map_or(0, |s| snap.now.saturating_sub(s).max(0));
+            let elapsed = job.started_at.map_or(0, |s| snap.clock.now().saturating_sub(s).max(0));
             history.predict(&features, elapsed)
         })
         .collect()

@@ -36,7 +36,7 @@ pub fn carry(jobs: &mut [JobInput], snap: &Snapshot, outcome: &CycleOutcome, ter
         };
     }
     for job in outcome.decisions.preempted_jobs(snap) {
-        jobs[job.0].preempted_at = Some(snap.now);
+        jobs[job.0].preempted_at = Some(snap.clock.now());
     }
     for (job, phase) in jobs.iter_mut().zip(&outcome.job_phase) {
         job.phase = *phase;
@@ -44,7 +44,7 @@ pub fn carry(jobs: &mut [JobInput], snap: &Snapshot, outcome: &CycleOutcome, ter
         if !running {
             job.ends_at = None;
         } else if job.ends_at.is_none() {
-            job.ends_at = job.run_time.map(|d| snap.now.saturating_add(d.seconds()));
+            job.ends_at = job.run_time.map(|d| snap.clock.now().saturating_add(d.seconds()));
         }
     }
     for resize in &outcome.decisions.resizes {

@@ -124,7 +124,7 @@ fn advice(snap: &Snapshot, by: Option<Blocker>, need: &Res, forbidden: Option<&F
         None => "room on nodes its pods fit: running pods finish or are evicted for it, or nodes are added".to_string(),
     };
     if let Some(Blocker { rule: Rule::RegrowDelay, subject: Subject::Job(j), .. }) = by {
-        let since = snap.now - snap.jobs[j].preempted_at.unwrap_or(snap.now);
+        let since = snap.jobs[j].preempted_at.map_or(0, |t| snap.clock.now() - t);
         let left = (crate::plugins::regrow::REGROW_DELAY_SECONDS - since).max(0);
         return format!("time: its elastic pods may grow again in {left} s, if the other rules then allow");
     }

@@ -110,6 +110,12 @@ pub fn plan(fw: &Framework, ssn: &Session, reservations: &[Reservation]) -> TiVe
         Some(g) if snap.jobs[job].tasks.iter().any(|t| t.gpu) => g,
         _ => snap.cpu,
     };
+    let clock = &snap.clock;
+    // Every start planned lies beyond the pool's starting point (the time), which therefore
+    // shapes the plan only through the ends: an end that has come is the time and moves every
+    // second; one still to come holds until then.
+    let now = clock.unnoted();
+    let from_now = |t: i64| if clock.reached(t) { clock.now() } else { t };
     let mut pools: Vec<Option<Pool>> = (0..snap.resources.len()).map(|_| None).collect();
     let mut waiting: Vec<JobId> = Vec::new();
     for (j, job) in snap.jobs.iter_enumerated() {
@@ -117,10 +123,10 @@ pub fn plan(fw: &Framework, ssn: &Session, reservations: &[Reservation]) -> TiVe
         let pods = || job.tasks.iter().flat_map(|t| &t.pods).map(|&p| (p, ssn.pod_state[p]));
         let held: i64 = pods().filter(|(_, s)| s.running_on().is_some()).map(|(p, _)| ssn.requests(p)[r]).sum();
         if pods().any(|(_, s)| s.running_on().is_some()) {
-            let end = job.ends_at.or_else(|| job.run_time.map(|d| snap.now.saturating_add(d.seconds())));
+            let end = job.ends_at.or_else(|| job.run_time.map(|d| clock.now().saturating_add(d.seconds())));
             let learned = matches!(job.run_time, Some(RunTime::Learned(_)));
-            let pool = pools[r].get_or_insert_with(|| Pool::new(snap.capacity[r], snap.now));
-            pool.hold_until(held, end.map(|t| (t.max(snap.now), learned)));
+            let pool = pools[r].get_or_insert_with(|| Pool::new(snap.capacity[r], now));
+            pool.hold_until(held, end.map(|t| (from_now(t), learned)));
         } else if pods().any(|(_, s)| matches!(s, PodState::Pending | PodState::Pipelined(_))) {
             waiting.push(j);
         }
@@ -132,8 +138,8 @@ pub fn plan(fw: &Framework, ssn: &Session, reservations: &[Reservation]) -> TiVe
         in_queue[job.queue] += 1;
         let r = resource(j);
         let need: i64 = job.tasks.iter().map(|t| t.requests[r] * t.pods.len() as i64).sum();
-        let reserved = reservations.iter().find(|res| res.job == j).map_or(snap.now, |res| res.start);
-        let pool = pools[r].get_or_insert_with(|| Pool::new(snap.capacity[r], snap.now));
+        let reserved = reservations.iter().find(|res| res.job == j).map_or(now, |res| res.start);
+        let pool = pools[r].get_or_insert_with(|| Pool::new(snap.capacity[r], now));
         let planned = pool.plan(need, reserved, job.run_time);
         out[j] = Some(Forecast {
             queue_position: in_queue[job.queue],

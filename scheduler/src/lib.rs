@@ -6,6 +6,7 @@
 
 pub mod actions;
 pub mod carry;
+pub mod clock;
 pub mod config;
 pub mod cycle;
 pub mod domain_index;

@@ -264,7 +264,7 @@ impl fmt::Display for Why<'_> {
                 let Subject::Job(j) = self.subject else {
                     return write!(f, "no elastic pods grow until {delay} s after a preemption");
                 };
-                let ago = snap.now - snap.jobs[j].preempted_at.unwrap_or(snap.now);
+                let ago = snap.jobs[j].preempted_at.map_or(0, |t| snap.clock.now() - t);
                 write!(f, "job {s} lost pods to preemption or reclaim {ago} s ago and grows no elastic pods until {delay} s after it")
             }
             Rule::RunningJobs | Rule::RunningPods => {

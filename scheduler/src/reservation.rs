@@ -99,7 +99,7 @@ impl Reservations {
     /// The running pods on `r`'s nodes of jobs whose loan is due: evicted when `r`'s gang is.
     pub fn overdue_borrowers(ssn: &Session, r: &Reservation) -> Vec<PodId> {
         let snap = ssn.snap;
-        let due = |j: JobId| snap.jobs[j].borrowed_until.is_some_and(|t| t <= snap.now);
+        let due = |j: JobId| snap.jobs[j].borrowed_until.is_some_and(|t| snap.clock.reached(t));
         let mut jobs: Vec<JobId> = ssn
             .pod_state
             .iter_enumerated()
@@ -209,19 +209,21 @@ fn plan_within(
             ssn.idle(n).plus(&gone)
         })
         .collect();
-    let now = snap.now;
+    let clock = &snap.clock;
+    // An end that has come is now, which moves every second; one still to come holds until then.
+    let from_now = |t: i64| if clock.reached(t) { clock.now() } else { t };
     let mut ends: Vec<(i64, usize, PodId)> = Vec::new();
     for (p, state) in ssn.pod_state.iter_enumerated() {
         let j = &snap.jobs[snap.pods[p].job];
         let (node, end) = match *state {
             // A loan that is due ends now: the borrower is evicted if it still runs.
-            PodState::Bound(n) if j.borrowed_until.is_some_and(|t| t <= now) => (n, Some(now)),
+            PodState::Bound(n) if j.borrowed_until.is_some_and(|t| clock.reached(t)) => (n, Some(clock.now())),
             PodState::Bound(n) => (n, j.ends_at),
-            PodState::Allocated(n) => (n, j.run_time.map(|d| now.saturating_add(d.seconds()))),
+            PodState::Allocated(n) => (n, j.run_time.map(|d| clock.now().saturating_add(d.seconds()))),
             _ => continue,
         };
         if let (Some(end), true) = (end, slot[node] != NONE) {
-            ends.push((end.max(now), slot[node], p));
+            ends.push((from_now(end), slot[node], p));
         }
     }
     ends.sort_unstable();
@@ -242,7 +244,7 @@ fn plan_within(
     }
     let k = cuts[hi];
     let placed = fit(k).expect("the bisection ends on a fitting cut");
-    let start = if k == 0 { now } else { ends[k - 1].0 };
+    let start = if k == 0 { clock.now() } else { ends[k - 1].0 };
 
     let mut need: Vec<(NodeId, Res)> = Vec::new();
     for (i, &s) in placed.iter().enumerate() {

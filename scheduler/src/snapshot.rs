@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use drover_api::{NodeSelectorRequirement, ResourceList, Taint, Toleration, CPU, GPU, NODE_POOL_LABEL, PODS};
 
+use crate::clock::Clock;
 use crate::res::{Res, UNLIMITED};
 
 mod jobs;
@@ -173,12 +174,12 @@ pub struct Job {
     /// How long the job runs once started, declared or learned, when known: reservations and
     /// shortest-first plan with it.
     pub run_time: Option<RunTime>,
-    /// When its running pods are expected to end (the clock of [`Snapshot::now`]), when known.
+    /// When its running pods are expected to end (the clock of [`Snapshot::clock`]), when known.
     pub ends_at: Option<i64>,
     /// When the scheduler last preempted or reclaimed pods of the job (the clock of
-    /// [`Snapshot::now`]), if it ever did: its elastic pods wait a while before regrowing.
+    /// [`Snapshot::clock`]), if it ever did: its elastic pods wait a while before regrowing.
     pub preempted_at: Option<i64>,
-    /// When its earliest running pod started (the clock of [`Snapshot::now`]), when known:
+    /// When its earliest running pod started (the clock of [`Snapshot::clock`]), when known:
     /// minimum run times count from it.
     pub started_at: Option<i64>,
     /// When it runs in capacity reserved for another gang, admitted there on a learned run
@@ -266,8 +267,9 @@ pub struct Snapshot {
     pub quota_resources: Vec<bool>,
     /// The hierarchies of node labels jobs may ask to be placed within.
     pub topologies: Vec<Topology>,
-    /// The time of the cycle, in seconds on the clock of `created_at` and `ends_at`.
-    pub now: i64,
+    /// The time of the cycle, in seconds on the clock of `created_at` and `ends_at`, read
+    /// through questions that note how long their answers hold.
+    pub clock: Clock,
     /// Whether that clock is Unix time (a cluster's) rather than a simulation's.
     pub unix_clock: bool,
     /// Per queue, per resource, its decayed past usage for time-based fair share
@@ -279,7 +281,7 @@ impl Snapshot {
     /// The snapshot taken at `now` (seconds on the clock of the jobs' times); [`build`] leaves
     /// it at 0, which is right only for inputs without run times.
     pub fn at(mut self, now: i64) -> Snapshot {
-        self.now = now;
+        self.clock = Clock::at(now);
         self
     }
 
@@ -620,7 +622,7 @@ pub fn build_with_topologies(
         largest_node,
         quota_resources,
         topologies: Vec::with_capacity(topologies.len()),
-        now: 0,
+        clock: Clock::default(),
         unix_clock: false,
         past_usage: TiVec::new(),
     };

@@ -30,14 +30,14 @@ pub struct UsageLedger {
 }
 
 impl UsageLedger {
-    /// Brings the entry of every queue of `snap` to the last tick at or before `snap.now`:
+    /// Brings the entry of every queue of `snap` to the last tick at or before the snapshot's time:
     /// each tick it missed decays its usage and adds what its subtree holds now (bound pods)
     /// for the tick's length; a tumbling window that began since its last tick clears it
     /// first. A queue without an entry starts with none at the current tick; entries of
     /// queues that are gone are dropped. Returns the names of the queues whose entry changed.
     pub fn advance(&mut self, snap: &Snapshot, args: &TimeBasedArgs) -> Vec<String> {
         let tick = i64::from(args.tick_seconds.max(1));
-        let now = snap.now.div_euclid(tick) * tick;
+        let now = snap.clock.tick_start(tick);
         let window = i64::from(args.window_seconds);
         let window_start = |t: i64| if window > 0 { t.div_euclid(window) * window } else { i64::MIN };
         let d = decay_per_tick(args);

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 
 use drover_api::{ResourceList, CPU, GPU, PODS};
+use drover_scheduler::clock::Clock;
 use drover_scheduler::config::{ActionName, SchedulerConfig};
 use drover_scheduler::cycle::{run_cycle, CycleOutcome};
 use drover_scheduler::forecast::{Basis, Forecast};
@@ -82,7 +83,7 @@ fn queue(name: &str) -> QueueInput {
 
 fn forecasts(jobs: &[JobInput]) -> BTreeMap<String, Forecast> {
     let mut snap: Snapshot = snapshot::build(&[node("n1")], &[queue("a"), queue("b")], jobs).expect("a valid cluster");
-    snap.now = NOW;
+    snap.clock = Clock::at(NOW);
     // Allocation only: the waiting gangs must not reclaim the running one's GPUs.
     let config =
         SchedulerConfig { actions: vec![ActionName::Enqueue, ActionName::Allocate], ..SchedulerConfig::default() };
@@ -142,7 +143,7 @@ fn borrowing_cluster(small: Option<RunTime>, borrowed_until: Option<i64>, now: i
         small_job.ends_at = small.map(|r| NOW + r.seconds().max(now - NOW + 1));
     }
     let mut snap = snapshot::build(&[node("n1"), node("n2")], &[queue("a")], &[long, big, small_job]).unwrap();
-    snap.now = now;
+    snap.clock = Clock::at(now);
     let small_id = snap.jobs.iter_enumerated().find(|(_, j)| j.name == "small").map(|(id, _)| id).unwrap();
     snap.jobs[small_id].borrowed_until = borrowed_until;
     let out = run_cycle(&snap, &SchedulerConfig::from_yaml(include_str!("../../config/scheduler.yaml")).unwrap());
@@ -180,7 +181,7 @@ fn a_gang_that_waits_beside_free_capacity_starts_no_sooner_than_the_next_end() {
     let mut a = queue("a");
     a.limit = Some(gpus(4));
     let mut snap = snapshot::build(&[node("n1")], &[a], &[running, capped]).unwrap();
-    snap.now = NOW;
+    snap.clock = Clock::at(NOW);
     let out = run_cycle(&snap, &SchedulerConfig::default());
     let j = snap.jobs.iter_enumerated().find(|(_, j)| j.name == "capped").map(|(id, _)| id).unwrap();
     let f = out.forecasts[j].expect("it waits");

@@ -137,7 +137,7 @@ mod tests {
         let beat = lists(node(json!({}), "2026-11-29T00:05:00Z"), first.pods[0].clone());
         let (kept, snap) = reuse.convert(&beat, "drover", 101);
         assert!(Arc::ptr_eq(&converted, &kept), "only a heartbeat changed");
-        assert_eq!(snap.expect("a snapshot").now, 101, "the kept snapshot is brought to the cycle's time");
+        assert_eq!(snap.expect("a snapshot").clock.unnoted(), 101, "the kept snapshot is brought to the cycle's time");
         // The same pod, made again: whatever it says, it is converted again.
         let (changed, snap) = reuse.convert(&lists(beat.nodes[0].clone(), pod("2")), "drover", 102);
         assert!(!Arc::ptr_eq(&converted, &changed));

@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use drover_api::crd::forecast::{Forecast, ForecastBasis};
+use drover_scheduler::clock::Clock;
 use drover_scheduler::cycle::CycleOutcome;
 use drover_scheduler::explain::to_start;
 use drover_scheduler::forecast::Basis;
@@ -36,10 +37,10 @@ pub(super) fn forecasts(snap: &Snapshot, outcome: &CycleOutcome) -> TiVec<JobId,
         .collect()
 }
 
-/// The forecast a group's status should show at `now` (Unix seconds), given the one it shows
-/// (`current`) and the cycle's (`new`): `current` while only its expected start moved, by at
-/// most `period` or a tenth of the time left until it.
-pub(super) fn settle(current: Option<&Forecast>, new: Forecast, now: i64, period: Duration) -> Forecast {
+/// The forecast a group's status should show at the `clock`'s time (Unix seconds), given the
+/// one it shows (`current`) and the cycle's (`new`): `current` while only its expected start
+/// moved, by at most `period` or a tenth of the time left until it.
+pub(super) fn settle(current: Option<&Forecast>, new: Forecast, clock: &Clock, period: Duration) -> Forecast {
     let Some(current) = current else { return new };
     let same_but_start = current.queue_position == new.queue_position
         && current.position == new.position
@@ -47,9 +48,10 @@ pub(super) fn settle(current: Option<&Forecast>, new: Forecast, now: i64, period
         && current.to_start == new.to_start;
     let close = match (&current.expected_start, &new.expected_start) {
         (None, None) => true,
+        (Some(a), Some(b)) if a == b => true,
         (Some(a), Some(b)) => {
             let (a, b) = (a.0.as_second(), b.0.as_second());
-            let tolerance = (period.as_secs_f64().ceil() as i64).max(1).max((a - now) / 10);
+            let tolerance = (period.as_secs_f64().ceil() as i64).max(1).max((a - clock.now()) / 10);
             (a - b).abs() <= tolerance
         }
         _ => false,
@@ -79,17 +81,17 @@ mod tests {
     fn a_start_that_barely_moved_keeps_what_status_shows() {
         let period = Duration::from_secs(1);
         let shown = at(Some(1000));
-        assert_eq!(settle(Some(&shown), at(Some(1001)), 990, period), shown, "within a period");
+        assert_eq!(settle(Some(&shown), at(Some(1001)), &Clock::at(990), period), shown, "within a period");
         assert_eq!(
-            settle(Some(&shown), at(Some(1002)), 990, period),
+            settle(Some(&shown), at(Some(1002)), &Clock::at(990), period),
             at(Some(1002)),
             "beyond a period, near the start"
         );
-        assert_eq!(settle(Some(&shown), at(Some(1050)), 0, period), shown, "a tenth of the 1000 s left");
-        assert_eq!(settle(Some(&shown), at(Some(1101)), 0, period), at(Some(1101)));
-        assert_eq!(settle(Some(&shown), at(None), 0, period), at(None), "a start that became unknown");
+        assert_eq!(settle(Some(&shown), at(Some(1050)), &Clock::at(0), period), shown, "a tenth of the 1000 s left");
+        assert_eq!(settle(Some(&shown), at(Some(1101)), &Clock::at(0), period), at(Some(1101)));
+        assert_eq!(settle(Some(&shown), at(None), &Clock::at(0), period), at(None), "a start that became unknown");
         let moved_up = Forecast { queue_position: 1, position: 1, ..at(Some(1000)) };
-        assert_eq!(settle(Some(&shown), moved_up.clone(), 0, period), moved_up, "a new position is news");
-        assert_eq!(settle(None, shown.clone(), 0, period), shown);
+        assert_eq!(settle(Some(&shown), moved_up.clone(), &Clock::at(0), period), moved_up, "a new position is news");
+        assert_eq!(settle(None, shown.clone(), &Clock::at(0), period), shown);
     }
 }

@@ -197,7 +197,7 @@ pub fn wanted_group_statuses<'g>(
         .map(|(j, f)| {
             let job = &snap.jobs[j];
             let current = shown.get(&(job.namespace.clone(), job.name.clone())).copied();
-            f.map(|f| forecast::settle(current, f, snap.now, period))
+            f.map(|f| forecast::settle(current, f, &snap.clock, period))
         })
         .collect();
     let mut core: HashMap<Key, Decided> = HashMap::new();

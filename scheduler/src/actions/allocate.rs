@@ -207,8 +207,8 @@ fn with_reservation(ctx: &mut Ctx, job: JobId, why: String) -> String {
     let Some(r) = ctx.reservations.reserve(ctx.ssn, ctx.fw, ctx.placer, job) else { return why };
     let snap = ctx.ssn.snap;
     let names: Vec<&str> = r.nodes.iter().map(|(n, _)| snap.nodes[*n].name.as_str()).collect();
-    let said = format!("{why}; reserved {}, expected to start in {} s", names.join(", "), r.start - snap.now);
-    let overdue = if r.start <= snap.now { Reservations::overdue_borrowers(ctx.ssn, r) } else { Vec::new() };
+    let said = format!("{why}; reserved {}, expected to start in {} s", names.join(", "), r.start - snap.clock.now());
+    let overdue = if snap.clock.reached(r.start) { Reservations::overdue_borrowers(ctx.ssn, r) } else { Vec::new() };
     if overdue.is_empty() {
         return said;
     }

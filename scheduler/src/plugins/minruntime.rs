@@ -32,7 +32,7 @@ impl Plugin for MinRuntime {
         };
         let (Some(minimum), Some(started)) = (minimum, job.started_at) else { return Ok(()) };
         let until = started.saturating_add(i64::from(minimum));
-        if snap.now < until {
+        if !snap.clock.reached(until) {
             return Err(Why::until(snap, Rule::MinRuntime, Subject::Job(v.job), until));
         }
         Ok(())

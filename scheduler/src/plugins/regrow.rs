@@ -37,7 +37,8 @@ impl Plugin for Regrow {
 /// Refuses more pods for a job whose gang minimum runs while its last preemption is recent.
 fn regrow<'s>(ssn: &Session<'s>, job: JobId) -> Verdict<'s> {
     let snap = ssn.snap;
-    let recent = snap.jobs[job].preempted_at.is_some_and(|t| snap.now - t < REGROW_DELAY_SECONDS);
+    let recent =
+        snap.jobs[job].preempted_at.is_some_and(|t| !snap.clock.reached(t.saturating_add(REGROW_DELAY_SECONDS)));
     if recent && ssn.job_ready(job) {
         return Err(Why::new(snap, Rule::RegrowDelay, Subject::Job(job)));
     }

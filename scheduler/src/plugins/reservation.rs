@@ -43,7 +43,7 @@ impl Plugin for ReservationPolicy {
     }
 
     fn may_reserve<'s>(&self, ssn: &Session<'s>, job: JobId) -> Verdict<'s> {
-        if self.min_wait == 0 || ssn.snap.now.saturating_sub(ssn.snap.jobs[job].created_at) >= self.min_wait {
+        if self.min_wait == 0 || ssn.snap.clock.reached(ssn.snap.jobs[job].created_at.saturating_add(self.min_wait)) {
             Ok(())
         } else {
             Err(Why::new(ssn.snap, Rule::TooEarlyToReserve, Subject::Job(job)))
@@ -54,7 +54,8 @@ impl Plugin for ReservationPolicy {
         let snap = ssn.snap;
         let other_queue_within_share = bound == ShareBound::FairShare && snap.jobs[job].queue != snap.jobs[r.job].queue;
         let j = &snap.jobs[job];
-        let ends_in_time = |d: i64| snap.now.saturating_add(d) <= r.start;
+        // Ends by the start (now + d <= start) until start - d + 1 comes.
+        let ends_in_time = |d: i64| !snap.clock.reached(r.start.saturating_sub(d).saturating_add(1));
         // A learned end is a loan: the job may be evicted if it overruns it, so only work
         // that may be evicted borrows.
         let ends_before = match j.run_time {

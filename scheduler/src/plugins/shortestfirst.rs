@@ -44,7 +44,7 @@ impl Plugin for ShortestFirst {
             .jobs
             .iter()
             .map(|job| {
-                let aged = snap.now.saturating_sub(job.created_at) >= self.aging;
+                let aged = snap.clock.reached(job.created_at.saturating_add(self.aging));
                 let gpus: i64 = match snap.gpu {
                     Some(g) => job.tasks.iter().map(|t| t.requests[g] * t.pods.len() as i64).sum(),
                     None => 0,

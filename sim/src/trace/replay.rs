@@ -19,6 +19,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 
 use drover_api::{ResourceList, CPU, GPU, MEMORY, PODS};
+use drover_scheduler::clock::Clock;
 use drover_scheduler::config::SchedulerConfig;
 use drover_scheduler::cycle::run_cycle;
 use drover_scheduler::ids::{ti_vec, JobId, TiSlice, TiVec};
@@ -452,7 +453,7 @@ fn cycle(
     ends: &mut Ends,
     fair: &mut BTreeMap<String, i64>,
 ) -> bool {
-    world.snap.now = now;
+    world.snap.clock = Clock::at(now);
     predict(live, world, now);
     if let Some(time_based) = world.config.time_based() {
         world.ledger.advance(&world.snap, &time_based);
