@@ -169,6 +169,7 @@ pub enum QueueGauge {
 pub struct Metrics {
     registry: Registry,
     cycle_duration: Histogram,
+    cycles_skipped: Counter,
     action_duration: HistogramFamily<ActionLabels>,
     binds: Counter,
     evictions: Family<ReasonLabels, Counter>,
@@ -205,6 +206,12 @@ impl Metrics {
             "drover_scheduler_cycle_duration_seconds",
             "Duration of one scheduling cycle, from snapshot to decisions",
             cycle_duration.clone(),
+        );
+        let cycles_skipped = Counter::default();
+        registry.register(
+            "drover_scheduler_cycles_skipped",
+            "Cycles not run because they would repeat the last one: nothing changed and nothing came due",
+            cycles_skipped.clone(),
         );
         let action_duration = HistogramFamily::<ActionLabels>::new_with_constructor(latency_histogram as fn() -> _);
         registry.register(
@@ -265,6 +272,7 @@ impl Metrics {
         Metrics {
             registry,
             cycle_duration,
+            cycles_skipped,
             action_duration,
             binds,
             evictions,
@@ -535,5 +543,9 @@ impl crate::scheduler::CycleObserver for Metrics {
             self.observe_action(&format!("{action:?}").to_lowercase(), *took);
         }
         self.inc_binds(report.recovered_binds as u64);
+    }
+
+    fn on_skipped(&self) {
+        self.cycles_skipped.inc();
     }
 }

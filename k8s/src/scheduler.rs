@@ -40,6 +40,14 @@
 //!    reason changes, rate-limited (`scheduler/waiting.rs`), so `kubectl describe pod`, the
 //!    cluster autoscaler and Karpenter see them.
 //!
+//! **Cycles that would repeat.** A cycle that decided nothing, found every status and pod
+//! mark current and saw no bind intent would be repeated exactly by the next one, unless an
+//! object changed or the time reached something its answers depended on (a loan's end, a
+//! minimum run time, a forecast's next end: the snapshot's clock notes each). So the next
+//! cycles are skipped (logged `cycle skipped`, counted in the metrics) until a watch event
+//! arrives — other than a Node's that the conversion does not read — or that time comes.
+//! Taking over as leader always runs a full cycle.
+//!
 //! **Stale stores.** Writes the stores have not shown yet (bindings, evictions, PodGroup
 //! patches) are laid over the store contents until the store shows a newer version of the
 //! object, so a cycle started right after another does not decide again on the same pods;
@@ -148,6 +156,9 @@ pub struct CycleReport<'a> {
 pub trait CycleObserver: Send + Sync {
     /// One cycle finished.
     fn on_cycle(&self, report: &CycleReport<'_>);
+
+    /// A cycle was skipped: it would have repeated the last one.
+    fn on_skipped(&self) {}
 }
 
 /// An observer that ignores everything.
@@ -196,6 +207,8 @@ async fn schedule(
         reported: BTreeSet::new(),
         unmarked: learn::Unmarked::default(),
         reuse: convert::Reuse::default(),
+        quiet: None,
+        skipped: 0,
     };
     let period = options.period.max(Duration::from_millis(10));
     let mut ticker = tokio::time::interval(period);
@@ -213,6 +226,7 @@ async fn schedule(
         }
         if std::mem::take(&mut followed) {
             cache.catch_up(&client).await;
+            state.quiet = None;
         }
         state.cycle(&client, &options, &cache, &is_leader, observer.as_ref()).await;
     }
@@ -229,6 +243,23 @@ struct State {
     unmarked: learn::Unmarked,
     /// The last conversion, reused while the objects are unchanged.
     reuse: convert::Reuse,
+    /// Set by a cycle the next would repeat, while it still would.
+    quiet: Option<Quiet>,
+    /// Cycles skipped so far.
+    skipped: u64,
+}
+
+/// What a cycle that would repeat itself leaves the next: it decided nothing, wrote
+/// nothing and left nothing for later (no status or mark out of date, no bind intent, no
+/// completed run unrecorded), so the next cycle comes out the same, and is skipped, while
+/// the stores apply no watch event (but Node changes the conversion does not read) and the
+/// time has not reached the first moment an answer the cycle read from the clock changes
+/// ([`drover_scheduler::clock::Clock`]).
+struct Quiet {
+    /// The watch events applied before the cycle gathered its objects.
+    events: cache::Events,
+    /// Unix seconds.
+    holds_until: i64,
 }
 
 impl State {
@@ -241,6 +272,18 @@ impl State {
         observer: &dyn CycleObserver,
     ) {
         let started = Instant::now();
+        if self.still_quiet(cache) {
+            self.skipped += 1;
+            observer.on_skipped();
+            tracing::debug!(
+                us = started.elapsed().as_micros() as u64,
+                skipped = self.skipped,
+                "cycle skipped: it would repeat the last"
+            );
+            return;
+        }
+        self.quiet = None;
+        let events = cache.events();
         let writer = Writer {
             client,
             config: &options.config,
@@ -283,6 +326,8 @@ impl State {
         let decided_at = started.elapsed();
         let mut evictions = 0;
         let mut binds = recovery.bound;
+        // Writes wanted (made or failed) and work left for later, after the decisions.
+        let mut outstanding = 0;
         if is_leader() {
             let d = &outcome.decisions;
             evictions = evict::evict_decisions(&writer, &mut self.overlay, &snap, &converted, &d.evictions).await;
@@ -307,10 +352,11 @@ impl State {
             if binds > 0 || evictions > 0 {
                 g = cache.gather(&mut self.overlay);
             }
-            status::write_groups(&writer, &mut self.overlay, &g, &snap, &converted, &outcome).await;
-            learn::record(&writer, &mut self.unmarked, &mut self.overlay, &g, &converted).await;
-            status::write_queues(&writer, &g, &snap, &outcome, ledger.as_ref()).await;
-            waiting::mark(&writer, &mut self.marked, &mut self.overlay, &g, &snap, &converted, &outcome).await;
+            outstanding += status::write_groups(&writer, &mut self.overlay, &g, &snap, &converted, &outcome).await;
+            outstanding += learn::record(&writer, &mut self.unmarked, &mut self.overlay, &g, &converted).await;
+            outstanding += status::write_queues(&writer, &g, &snap, &outcome, ledger.as_ref()).await;
+            outstanding +=
+                waiting::mark(&writer, &mut self.marked, &mut self.overlay, &g, &snap, &converted, &outcome).await;
             let report = CycleReport {
                 duration: started.elapsed(),
                 actions: &actions,
@@ -319,6 +365,10 @@ impl State {
                 outcome: &outcome,
             };
             observer.on_cycle(&report);
+            let repeats = outcome.decisions.is_empty() && !recovery.seen && !recovery.wrote && outstanding == 0;
+            if repeats && is_leader() {
+                self.quiet = Some(Quiet { events, holds_until: snap.clock.holds_until() });
+            }
         }
         tracing::debug!(
             binds,
@@ -329,5 +379,22 @@ impl State {
             core_ms = (decided_at - core_from).as_millis() as u64,
             "cycle done"
         );
+    }
+
+    /// Whether the last cycle left a [`Quiet`] that still holds. Node events alone do not end
+    /// it when the Nodes still read as the last conversion's did.
+    fn still_quiet(&mut self, cache: &Cache) -> bool {
+        let Some(quiet) = self.quiet.as_mut() else { return false };
+        let events = cache.events();
+        if events.others != quiet.events.others || jiff::Timestamp::now().as_second() >= quiet.holds_until {
+            return false;
+        }
+        if events.nodes != quiet.events.nodes {
+            if !self.reuse.nodes_read_alike(&cache.nodes()) {
+                return false;
+            }
+            quiet.events.nodes = events.nodes;
+        }
+        true
     }
 }

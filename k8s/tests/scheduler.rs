@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -11,7 +11,9 @@ use drover_api::crd::podgroup::{PodGroup, PodGroupPhase, PodGroupSpec};
 use drover_api::crd::queue::{Queue, QueueSpec};
 use drover_envtest::{eventually, Server};
 use drover_k8s::convert::POD_GROUP_ANNOTATION;
-use drover_k8s::scheduler::{self, NoopObserver, SchedulerOptions, IGNORED_BIND_INTENT_ANNOTATION, UNSCHEDULABLE};
+use drover_k8s::scheduler::{
+    self, CycleObserver, CycleReport, NoopObserver, SchedulerOptions, IGNORED_BIND_INTENT_ANNOTATION, UNSCHEDULABLE,
+};
 use drover_kubelet::{self as kubelet, KubeletConfig};
 use k8s_openapi::api::core::v1::{Binding, Event, Node, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -58,17 +60,21 @@ impl Env {
 
     /// Starts the scheduler (period 200 ms).
     fn start_scheduler(&mut self) {
+        self.start_scheduler_observed(Arc::new(NoopObserver));
+    }
+
+    /// Starts the scheduler (period 200 ms), reporting its cycles to `observer`.
+    fn start_scheduler_observed(&mut self, observer: Arc<dyn CycleObserver>) {
         let (tx, rx) = oneshot::channel::<()>();
         self.stops.push(tx);
         let leader = self.leader.clone();
         let options = SchedulerOptions { period: Duration::from_millis(200), ..SchedulerOptions::default() };
         let client = self.client.clone();
         tokio::spawn(async move {
-            let r =
-                scheduler::run(client, options, move || leader.load(Ordering::SeqCst), Arc::new(NoopObserver), async {
-                    let _ = rx.await;
-                })
-                .await;
+            let r = scheduler::run(client, options, move || leader.load(Ordering::SeqCst), observer, async {
+                let _ = rx.await;
+            })
+            .await;
             if let Err(e) = r {
                 panic!("scheduler failed: {e}");
             }
@@ -805,5 +811,91 @@ async fn a_closed_queue_shows_in_the_groups_reason() {
     })
     .await;
     assert_eq!(env.bound("waits").await, 0);
+    env.stop().await;
+}
+
+/// Counts the cycles a scheduler runs and skips.
+#[derive(Default)]
+struct Cycles {
+    run: AtomicUsize,
+    skipped: AtomicUsize,
+}
+
+impl CycleObserver for Cycles {
+    fn on_cycle(&self, _report: &CycleReport<'_>) {
+        self.run.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn on_skipped(&self) {
+        self.skipped.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+impl Cycles {
+    fn counts(&self) -> (usize, usize) {
+        (self.run.load(Ordering::SeqCst), self.skipped.load(Ordering::SeqCst))
+    }
+
+    /// Waits until the scheduler has skipped `n` cycles in a row, running none.
+    async fn wait_quiet(&self, what: &str, n: usize) {
+        let deadline = Instant::now() + T;
+        let mut from = self.counts();
+        loop {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let now = self.counts();
+            if now.0 != from.0 {
+                from = now;
+            } else if now.1 >= from.1 + n {
+                return;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {what}: (run, skipped) {from:?} -> {now:?}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_quiet_scheduler_skips_cycles_until_something_changes_a_write_fails_or_it_leads_again() {
+    let Some(mut env) = Env::new(1).await else { return };
+    let cycles = Arc::new(Cycles::default());
+    env.queue("q", None).await;
+    env.start_scheduler_observed(cycles.clone());
+    env.gang("small", "q", 2, 2, 4, None).await;
+    wait_for("small bound", T, || async { env.bound("small").await == 2 }).await;
+    env.gang("big", "q", 1, 1, 8, None).await;
+    // Everything settled (small running, big waiting and saying why): cycles are skipped.
+    cycles.wait_quiet("a quiet scheduler", 5).await;
+    assert!(condition(&env.pod_group("big").await, UNSCHEDULABLE).is_some(), "big says why it waits");
+
+    // A change runs a cycle: a new waiting gang gets its status, through failed writes,
+    // which are retried every cycle rather than skipped.
+    let (run, _) = cycles.counts();
+    env.server.faults().fail_next_writes("podgroups/status", 3, 500);
+    env.gang("late", "q", 1, 1, 8, None).await;
+    wait_for("late says why it waits", T, || async {
+        condition(&env.pod_group("late").await, UNSCHEDULABLE).is_some()
+    })
+    .await;
+    assert!(
+        cycles.counts().0 >= run + 4,
+        "three failed status writes and the one that succeeded: {:?}",
+        cycles.counts()
+    );
+    cycles.wait_quiet("quiet again", 5).await;
+
+    // Leading again runs a full cycle although nothing changed.
+    env.leader.store(false, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (run, _) = cycles.counts();
+    env.leader.store(true, Ordering::SeqCst);
+    wait_for("a cycle on leading again", T, || async { cycles.counts().0 > run }).await;
+    cycles.wait_quiet("quiet after leading again", 5).await;
+
+    // Capacity freed is a change: big starts once small is gone.
+    let pods: Api<Pod> = Api::namespaced(env.client.clone(), NS);
+    for i in 0..2 {
+        pods.delete(&format!("small-{i}"), &DeleteParams::default()).await.expect("small's pod deleted");
+    }
+    wait_for("big bound", T, || async { env.bound("big").await == 1 }).await;
+    env.assert_no_overcommit().await;
     env.stop().await;
 }

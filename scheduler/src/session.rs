@@ -121,6 +121,17 @@ pub struct Decisions {
     pub loans: Vec<(JobId, i64)>,
 }
 
+impl Decisions {
+    /// Whether the cycle decided nothing at all.
+    pub fn is_empty(&self) -> bool {
+        self.binds.is_empty()
+            && self.evictions.is_empty()
+            && self.pipelined.is_empty()
+            && self.resizes.is_empty()
+            && self.loans.is_empty()
+    }
+}
+
 /// A decision to restart an elastic job with `pods` pods, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobResize {

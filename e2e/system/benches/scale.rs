@@ -11,8 +11,9 @@
 //! seconds, given as upper bounds). The bench reports the time from `a`'s start to the
 //! first and the last binding, the binding rate up to the kill, the time from the kill to `b`
 //! taking the Lease (the lease duration) and from then to `b`'s first binding, cycle
-//! durations (p50/p99 of all cycles, and of the steady cycles after the last binding, when
-//! nothing new arrives), each replica's peak RSS, and whether any gang is left half bound or
+//! durations (p50/p99 of all cycles run, and of the steady cycles after the last binding, when
+//! nothing new arrives: those skipped because they would repeat the last, and those run,
+//! each counted), each replica's peak RSS, and whether any gang is left half bound or
 //! any node holds more than its GPUs. For each scheduler it also reports the API server's
 //! load per bound pod, from its own `/metrics`: write requests by resource (the kubelets'
 //! Leases and Nodes left out), CPU time above its rate before the scheduler started, and the
@@ -22,7 +23,7 @@
 //!
 //! `cargo bench -p drover-e2e --bench scale` (about 15 minutes); `-- --nodes N --gangs G
 //! --pods-per-gang K --queues Q` for other sizes, `-- --only drover|kube-scheduler`, `-- --keep`
-//! to keep the logs.
+//! to keep the logs, `-- --bind-concurrency N` for the schedulers' `--bind-concurrency`.
 
 mod support;
 
@@ -41,8 +42,8 @@ use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 use support::{bed, create_all, next_binding, node_of, pod, pod_watch, Bed, Killed, GPU, NS};
 
-/// How many cycles with nothing new (reusing the last conversion) the bench times after the
-/// last binding.
+/// How many cycles with nothing new (skipped, or run reusing the last conversion) the bench
+/// times after the last binding.
 const STEADY_CYCLES: usize = 20;
 /// The longest wait for any one binding before the bench gives up.
 const STALL: Duration = Duration::from_secs(300);
@@ -56,10 +57,13 @@ struct Args {
     queues: u32,
     only: Option<String>,
     keep: bool,
+    /// `drover scheduler --bind-concurrency`, when given.
+    bind_concurrency: Option<u32>,
 }
 
 fn args() -> anyhow::Result<Args> {
-    let mut args = Args { nodes: 5000, gangs: 5000, per_gang: 10, queues: 50, only: None, keep: false };
+    let mut args =
+        Args { nodes: 5000, gangs: 5000, per_gang: 10, queues: 50, only: None, keep: false, bind_concurrency: None };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         let mut number = |flag: &str| -> anyhow::Result<u32> {
@@ -72,6 +76,7 @@ fn args() -> anyhow::Result<Args> {
             "--queues" => args.queues = number("--queues")?,
             "--only" => args.only = Some(it.next().context("--only drover|kube-scheduler")?),
             "--keep" => args.keep = true,
+            "--bind-concurrency" => args.bind_concurrency = Some(number("--bind-concurrency")?),
             "--bench" => {}
             other => bail!("unknown argument {other}"),
         }
@@ -99,10 +104,12 @@ struct Replica {
 }
 
 impl Replica {
-    fn start(bed: &Bed, identity: &'static str) -> anyhow::Result<Replica> {
+    fn start(bed: &Bed, identity: &'static str, bind_concurrency: Option<u32>) -> anyhow::Result<Replica> {
         let log = bed.log_path(&format!("drover-{identity}.log"));
+        let concurrency = bind_concurrency.map(|n| ["--bind-concurrency".to_string(), n.to_string()]);
         let process = Command::new(drover_e2e::binary("drover")?)
             .args(["scheduler", "--identity", identity, "--metrics-addr", "127.0.0.1:0"])
+            .args(concurrency.iter().flatten())
             .env("KUBECONFIG", &bed.kubeconfig)
             .env("RUST_LOG", "info,drover_k8s::scheduler=debug")
             .env("NO_COLOR", "1")
@@ -123,11 +130,12 @@ impl Replica {
     }
 }
 
-/// One cycle a replica logged.
+/// One cycle a replica logged: run, or skipped because it would have repeated the last.
 struct Cycle {
-    ms: u64,
-    /// Cycles so far that reused an earlier cycle's conversion.
-    reused: u64,
+    /// Microseconds: a run cycle's are logged in whole milliseconds.
+    us: u64,
+    /// For a run cycle, the cycles so far that reused an earlier cycle's conversion.
+    reused: Option<u64>,
 }
 
 /// Each cycle a replica logged so far.
@@ -137,8 +145,15 @@ fn cycles(log: &std::path::Path) -> Vec<Cycle> {
         line.split_whitespace().find_map(|w| w.strip_prefix(name)).and_then(|v| v.parse().ok())
     };
     text.lines()
-        .filter(|l| l.contains("cycle done"))
-        .filter_map(|l| Some(Cycle { ms: field(l, "ms=")?, reused: field(l, "reused=")? }))
+        .filter_map(|l| {
+            if l.contains("cycle done") {
+                Some(Cycle { us: field(l, "ms=")? * 1000, reused: Some(field(l, "reused=")?) })
+            } else if l.contains("cycle skipped") {
+                Some(Cycle { us: field(l, "us=")?, reused: None })
+            } else {
+                None
+            }
+        })
         .collect()
 }
 
@@ -149,15 +164,17 @@ fn percentile(sorted: &[u64], p: f64) -> u64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
+/// Count, p50, p99 and max of cycle times in microseconds, shown in milliseconds.
 fn summary(cycles: &[u64]) -> String {
     let mut sorted = cycles.to_vec();
     sorted.sort_unstable();
+    let ms = |us: u64| us as f64 / 1000.0;
     format!(
         "{} cycles, p50 {} ms, p99 {} ms, max {} ms",
         sorted.len(),
-        percentile(&sorted, 0.5),
-        percentile(&sorted, 0.99),
-        sorted.last().copied().unwrap_or(0)
+        ms(percentile(&sorted, 0.5)),
+        ms(percentile(&sorted, 0.99)),
+        ms(sorted.last().copied().unwrap_or(0))
     )
 }
 
@@ -347,14 +364,14 @@ async fn drover(args: &Args, bed: &Bed) -> anyhow::Result<f64> {
     let mut stream = pod_watch(&bed.client).await?;
     let (idle, load_before) = idle_load(bed).await?;
     let start = Timestamp::now();
-    let mut replicas = vec![Replica::start(bed, "a")?];
+    let mut replicas = vec![Replica::start(bed, "a", args.bind_concurrency)?];
     let mut bound: HashSet<String> = HashSet::new();
     let mut standby = false;
     let (mut victim_rss, mut dead_log, mut killed) = (0.0, std::path::PathBuf::new(), None);
     while bound.len() < bindable {
         next_binding(&mut stream, &mut bound, STALL).await?;
         if !standby {
-            replicas.push(Replica::start(bed, "b")?);
+            replicas.push(Replica::start(bed, "b", args.bind_concurrency)?);
             standby = true;
         }
         if killed.is_none() && bound.len() >= kill_at {
@@ -379,21 +396,27 @@ async fn drover(args: &Args, bed: &Bed) -> anyhow::Result<f64> {
     let lease = leases.get("drover-scheduler").await?.spec.unwrap_or_default();
     let acquired = lease.acquire_time.context("the Lease has no acquireTime")?.0;
     let survivor = &replicas[0];
-    // Steady: cycles with nothing new, which therefore reuse the last conversion (the first
-    // cycles after the last binding still write statuses and mark waiting pods).
+    // Steady: cycles with nothing new, which are skipped when they would repeat the last, or
+    // else reuse the last conversion (the first cycles after the last binding still write
+    // statuses and mark waiting pods).
     let cycles_before = cycles(&survivor.log).len();
     let steady_from = Instant::now();
-    let (steady, settling) = loop {
+    let (skipped, run, settling) = loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
         let after = cycles(&survivor.log).split_off(cycles_before.saturating_sub(1));
-        let steady: Vec<u64> = after.windows(2).filter(|w| w[1].reused > w[0].reused).map(|w| w[1].ms).collect();
-        if steady.len() >= STEADY_CYCLES || steady_from.elapsed() > 2 * STALL {
-            break (steady, after.len());
+        let skipped: Vec<u64> = after.iter().filter(|c| c.reused.is_none()).map(|c| c.us).collect();
+        let run_cycles: Vec<&Cycle> = after.iter().filter(|c| c.reused.is_some()).collect();
+        let run: Vec<u64> = run_cycles.windows(2).filter(|w| w[1].reused > w[0].reused).map(|w| w[1].us).collect();
+        if skipped.len() + run.len() >= STEADY_CYCLES || steady_from.elapsed() > 2 * STALL {
+            break (skipped, run, after.len());
         }
     };
+    let steady: Vec<u64> = skipped.iter().chain(&run).copied().collect();
     let survivor_cycles = cycles(&survivor.log);
     let dead_cycles = cycles(&dead_log);
-    let all: Vec<u64> = dead_cycles.iter().chain(&survivor_cycles).map(|c| c.ms).collect();
+    let logged = || dead_cycles.iter().chain(&survivor_cycles);
+    let all: Vec<u64> = logged().filter(|c| c.reused.is_some()).map(|c| c.us).collect();
+    let all_skipped = logged().filter(|c| c.reused.is_none()).count();
     let load = load_per_pod(bed, &load_before, idle, bindable).await?;
     let Books { half, over, scheduled } = books(args, bed).await?;
     let (Some(&first), Some(&last)) = (scheduled.first(), scheduled.last()) else { bail!("nothing bound") };
@@ -416,12 +439,14 @@ async fn drover(args: &Args, bed: &Bed) -> anyhow::Result<f64> {
         None => println!("drover: failover: Lease taken {taken:.1} s after the kill; nothing was left to bind"),
     }
     println!("drover: last of {bindable} bindings within {:.0} s of the start", until_end_of(last, start));
-    println!("drover: all cycles: {}", summary(&all));
+    println!("drover: all cycles run: {}; {all_skipped} skipped", summary(&all));
     println!(
-        "drover: steady cycles (nothing new, so the last conversion reused; reached {settling} cycles and {:.0} s after the last binding): {}",
+        "drover: steady cycles (nothing new; reached {settling} cycles and {:.0} s after the last binding): {}",
         steady_from.elapsed().as_secs_f64(),
         summary(&steady)
     );
+    println!("drover: of which skipped (they would repeat the last): {}", summary(&skipped));
+    println!("drover: of which run, reusing the last conversion: {}", summary(&run));
     println!("drover: peak RSS: killed leader {victim_rss:.0} MiB, survivor {:.0} MiB", survivor.peak_rss_mib());
     println!("drover: from the start to the last steady cycle: {load}");
     if !half.is_empty() || !over.is_empty() {

@@ -55,6 +55,12 @@ impl Reuse {
         (kept.converted.clone(), snapshot)
     }
 
+    /// Whether `nodes` read as the kept conversion's Nodes did (false when none is kept): a
+    /// change of Nodes alone that the conversion would not see.
+    pub fn nodes_read_alike(&self, nodes: &[Arc<Node>]) -> bool {
+        self.kept.as_ref().is_some_and(|k| nodes_alike(&k.objects.nodes, nodes))
+    }
+
     /// How many cycles reused the conversion of an earlier one.
     pub fn reused(&self) -> u64 {
         self.reused
@@ -68,8 +74,11 @@ fn unchanged(old: &ObjectLists, new: &ObjectLists) -> bool {
         && same(&old.classes, &new.classes)
         && same(&old.namespaces, &new.namespaces)
         && same(&old.topologies, &new.topologies)
-        && old.nodes.len() == new.nodes.len()
-        && old.nodes.iter().zip(&new.nodes).all(|(a, b)| Arc::ptr_eq(a, b) || node_reads_alike(a, b))
+        && nodes_alike(&old.nodes, &new.nodes)
+}
+
+fn nodes_alike(old: &[Arc<Node>], new: &[Arc<Node>]) -> bool {
+    old.len() == new.len() && old.iter().zip(new).all(|(a, b)| Arc::ptr_eq(a, b) || node_reads_alike(a, b))
 }
 
 fn same<T>(old: &[Arc<T>], new: &[Arc<T>]) -> bool {

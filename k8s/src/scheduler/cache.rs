@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt::Debug;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use drover_api::crd::podgroup::PodGroup;
@@ -39,6 +40,9 @@ pub(super) struct Cache {
     classes: Store<PriorityClass>,
     namespaces: Store<Namespace>,
     topologies: Store<Topology>,
+    /// Watch events so far: of Nodes, and of every other kind.
+    node_events: Arc<AtomicU64>,
+    other_events: Arc<AtomicU64>,
     /// How far the Pod and PodGroup watches have got, for a new leader's catch-up.
     pods_progress: Arc<Progress>,
     groups_progress: Arc<Progress>,
@@ -53,9 +57,18 @@ impl Drop for Cache {
     }
 }
 
+/// How many watch events the stores have applied, by kind: equal counts mean equal store
+/// contents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Events {
+    pub nodes: u64,
+    pub others: u64,
+}
+
 fn reflect<K>(
     api: Api<K>,
     kind: &'static str,
+    events: Arc<AtomicU64>,
     mut on_event: impl FnMut(&watcher::Event<K>) + Send + 'static,
 ) -> (Store<K>, JoinHandle<()>)
 where
@@ -67,7 +80,12 @@ where
         let mut stream = std::pin::pin!(stream);
         while let Some(item) = stream.next().await {
             match item {
-                Ok(event) => on_event(&event),
+                Ok(event) => {
+                    // Counted after the store applied it: a count read before a gather
+                    // never claims a change the gather has not seen.
+                    events.fetch_add(1, Ordering::Release);
+                    on_event(&event)
+                }
                 Err(e) => tracing::warn!(kind, error = %e, "watch failed; retrying"),
             }
         }
@@ -131,6 +149,8 @@ impl Cache {
         let name = scheduler_name.to_string();
         let t = trigger.clone();
         let (pods_progress, groups_progress) = (Arc::new(Progress::default()), Arc::new(Progress::default()));
+        let (node_events, other_events) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let others = || other_events.clone();
         let on_pod = move |event: &watcher::Event<Pod>| {
             if let watcher::Event::Delete(pod) = event {
                 if pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty()) {
@@ -147,14 +167,18 @@ impl Cache {
                 t.notify_one();
             }
         };
-        let (pods, pods_task) = reflect(Api::<Pod>::all(client.clone()), "Pod", tracked(pods_progress.clone(), on_pod));
+        let on_pod = tracked(pods_progress.clone(), on_pod);
+        let (pods, pods_task) = reflect(Api::<Pod>::all(client.clone()), "Pod", others(), on_pod);
         let on_group = tracked(groups_progress.clone(), on_new(trigger.clone()));
-        let (pod_groups, groups_task) = reflect(Api::<PodGroup>::all(client.clone()), "PodGroup", on_group);
-        let (nodes, nodes_task) = reflect(Api::<Node>::all(client.clone()), "Node", on_new(trigger));
-        let (queues, queues_task) = reflect(Api::<Queue>::all(client.clone()), "Queue", |_| {});
-        let (classes, classes_task) = reflect(Api::<PriorityClass>::all(client.clone()), "PriorityClass", |_| {});
-        let (namespaces, namespaces_task) = reflect(Api::<Namespace>::all(client.clone()), "Namespace", |_| {});
-        let (topologies, topologies_task) = reflect(Api::<Topology>::all(client.clone()), "Topology", |_| {});
+        let (pod_groups, groups_task) = reflect(Api::<PodGroup>::all(client.clone()), "PodGroup", others(), on_group);
+        let (nodes, nodes_task) =
+            reflect(Api::<Node>::all(client.clone()), "Node", node_events.clone(), on_new(trigger));
+        let (queues, queues_task) = reflect(Api::<Queue>::all(client.clone()), "Queue", others(), |_| {});
+        let (classes, classes_task) =
+            reflect(Api::<PriorityClass>::all(client.clone()), "PriorityClass", others(), |_| {});
+        let (namespaces, namespaces_task) =
+            reflect(Api::<Namespace>::all(client.clone()), "Namespace", others(), |_| {});
+        let (topologies, topologies_task) = reflect(Api::<Topology>::all(client.clone()), "Topology", others(), |_| {});
         Cache {
             nodes,
             pods,
@@ -163,6 +187,8 @@ impl Cache {
             classes,
             namespaces,
             topologies,
+            node_events,
+            other_events,
             pods_progress,
             groups_progress,
             tasks: vec![
@@ -196,6 +222,17 @@ impl Cache {
     /// `catch_up.rs`): a new leader's first decisions must see the previous leader's writes.
     pub(super) async fn catch_up(&self, client: &Client) {
         catch_up::catch_up(client, &[&self.pods_progress, &self.groups_progress]).await;
+    }
+
+    /// The watch events applied so far. Read it before [`Cache::gather`]: the stores may then
+    /// show more than it counts, never less.
+    pub(super) fn events(&self) -> Events {
+        Events { nodes: self.node_events.load(Ordering::Acquire), others: self.other_events.load(Ordering::Acquire) }
+    }
+
+    /// The Nodes the store holds now.
+    pub(super) fn nodes(&self) -> Vec<Arc<Node>> {
+        self.nodes.state()
     }
 
     /// The store contents now, with the overlay applied.

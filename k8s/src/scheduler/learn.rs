@@ -50,7 +50,7 @@ struct Run<'g> {
 }
 
 /// Records the runs of the groups that completed and are not recorded yet, and marks them.
-/// Returns the groups marked.
+/// Returns the writes it tried (none: every completed run it can record is recorded).
 pub(super) async fn record(
     writer: &Writer<'_>,
     unmarked: &mut Unmarked,
@@ -98,6 +98,7 @@ pub(super) async fn record(
         let gpus = members.iter().map(|p| gpus_requested(p)).sum();
         runs.entry(queue).or_default().push(Run { group, name: facts.job_name.clone(), gpus, seconds, finished });
     }
+    let mut tried = runs.len();
     let api: Api<Queue> = Api::all(writer.client.clone());
     for (queue, list) in runs {
         match learn(&api, &queue, &list).await {
@@ -110,7 +111,7 @@ pub(super) async fn record(
             Err(e) => tracing::debug!(queue, error = %e, "learned run times not written; retrying next cycle"),
         }
     }
-    let mut marked = 0;
+    tried += marks.len();
     for (group, seconds) in marks {
         let (namespace, name) = key_of(&group.metadata);
         let groups: Api<PodGroup> = Api::namespaced(writer.client.clone(), &namespace);
@@ -119,7 +120,6 @@ pub(super) async fn record(
             Ok(new) => {
                 overlay.group_written(group.metadata.resource_version.clone(), new);
                 unmarked.0.remove(&uid(group));
-                marked += 1;
             }
             Err(kube::Error::Api(s)) if s.code == 404 => {
                 unmarked.0.remove(&uid(group));
@@ -127,7 +127,7 @@ pub(super) async fn record(
             Err(e) => tracing::debug!(%namespace, group = %name, error = %e, "run not marked recorded; retrying"),
         }
     }
-    marked
+    tried
 }
 
 /// Feeds `runs` into queue `name`'s history, read fresh and written back at the version read.

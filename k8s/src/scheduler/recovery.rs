@@ -35,6 +35,9 @@ pub(super) struct Recovery {
     pub wrote: bool,
     /// Pods bound.
     pub bound: usize,
+    /// Whether any group showed a bind intent, whatever became of it: a later cycle may have
+    /// more to do (an intent grows old enough to take over, the store catches up).
+    pub seen: bool,
 }
 
 fn young(at: Option<&str>, period: Duration) -> bool {
@@ -170,6 +173,7 @@ pub(super) async fn recover(
     let mut found = Vec::new();
     for pg in &g.pod_groups {
         let Some(intent) = pg.status.as_ref().and_then(|s| s.bind_intent.as_ref()) else { continue };
+        out.seen = true;
         if intent.id.as_ref().is_some_and(|id| intents.cleared.contains(id)) {
             continue; // removed by this process; the store has not caught up
         }

@@ -319,7 +319,7 @@ async fn write_group_status(
 }
 
 /// Writes every PodGroup status that changed, `writer.concurrency` at a time. Returns the
-/// number written.
+/// number that had changed, written or not (none: the statuses are current).
 pub(super) async fn write_groups(
     writer: &Writer<'_>,
     overlay: &mut Overlay,
@@ -332,17 +332,16 @@ pub(super) async fn write_groups(
         .into_iter()
         .filter_map(|(group, want)| Some((group.clone(), group_patch(group, &want)?, want)))
         .collect();
+    let wanted = writes.len();
     let results: Vec<_> = futures::stream::iter(writes)
         .map(|(group, patch, want)| write_group(writer, group, patch, want))
         .buffer_unordered(writer.concurrency)
         .collect()
         .await;
-    let mut written = 0;
     for (group, result) in results {
         match result {
             Ok(new) => {
                 overlay.group_written(group.metadata.resource_version.clone(), new);
-                written += 1;
             }
             Err(e) => {
                 let (namespace, name) = key_of(&group.metadata);
@@ -350,7 +349,7 @@ pub(super) async fn write_groups(
             }
         }
     }
-    written
+    wanted
 }
 
 fn current_resize(group: &PodGroup) -> Option<&ResizeStatus> {
@@ -433,7 +432,7 @@ fn usage_patch(current: Option<&QueueUsageStatus>, want: Option<&QueueUsage>) ->
 
 /// Writes the scheduler's fields of every Queue status that changed (`allocated`,
 /// `deserved`, `fairShare`, `queueState`, their `summary` for people and, with time-based
-/// fair share, `usage` from `ledger`). Returns the number written.
+/// fair share, `usage` from `ledger`). Returns the number that had changed, written or not.
 pub(super) async fn write_queues(
     writer: &Writer<'_>,
     g: &ObjectLists,
@@ -444,7 +443,7 @@ pub(super) async fn write_queues(
     let ids: HashMap<&str, QueueId> =
         snap.queues.iter_enumerated().skip(1).map(|(i, q)| (q.name.as_str(), i)).collect();
     let api: Api<Queue> = Api::all(writer.client.clone());
-    let mut written = 0;
+    let mut wanted = 0;
     for queue in &g.queues {
         let Some(name) = queue.metadata.name.as_deref() else { continue };
         let Some(&q) = ids.get(name) else { continue };
@@ -484,12 +483,12 @@ pub(super) async fn write_queues(
             continue;
         }
         let patch = json!({ "status": status });
-        match api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
-            Ok(_) => written += 1,
-            Err(e) => tracing::debug!(queue = name, error = %e, "queue status not written; retrying next cycle"),
+        wanted += 1;
+        if let Err(e) = api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+            tracing::debug!(queue = name, error = %e, "queue status not written; retrying next cycle");
         }
     }
-    written
+    wanted
 }
 
 #[cfg(test)]

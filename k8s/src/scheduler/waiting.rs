@@ -149,7 +149,8 @@ fn due(marked: &Marked, groups: Vec<GroupMarks>, now: Instant) -> Vec<GroupMarks
 }
 
 /// Marks the pending pods of the groups that cannot start; see the module docs. Returns the
-/// number of pods written.
+/// number of pods whose mark is not current, written now or left for a later cycle by the
+/// rate rule (none: every waiting pod shows its group's reason).
 pub(super) async fn mark(
     writer: &Writer<'_>,
     marked: &mut Marked,
@@ -161,6 +162,7 @@ pub(super) async fn mark(
 ) -> usize {
     let now = Instant::now();
     let groups = wanted(g, snap, converted, outcome);
+    let stale = groups.iter().map(|g| g.pods.len()).sum();
     let waiting: HashSet<&Key> = groups.iter().map(|g| &g.key).collect();
     marked.at.retain(|k, _| waiting.contains(k));
     let chosen = due(marked, groups, now);
@@ -184,18 +186,16 @@ pub(super) async fn mark(
         .buffer_unordered(writer.concurrency)
         .collect()
         .await;
-    let mut written = 0;
     for (key, mark, result) in results {
         match result {
             Ok(()) => {
                 overlay.pod_condition(&mark.pod, mark.condition);
                 marked.at.insert(key, now);
-                written += 1;
             }
             Err(e) => tracing::debug!(error = %e, "pod condition not written; retrying next cycle"),
         }
     }
-    written
+    stale
 }
 
 #[cfg(test)]
