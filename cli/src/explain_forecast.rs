@@ -110,7 +110,7 @@ mod tests {
 
     #[test]
     fn a_prediction_names_its_runs_and_jobs() {
-        let p = |key| Prediction { seconds: 600, key, samples: 2 };
+        let p = |key| Prediction { seconds: 600, key, samples: 2, changes_at: None };
         let named = p(HistoryKey::Name { namespace: "team-a".into(), name: "train".into() });
         assert_eq!(describe(&named), "learned from 2 earlier runs of jobs named train in team-a");
         let shape = p(HistoryKey::Shape { namespace: "team-a".into(), gpus: 8 });

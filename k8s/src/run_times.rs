@@ -89,8 +89,15 @@ pub fn predict<'a>(
             }
             let history = histories.get(&snap.queues[job.queue].name)?;
             let features = JobFeatures { namespace: &job.namespace, name: name_of(job), gpus: gpus(snap, job) };
-            let elapsed = job.started_at.map_or(0, |s| snap.clock.now().saturating_sub(s).max(0));
-            history.predict(&features, elapsed)
+            let Some(started) = job.started_at else { return history.predict(&features, 0) };
+            let elapsed = snap.clock.unnoted().saturating_sub(started).max(0);
+            let prediction = history.predict(&features, elapsed);
+            // The prediction depends on the time only through the run so far: it holds until
+            // that reaches where the prediction changes.
+            if let Some(p) = &prediction {
+                snap.clock.holds_only_until(p.changes_at.map_or(i64::MIN, |at| started.saturating_add(at)));
+            }
+            prediction
         })
         .collect()
 }

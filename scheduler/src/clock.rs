@@ -59,9 +59,15 @@ impl Clock {
         start
     }
 
+    /// Notes that an answer worked out from [`Clock::unnoted`] holds only until `t` (or the
+    /// next second, when `t` has come already).
+    pub fn holds_only_until(&self, t: i64) {
+        self.note(t.max(self.now.saturating_add(1)));
+    }
+
     /// The time, not noted: only for a reader whose answer depends on it solely through
     /// reads it notes itself (the forecast's starting point, which every planned start lies
-    /// beyond; see `forecast.rs`).
+    /// beyond; see `forecast.rs`), or through [`Clock::holds_only_until`].
     pub fn unnoted(&self) -> i64 {
         self.now
     }
@@ -96,5 +102,10 @@ mod tests {
         assert_eq!(copy.now(), 100);
         assert_eq!(clock.holds_until(), 101, "a copy's reads count; the time itself changes next second");
         assert_eq!(Clock::at(100).holds_until(), i64::MAX, "a new clock starts afresh");
+        let worked_out = Clock::at(100);
+        worked_out.holds_only_until(130);
+        assert_eq!(worked_out.holds_until(), 130);
+        worked_out.holds_only_until(50);
+        assert_eq!(worked_out.holds_until(), 101, "a time that has come holds for this second only");
     }
 }

@@ -100,6 +100,10 @@ pub struct Prediction {
     pub key: HistoryKey,
     /// How many samples that key holds.
     pub samples: usize,
+    /// The run so far (`elapsed`) at which the prediction first changes: when the job
+    /// outruns the shortest sample it was still shorter than. None when it changes with every
+    /// second (a job that has outrun every sample).
+    pub changes_at: Option<i64>,
 }
 
 /// One queue's learned run times.
@@ -158,7 +162,8 @@ impl RunTimeHistory {
                 0 => elapsed.saturating_mul(2),
                 n => longer[(n - 1) / 2],
             };
-            Some(Prediction { seconds, samples: samples.seconds.len(), key })
+            let changes_at = longer.first().copied();
+            Some(Prediction { seconds, samples: samples.seconds.len(), key, changes_at })
         })
     }
 
@@ -236,6 +241,22 @@ mod tests {
         assert_eq!(h.predict(&job("ns", "x", 8), 0).map(|p| p.seconds), Some(200));
         assert_eq!(h.predict(&job("ns", "x", 8), 250).map(|p| p.seconds), Some(300));
         assert_eq!(h.predict(&job("ns", "x", 8), 5000).map(|p| p.seconds), Some(10_000));
+    }
+
+    #[test]
+    fn a_running_job_s_prediction_holds_until_it_outruns_the_next_sample() {
+        let mut h = RunTimeHistory::default();
+        for secs in [100, 200, 300, 4000] {
+            h.learn(&job("ns", "x", 8), secs, 0);
+        }
+        let at = |elapsed| h.predict(&job("ns", "x", 8), elapsed).expect("four runs");
+        for (elapsed, next) in [(0, 100), (150, 200), (250, 300), (3000, 4000)] {
+            let p = at(elapsed);
+            assert_eq!(p.changes_at, Some(next), "after {elapsed} s");
+            assert_eq!(at(next - 1), p, "the same until {next} s");
+        }
+        assert_eq!(at(100).seconds, 300, "at 100 s it changed");
+        assert_eq!(at(5000).changes_at, None, "twice its age changes every second");
     }
 
     #[test]
