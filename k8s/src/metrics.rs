@@ -300,6 +300,11 @@ impl Metrics {
         self.cycle_duration.observe(elapsed.as_secs_f64());
     }
 
+    /// Counts a cycle skipped because it would have repeated the last one.
+    pub fn inc_cycles_skipped(&self) {
+        self.cycles_skipped.inc();
+    }
+
     /// Records one action's duration (`action` as configured: `enqueue`, `allocate`, ...).
     pub fn observe_action(&self, action: &str, elapsed: Duration) {
         self.action_duration.get_or_create(&ActionLabels { action: action.to_string() }).observe(elapsed.as_secs_f64());
@@ -546,6 +551,6 @@ impl crate::scheduler::CycleObserver for Metrics {
     }
 
     fn on_skipped(&self) {
-        self.cycles_skipped.inc();
+        self.inc_cycles_skipped();
     }
 }

@@ -35,6 +35,8 @@ fn recorded() -> Metrics {
     m.set_leader("controllers", false);
     m.observe_cycle(Duration::from_millis(3));
     m.observe_cycle(Duration::from_millis(40));
+    m.inc_cycles_skipped();
+    m.inc_cycles_skipped();
     m.observe_action("allocate", Duration::from_micros(1500));
     m.observe_action("preempt", Duration::from_millis(20));
     m.inc_binds(7);
@@ -60,6 +62,7 @@ fn every_family_is_exposed_with_its_labels() {
     assert!(text.ends_with("# EOF\n"), "OpenMetrics ends with # EOF");
     for (family, kind) in [
         ("drover_scheduler_cycle_duration_seconds", "histogram"),
+        ("drover_scheduler_cycles_skipped", "counter"),
         ("drover_scheduler_action_duration_seconds", "histogram"),
         ("drover_scheduler_binds", "counter"),
         ("drover_scheduler_evictions", "counter"),
@@ -75,6 +78,7 @@ fn every_family_is_exposed_with_its_labels() {
         assert!(text.contains(&format!("# HELP {family} ")), "help of {family}");
     }
     assert_line(&text, "drover_scheduler_binds_total 7");
+    assert_line(&text, "drover_scheduler_cycles_skipped_total 2");
     assert_line(&text, "drover_scheduler_evictions_total{reason=\"preempt\"} 2");
     assert_line(&text, "drover_scheduler_evictions_total{reason=\"reclaim\"} 1");
     assert_line(&text, "drover_scheduler_pending_podgroups{reason=\"NotAdmitted\"} 1");
