@@ -23,7 +23,9 @@
 //!
 //! `cargo bench -p drover-e2e --bench scale` (about 15 minutes); `-- --nodes N --gangs G
 //! --pods-per-gang K --queues Q` for other sizes, `-- --only drover|kube-scheduler`, `-- --keep`
-//! to keep the logs, `-- --bind-concurrency N` for the schedulers' `--bind-concurrency`.
+//! to keep the logs, `-- --bind-concurrency N` for the schedulers' `--bind-concurrency`,
+//! `-- --single` for one replica without a failover (rate and load from start to the last
+//! binding).
 
 mod support;
 
@@ -59,11 +61,21 @@ struct Args {
     keep: bool,
     /// `drover scheduler --bind-concurrency`, when given.
     bind_concurrency: Option<u32>,
+    /// One replica and no failover: what the standby costs the API server.
+    single: bool,
 }
 
 fn args() -> anyhow::Result<Args> {
-    let mut args =
-        Args { nodes: 5000, gangs: 5000, per_gang: 10, queues: 50, only: None, keep: false, bind_concurrency: None };
+    let mut args = Args {
+        nodes: 5000,
+        gangs: 5000,
+        per_gang: 10,
+        queues: 50,
+        only: None,
+        keep: false,
+        bind_concurrency: None,
+        single: false,
+    };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         let mut number = |flag: &str| -> anyhow::Result<u32> {
@@ -76,6 +88,7 @@ fn args() -> anyhow::Result<Args> {
             "--queues" => args.queues = number("--queues")?,
             "--only" => args.only = Some(it.next().context("--only drover|kube-scheduler")?),
             "--keep" => args.keep = true,
+            "--single" => args.single = true,
             "--bind-concurrency" => args.bind_concurrency = Some(number("--bind-concurrency")?),
             "--bench" => {}
             other => bail!("unknown argument {other}"),
@@ -370,11 +383,11 @@ async fn drover(args: &Args, bed: &Bed) -> anyhow::Result<f64> {
     let (mut victim_rss, mut dead_log, mut killed) = (0.0, std::path::PathBuf::new(), None);
     while bound.len() < bindable {
         next_binding(&mut stream, &mut bound, STALL).await?;
-        if !standby {
+        if !standby && !args.single {
             replicas.push(Replica::start(bed, "b", args.bind_concurrency)?);
             standby = true;
         }
-        if killed.is_none() && bound.len() >= kill_at {
+        if killed.is_none() && bound.len() >= kill_at && !args.single {
             let leader = holder(bed).await.context("no Lease holder mid-run")?;
             let index = replicas.iter().position(|r| r.identity == leader).context("the holder is no replica")?;
             let victim = replicas.remove(index);
@@ -383,6 +396,9 @@ async fn drover(args: &Args, bed: &Bed) -> anyhow::Result<f64> {
             dead_log = victim.log;
             killed = Some((Timestamp::now(), leader));
         }
+    }
+    if args.single {
+        return single_replica(args, bed, start, (idle, &load_before)).await;
     }
     let Some((kill, dead)) = killed else { bail!("the run ended before the leader was killed") };
     let waited = Instant::now();
@@ -459,6 +475,31 @@ async fn drover(args: &Args, bed: &Bed) -> anyhow::Result<f64> {
         );
     }
     println!("drover: no gang half bound, no node overcommitted");
+    Ok(rate)
+}
+
+/// The figures of a run with one replica and no failover (`--single`): the binding rate from
+/// the start to the last binding, and the API server's load per bound pod.
+async fn single_replica(
+    args: &Args,
+    bed: &Bed,
+    start: Timestamp,
+    (idle, load_before): (f64, &ServerLoad),
+) -> anyhow::Result<f64> {
+    let bindable = args.bindable();
+    let load = load_per_pod(bed, load_before, idle, bindable).await?;
+    let Books { half, over, scheduled } = books(args, bed).await?;
+    let Some(&last) = scheduled.last() else { bail!("nothing bound") };
+    let rate = scheduled.len() as f64 / until_end_of(last, start);
+    println!(
+        "drover, one replica: {} pods bound within {:.0} s = {rate:.0} pods/s",
+        scheduled.len(),
+        until_end_of(last, start)
+    );
+    println!("drover, one replica: from the start to the last binding: {load}");
+    if !half.is_empty() || !over.is_empty() {
+        bail!("{} gangs half bound, {} nodes overcommitted", half.len(), over.len());
+    }
     Ok(rate)
 }
 
