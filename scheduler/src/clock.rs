@@ -50,6 +50,16 @@ impl Clock {
         reached
     }
 
+    /// `t`, or now once `t` has come (an end that is overdue ends now): the same until `t`,
+    /// then moving with every second.
+    pub fn at_least_now(&self, t: i64) -> i64 {
+        if self.reached(t) {
+            self.now()
+        } else {
+            t
+        }
+    }
+
     /// The start of the `tick`-second period that holds now (a ledger's tick), which holds
     /// until the next period starts.
     pub fn tick_start(&self, tick: i64) -> i64 {
@@ -96,12 +106,17 @@ mod tests {
         assert_eq!(clock.holds_until(), 160, "not yet, until 160");
         assert!(!clock.reached(200));
         assert_eq!(clock.holds_until(), 160, "the earliest change counts");
+        assert_eq!(clock.at_least_now(180), 180, "an end still to come");
+        assert_eq!(clock.holds_until(), 160);
         assert_eq!(clock.tick_start(60), 60);
         assert_eq!(clock.holds_until(), 120, "the next tick starts at 120");
         let copy = clock.clone();
         assert_eq!(copy.now(), 100);
         assert_eq!(clock.holds_until(), 101, "a copy's reads count; the time itself changes next second");
         assert_eq!(Clock::at(100).holds_until(), i64::MAX, "a new clock starts afresh");
+        let overdue = Clock::at(100);
+        assert_eq!(overdue.at_least_now(90), 100, "an overdue end ends now");
+        assert_eq!(overdue.holds_until(), 101);
         let worked_out = Clock::at(100);
         worked_out.holds_only_until(130);
         assert_eq!(worked_out.holds_until(), 130);

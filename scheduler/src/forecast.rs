@@ -112,10 +112,8 @@ pub fn plan(fw: &Framework, ssn: &Session, reservations: &[Reservation]) -> TiVe
     };
     let clock = &snap.clock;
     // Every start planned lies beyond the pool's starting point (the time), which therefore
-    // shapes the plan only through the ends: an end that has come is the time and moves every
-    // second; one still to come holds until then.
+    // shapes the plan only through the ends, each noted as `Clock::at_least_now` reads it.
     let now = clock.unnoted();
-    let from_now = |t: i64| if clock.reached(t) { clock.now() } else { t };
     let mut pools: Vec<Option<Pool>> = (0..snap.resources.len()).map(|_| None).collect();
     let mut waiting: Vec<JobId> = Vec::new();
     for (j, job) in snap.jobs.iter_enumerated() {
@@ -126,7 +124,7 @@ pub fn plan(fw: &Framework, ssn: &Session, reservations: &[Reservation]) -> TiVe
             let end = job.ends_at.or_else(|| job.run_time.map(|d| clock.now().saturating_add(d.seconds())));
             let learned = matches!(job.run_time, Some(RunTime::Learned(_)));
             let pool = pools[r].get_or_insert_with(|| Pool::new(snap.capacity[r], now));
-            pool.hold_until(held, end.map(|t| (from_now(t), learned)));
+            pool.hold_until(held, end.map(|t| (clock.at_least_now(t), learned)));
         } else if pods().any(|(_, s)| matches!(s, PodState::Pending | PodState::Pipelined(_))) {
             waiting.push(j);
         }

@@ -210,8 +210,6 @@ fn plan_within(
         })
         .collect();
     let clock = &snap.clock;
-    // An end that has come is now, which moves every second; one still to come holds until then.
-    let from_now = |t: i64| if clock.reached(t) { clock.now() } else { t };
     let mut ends: Vec<(i64, usize, PodId)> = Vec::new();
     for (p, state) in ssn.pod_state.iter_enumerated() {
         let j = &snap.jobs[snap.pods[p].job];
@@ -223,7 +221,7 @@ fn plan_within(
             _ => continue,
         };
         if let (Some(end), true) = (end, slot[node] != NONE) {
-            ends.push((from_now(end), slot[node], p));
+            ends.push((clock.at_least_now(end), slot[node], p));
         }
     }
     ends.sort_unstable();
