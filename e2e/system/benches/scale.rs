@@ -329,6 +329,20 @@ struct Books {
     scheduled: Vec<Timestamp>,
 }
 
+/// An error naming every gang half bound and every node overcommitted, if any is.
+fn balanced(half: &[String], over: &[String]) -> anyhow::Result<()> {
+    if !half.is_empty() || !over.is_empty() {
+        bail!(
+            "{} gangs half bound: {}; {} nodes overcommitted: {}",
+            half.len(),
+            half.join(", "),
+            over.len(),
+            over.join(", ")
+        );
+    }
+    Ok(())
+}
+
 async fn books(args: &Args, bed: &Bed) -> anyhow::Result<Books> {
     let pods: Api<Pod> = Api::namespaced(bed.client.clone(), NS);
     let mut bound: BTreeMap<String, u32> = BTreeMap::new();
@@ -465,15 +479,7 @@ async fn drover(args: &Args, bed: &Bed) -> anyhow::Result<f64> {
     println!("drover: of which run, reusing the last conversion: {}", summary(&run));
     println!("drover: peak RSS: killed leader {victim_rss:.0} MiB, survivor {:.0} MiB", survivor.peak_rss_mib());
     println!("drover: from the start to the last steady cycle: {load}");
-    if !half.is_empty() || !over.is_empty() {
-        bail!(
-            "{} gangs half bound: {}; {} nodes overcommitted: {}",
-            half.len(),
-            half.join(", "),
-            over.len(),
-            over.join(", ")
-        );
-    }
+    balanced(&half, &over)?;
     println!("drover: no gang half bound, no node overcommitted");
     Ok(rate)
 }
@@ -497,9 +503,8 @@ async fn single_replica(
         until_end_of(last, start)
     );
     println!("drover, one replica: from the start to the last binding: {load}");
-    if !half.is_empty() || !over.is_empty() {
-        bail!("{} gangs half bound, {} nodes overcommitted", half.len(), over.len());
-    }
+    balanced(&half, &over)?;
+    println!("drover, one replica: no gang half bound, no node overcommitted");
     Ok(rate)
 }
 
