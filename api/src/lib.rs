@@ -3,6 +3,7 @@
 //! Everything here is plain data: no I/O, no async. Quantities are exact integers so that
 //! fit checks never depend on floating-point rounding.
 
+pub mod charge_guard;
 pub mod constraints;
 pub mod crd;
 pub mod label_selector;

@@ -108,7 +108,8 @@ fn optional_parts_follow_their_values() {
         (&default, "kind: ValidatingAdmissionPolicy", true),
         (&default, "kind: Topology", false),
         (&all, "kind: Topology", true),
-        (&minimal, "kind: ValidatingAdmissionPolicy", false),
+        (&minimal, "name: drover-guarded-pods", false),
+        (&minimal, "name: drover-charge-guard", true),
     ] {
         assert_eq!(text.contains(kind), present, "{kind} present should be {present}");
     }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use drover_api::crd::podgroup::PodGroup;
 use drover_api::crd::queue::Queue;
-use drover_k8s::charge::Charge;
+use drover_k8s::charge::{Charge, CHARGE_ANNOTATION};
 use drover_k8s::convert::{ObjectLists, Reuse, POD_GROUP_ANNOTATION};
 use drover_k8s::scheduler::wanted_group_statuses;
 use drover_scheduler::config::SchedulerConfig;
@@ -43,7 +43,6 @@ fn store() -> ObjectLists {
                 "spec": {"deserved": {"nvidia.com/gpu": (NODES * 8 / QUEUES).to_string()}, "overQuotaWeight": 1, "reclaimable": true}}))
         })
         .collect::<Vec<Arc<Queue>>>();
-    let at = jiff::Timestamp::from_second(1_790_000_000).expect("a time");
     let mut pods = Vec::new();
     let mut groups = Vec::new();
     let mut gpu = 0;
@@ -57,15 +56,18 @@ fn store() -> ObjectLists {
         for i in 0..PER_GANG {
             let bound = gpu < NODES * 8;
             let charge = Charge { queue: queue.clone(), group: group.clone(), priority_class: String::new() };
-            let conditions = if bound { vec![charge.condition(at)] } else { vec![] };
+            let mut annotations = json!({POD_GROUP_ANNOTATION: group});
+            if bound {
+                annotations[CHARGE_ANNOTATION] = json!(charge.message());
+            }
             pods.push(object::<Pod>(json!({
                 "metadata": {"name": format!("gang-{g}-{i}"), "namespace": "default", "uid": format!("p{g}-{i}"),
                              "resourceVersion": "1", "creationTimestamp": "2026-09-21T00:00:00Z",
-                             "annotations": {POD_GROUP_ANNOTATION: group}},
+                             "annotations": annotations},
                 "spec": {"schedulerName": "drover", "nodeName": bound.then(|| format!("node-{}", gpu / 8)),
                          "containers": [{"name": "main", "image": "app",
                             "resources": {"requests": {"nvidia.com/gpu": "1", "cpu": "100m"}, "limits": {"nvidia.com/gpu": "1"}}}]},
-                "status": {"phase": if bound { "Running" } else { "Pending" }, "conditions": conditions}})));
+                "status": {"phase": if bound { "Running" } else { "Pending" }}})));
             gpu += u32::from(bound);
         }
     }

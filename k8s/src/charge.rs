@@ -1,18 +1,23 @@
 //! The charge record of a bound pod: which queue, PodGroup and priority class the scheduler
 //! charged it to when it bound it.
 //!
-//! The scheduler writes it as the pod condition [`CHARGED_CONDITION`] through `pods/status`
-//! just before the pod's binding. Tenants may edit a pod's annotations and labels, and may
-//! delete or change its PodGroup, but cannot write a pod's status: so the accounting of a
-//! bound pod follows this record, never the links a tenant can still change (see the rules
-//! in [`crate::convert`]). The message is `queue=<q> podGroup=<g> priorityClass=<c>`, readable
-//! by people (`kubectl describe pod`) and parsed here only.
+//! The scheduler writes it as the annotation [`CHARGE_ANNOTATION`] on the pod's Binding, which
+//! the API server copies onto the pod in the write that binds it. Tenants may edit a pod's
+//! annotations and labels, and may delete or change its PodGroup, but the charge guard
+//! ([`drover_api::charge_guard`]) refuses any write of this one annotation but the binding's:
+//! so the accounting of a bound pod follows this record, never the links a tenant can still
+//! change (see the rules in [`crate::convert`]). Pods bound by versions before the annotation
+//! carry the record as the condition [`CHARGED_CONDITION`] in their status, which tenants
+//! cannot write; it is still read, first. The value is `queue=<q> podGroup=<g>
+//! priorityClass=<c>`, readable by people (`kubectl describe pod`) and parsed here only.
 
 use drover_scheduler::snapshot::{JobId, Snapshot};
-use k8s_openapi::api::core::v1::{Pod, PodCondition};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Client};
 
-pub use drover_api::labels::CHARGED_CONDITION;
+pub use drover_api::labels::{CHARGED_CONDITION, CHARGE_ANNOTATION};
 
 /// What a bound pod is charged to.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -37,9 +42,14 @@ impl Charge {
         }
     }
 
-    /// The record's condition message.
+    /// The record's value.
     pub fn message(&self) -> String {
         format!("queue={} podGroup={} priorityClass={}", self.queue, self.group, self.priority_class)
+    }
+
+    /// The record as the annotation a Binding carries.
+    pub fn annotation(&self) -> (String, String) {
+        (CHARGE_ANNOTATION.to_string(), self.message())
     }
 
     /// Reads a record's message; `None` unless it names a queue and a group.
@@ -56,24 +66,27 @@ impl Charge {
         (!charge.queue.is_empty() && !charge.group.is_empty()).then_some(charge)
     }
 
-    /// The pod condition that records this charge.
-    pub fn condition(&self, now: jiff::Timestamp) -> PodCondition {
-        PodCondition {
-            type_: CHARGED_CONDITION.to_string(),
-            status: "True".into(),
-            reason: Some("Charged".into()),
-            message: Some(self.message()),
-            last_transition_time: Some(Time(now)),
-            ..PodCondition::default()
-        }
-    }
-
-    /// The charge recorded on a pod, if the scheduler wrote one.
+    /// The charge recorded on a pod, if the scheduler wrote one: the condition of older
+    /// versions, else the annotation.
     pub fn of(pod: &Pod) -> Option<Charge> {
-        let conditions = pod.status.as_ref()?.conditions.as_ref()?;
-        let record = conditions.iter().find(|c| c.type_ == CHARGED_CONDITION && c.status == "True")?;
-        Charge::parse(record.message.as_deref()?)
+        let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_ref());
+        let condition = conditions
+            .and_then(|c| c.iter().find(|c| c.type_ == CHARGED_CONDITION && c.status == "True"))
+            .and_then(|c| c.message.as_deref());
+        let annotation = || pod.metadata.annotations.as_ref()?.get(CHARGE_ANNOTATION).map(String::as_str);
+        Charge::parse(condition.or_else(annotation)?)
     }
+}
+
+/// Applies the charge guard as the chart ships it (server-side, as `field_manager`): for
+/// clusters set up without the chart, such as the test and playground control planes.
+pub async fn install_guard(client: &Client, field_manager: &str) -> kube::Result<()> {
+    let (policy, binding) = drover_api::charge_guard::objects();
+    let params = PatchParams::apply(field_manager).force();
+    let name = drover_api::charge_guard::NAME;
+    Api::<ValidatingAdmissionPolicy>::all(client.clone()).patch(name, &params, &Patch::Apply(&policy)).await?;
+    Api::<ValidatingAdmissionPolicyBinding>::all(client.clone()).patch(name, &params, &Patch::Apply(&binding)).await?;
+    Ok(())
 }
 
 #[cfg(test)]

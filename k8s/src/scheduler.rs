@@ -25,7 +25,9 @@
 //!    the group's `status.bindIntent` = `{"pods": {"<pod>": "<node>"}, "id": .., "at": ..}`
 //!    by a merge patch of the status subresource carrying the group's resourceVersion (any
 //!    error, 409 included, skips the group this cycle); then `pods/{name}/binding` for each
-//!    pod, `bind_concurrency` at a time (a 409 is fine when the pod is already on that node);
+//!    pod, `bind_concurrency` at a time, the Binding carrying the pod's charge record
+//!    ([`crate::charge`]) and, in a topology, its domain, which the API server sets on the pod
+//!    as it binds it (a 409 is fine when the pod is already on that node);
 //!    then the intent is removed. If a binding fails, the intent stays and the next cycle's
 //!    recovery finishes the job. Only the scheduler writes PodGroup status; the annotation
 //!    [`IGNORED_BIND_INTENT_ANNOTATION`], where intents once lived, is never read (a group
@@ -51,8 +53,12 @@
 //! **Stale stores.** Writes the stores have not shown yet (bindings, evictions, PodGroup
 //! patches) are laid over the store contents until the store shows a newer version of the
 //! object, so a cycle started right after another does not decide again on the same pods;
-//! a binding, until the store shows the pod on a node (the pod's charge record, written just
-//! before it, makes a newer version that is still unbound).
+//! a binding, until the store shows the pod on a node (another write, a waiting mark say, may
+//! make a newer version that is still unbound).
+//!
+//! **The charge guard.** The leader schedules only while the admission policy that keeps each
+//! pod's charge record as its binding wrote it is installed as the chart ships it
+//! (`scheduler/guard.rs`); otherwise it runs no cycle and logs why.
 //!
 //! **Taking over.** A process that has followed another leader waits, before its first cycle
 //! as leader, until its Pod and PodGroup watches have reached the API server's revision of
@@ -71,6 +77,7 @@ mod cache;
 mod catch_up;
 mod evict;
 mod forecast;
+mod guard;
 mod intents;
 mod learn;
 mod placement;
@@ -215,6 +222,7 @@ async fn schedule(
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // Whether this process has followed another leader since it last caught up.
     let mut followed = false;
+    let mut guard = guard::Guard::default();
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
@@ -227,6 +235,10 @@ async fn schedule(
         if std::mem::take(&mut followed) {
             cache.catch_up(&client).await;
             state.quiet = None;
+            guard.forget();
+        }
+        if !guard.holds(&client).await {
+            continue;
         }
         state.cycle(&client, &options, &cache, &is_leader, observer.as_ref()).await;
     }

@@ -6,8 +6,10 @@
 //!
 //! The scheduler's path is the real one: the conversion of the objects, a cycle of the core,
 //! and the writes the scheduler makes, applied here to the objects: each binding with the
-//! charge record ([`Charge::for_job`]) the scheduler writes before it, the PodGroup statuses
-//! ([`wanted_group_statuses`]), evictions as deletions.
+//! charge record ([`Charge::for_job`]) its Binding carries, the PodGroup statuses
+//! ([`wanted_group_statuses`]), evictions as deletions. Tenants' edits leave the record as it
+//! is, as the charge guard makes the API server do (`k8s/tests/scheduler.rs`,
+//! `the_scheduler_binds_only_under_the_charge_guard_which_keeps_each_record_as_bound`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -132,9 +134,9 @@ impl Cluster {
                 if pod.metadata.name.as_deref() == Some(target.name.as_str()) {
                     let pod = Arc::make_mut(pod);
                     pod.spec.as_mut().expect("a spec").node_name = Some(snap.nodes[n].name.clone());
-                    let status = pod.status.get_or_insert_with(Default::default);
-                    status.phase = Some("Running".into());
-                    status.conditions = Some(vec![charge.condition(jiff::Timestamp::now())]);
+                    let (key, value) = charge.annotation();
+                    pod.metadata.annotations.get_or_insert_with(Default::default).insert(key, value);
+                    pod.status.get_or_insert_with(Default::default).phase = Some("Running".into());
                 }
             }
         }

@@ -39,6 +39,7 @@ impl Env {
         let server = Server::start().await?;
         let client = server.client();
         drover_envtest::install_crds(&client, &drover_api::crd::all()).await.expect("CRDs are accepted");
+        drover_k8s::charge::install_guard(&client, "drover-test").await.expect("the charge guard is accepted");
         let (kubelet, stop) = oneshot::channel::<()>();
         let kc = client.clone();
         tokio::spawn(async move {

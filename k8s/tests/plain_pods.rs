@@ -70,6 +70,7 @@ async fn a_plain_pod_annotated_with_a_queue_its_namespace_may_not_use_stays_unsc
     let Some(server) = drover_envtest::Server::start().await else { return };
     let client = server.client();
     drover_envtest::install_crds(&client, &drover_api::crd::all()).await.expect("CRDs are accepted");
+    drover_k8s::charge::install_guard(&client, "drover-test").await.expect("the charge guard is accepted");
     let namespaces: Api<Namespace> = Api::all(client.clone());
     for ns in [TENANT, "team-b"] {
         create(&namespaces, json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})).await;

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use drover_api::crd::podgroup::{PodGroup, PodGroupPhase, PodGroupSpec};
 use drover_api::crd::queue::{Queue, QueueSpec};
 use drover_envtest::{eventually, Server};
+use drover_k8s::charge::{Charge, CHARGED_CONDITION, CHARGE_ANNOTATION};
 use drover_k8s::convert::POD_GROUP_ANNOTATION;
 use drover_k8s::scheduler::{
     self, CycleObserver, CycleReport, NoopObserver, SchedulerOptions, IGNORED_BIND_INTENT_ANNOTATION, UNSCHEDULABLE,
@@ -33,9 +34,16 @@ struct Env {
 }
 
 impl Env {
-    /// A real API server with Drover's CRDs and a fake kubelet with `nodes` nodes of 8 GPUs;
-    /// `None` when the test is skipped (no control-plane binaries).
+    /// A real API server with Drover's CRDs, the charge guard and a fake kubelet with `nodes`
+    /// nodes of 8 GPUs; `None` when the test is skipped (no control-plane binaries).
     async fn new(nodes: u32) -> Option<Env> {
+        let env = Env::unguarded(nodes).await?;
+        drover_k8s::charge::install_guard(&env.client, "drover-test").await.expect("the charge guard is accepted");
+        Some(env)
+    }
+
+    /// [`Env::new`] without the charge guard.
+    async fn unguarded(nodes: u32) -> Option<Env> {
         let server = Server::start().await?;
         let client = server.client();
         drover_envtest::install_crds(&client, &drover_api::crd::all()).await.expect("CRDs are accepted");
@@ -897,5 +905,59 @@ async fn a_quiet_scheduler_skips_cycles_until_something_changes_a_write_fails_or
     }
     wait_for("big bound", T, || async { env.bound("big").await == 1 }).await;
     env.assert_no_overcommit().await;
+    env.stop().await;
+}
+
+/// The scheduler schedules only while the charge guard holds. Without it a gang waits,
+/// nothing bound; once the guard is installed the gang binds, each pod carrying its charge
+/// record from its Binding, which no update may then change or remove (not even an admin's:
+/// the guard binds everyone), and which no new pod may carry. Other annotations stay editable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scheduler_binds_only_under_the_charge_guard_which_keeps_each_record_as_bound() {
+    let Some(mut env) = Env::unguarded(1).await else { return };
+    env.queue("team", None).await;
+    env.gang("train", "team", 2, 2, 1, None).await;
+    env.start_scheduler();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let pods: Api<Pod> = Api::namespaced(env.client.clone(), NS);
+    for name in ["train-0", "train-1"] {
+        let pod = pods.get(name).await.expect("the pod");
+        assert_eq!(pod.spec.and_then(|s| s.node_name), None, "{name} bound without the charge guard");
+    }
+
+    drover_k8s::charge::install_guard(&env.client, "drover-test").await.expect("the charge guard is accepted");
+    let want = Charge { queue: "team".into(), group: "train".into(), priority_class: "train".into() };
+    for name in ["train-0", "train-1"] {
+        let pod = eventually(30, &format!("{name} bound under the guard"), || async {
+            pods.get(name).await.ok().filter(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some()))
+        })
+        .await;
+        assert_eq!(Charge::of(&pod), Some(want.clone()), "{name}'s record");
+        let conditions = pod.status.and_then(|s| s.conditions).unwrap_or_default();
+        assert!(conditions.iter().all(|c| c.type_ != CHARGED_CONDITION), "no status write records the charge");
+    }
+
+    let patch = |value: serde_json::Value| json!({"metadata": {"annotations": {CHARGE_ANNOTATION: value}}});
+    for (what, value) in [("changed", json!("queue=other podGroup=train priorityClass=")), ("removed", json!(null))] {
+        let refused = pods.patch("train-0", &PatchParams::default(), &Patch::Merge(&patch(value))).await;
+        let message = refused.expect_err(&format!("the record {what}")).to_string();
+        assert!(message.contains("may not be added, changed or removed"), "{what}: {message}");
+    }
+    let other = json!({"metadata": {"annotations": {"team.example/note": "fine"}}});
+    pods.patch("train-0", &PatchParams::default(), &Patch::Merge(&other))
+        .await
+        .expect("other annotations are editable");
+    assert_eq!(Charge::of(&pods.get("train-0").await.expect("the pod")), Some(want));
+
+    let mut forged = pods.get("train-1").await.expect("the pod");
+    forged.metadata = ObjectMeta {
+        name: Some("forged".into()),
+        annotations: Some([(CHARGE_ANNOTATION.to_string(), "queue=team podGroup=x priorityClass=".into())].into()),
+        ..ObjectMeta::default()
+    };
+    forged.spec.as_mut().expect("a spec").node_name = None;
+    forged.status = None;
+    let refused = pods.create(&PostParams::default(), &forged).await.expect_err("a pod created with a record");
+    assert!(refused.to_string().contains("may not be created with the annotation"), "{refused}");
     env.stop().await;
 }

@@ -58,6 +58,7 @@ impl Cluster {
         let server = Server::start_with(&options).await?;
         let client = server.client();
         drover_envtest::install_crds(&client, &drover_api::crd::all()).await.expect("Drover's CRDs are accepted");
+        drover_k8s::charge::install_guard(&client, "drover-test").await.expect("the charge guard is accepted");
         drover_envtest::install_crds(&client, &operator_crds()).await.expect("the operators' CRDs are accepted");
         let mut cluster = Cluster { server, client: client.clone(), stops: Vec::new() };
         cluster.apply("v1", "Namespace", "namespaces", json!({"metadata": {"name": TENANT}}), false).await;

@@ -53,6 +53,7 @@ impl Cluster {
     /// `drover controllers` and `drover scheduler`. `None`: skipped (no control plane).
     pub async fn start(nodes: u32) -> Option<Cluster> {
         let mut cluster = Self::start_without_drover(nodes, Options::default()).await?;
+        cluster.guard_charges().await;
         cluster.spawn_drover("controllers", &[]).expect("drover controllers starts");
         cluster.spawn_drover("scheduler", &["--period", "0.2"]).expect("drover scheduler starts");
         Some(cluster)
@@ -105,6 +106,12 @@ impl Cluster {
             accounts.get_opt("default").await.ok()?.map(|_| ())
         })
         .await
+    }
+
+    /// Installs the charge guard as the chart ships it, without which the scheduler schedules
+    /// nothing: for tests that run the binaries without the chart.
+    pub async fn guard_charges(&self) {
+        drover_k8s::charge::install_guard(&self.client, "drover-e2e").await.expect("the charge guard is accepted");
     }
 
     /// Starts `drover <command>` through the fault proxy as admin, logging to `<command>-N.log`.

@@ -125,6 +125,8 @@ struct Request {
     /// The resource, with `/subresource` if any.
     resource: String,
     namespace: Option<String>,
+    /// The object's name, if the request named one.
+    name: Option<String>,
     code: i64,
 }
 
@@ -148,24 +150,27 @@ fn requests_of(audit: &str, user: &str) -> Vec<Request> {
                 group: o["apiGroup"].as_str().unwrap_or_default().to_string(),
                 resource,
                 namespace: o["namespace"].as_str().map(str::to_string),
+                name: o["name"].as_str().map(str::to_string),
                 code: e["responseStatus"]["code"].as_i64().unwrap_or(0),
             }
         })
         .collect()
 }
 
-/// A granted permission: (group, resource, verb, the namespace it is limited to).
-type Grant = (String, String, String, Option<String>);
+/// A granted permission: (group, resource, verb, the namespace it is limited to, the names it
+/// is limited to).
+type Grant = (String, String, String, Option<String>, Option<Vec<String>>);
 
 fn grants(rules: &[PolicyRule], namespace: Option<&str>) -> Vec<Grant> {
     let mut out = Vec::new();
     for rule in rules {
-        assert!(rule.resource_names.is_none() && rule.non_resource_urls.is_none(), "unexpected rule {rule:?}");
+        assert!(rule.non_resource_urls.is_none(), "unexpected rule {rule:?}");
         for group in rule.api_groups.iter().flatten() {
             for resource in rule.resources.iter().flatten() {
                 for verb in &rule.verbs {
                     assert!(group != "*" && resource != "*" && verb != "*", "a wildcard rule: {rule:?}");
-                    out.push((group.clone(), resource.clone(), verb.clone(), namespace.map(str::to_string)));
+                    let names = rule.resource_names.clone();
+                    out.push((group.clone(), resource.clone(), verb.clone(), namespace.map(str::to_string), names));
                 }
             }
         }
@@ -178,6 +183,7 @@ fn allows(grant: &Grant, request: &Request) -> bool {
         && grant.1 == request.resource
         && grant.2 == request.verb
         && (grant.3.is_none() || grant.3 == request.namespace)
+        && grant.4.as_ref().is_none_or(|names| request.name.as_ref().is_some_and(|n| names.contains(n)))
 }
 
 /// The chart's rules for the ServiceAccount `name`: its ClusterRole and its Role.
@@ -404,9 +410,10 @@ fn the_comparison_finds_unused_and_missing_rules() {
         group: String::new(),
         resource: resource.into(),
         namespace: Some("team".into()),
+        name: None,
         code,
     };
-    let grant = |resource: &str, verb: &str| (String::new(), resource.to_string(), verb.to_string(), None);
+    let grant = |resource: &str, verb: &str| (String::new(), resource.to_string(), verb.to_string(), None, None);
     let granted = vec![grant("pods", "list"), grant("pods", "watch"), grant("nodes", "list")];
     let requests = vec![request("list", "pods", 200), request("watch", "pods", 200), request("get", "pods", 403)];
     let problems = least_privilege_problems("someone", &requests, &granted);

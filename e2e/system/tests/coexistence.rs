@@ -67,6 +67,7 @@ fn plain_pod(i: u32) -> Pod {
 async fn drover_and_kube_scheduler_share_nodes_without_overcommit_or_foreign_bindings() {
     let options = Options { audit: true, ..Options::default() };
     let Some(mut cluster) = Cluster::start_without_drover(NODES, options).await else { return };
+    cluster.guard_charges().await;
     cluster.server_mut().plane_mut().start_kube_scheduler(&[]).expect("kube-scheduler starts");
     // Drover runs as its own user, so that the audit log tells its requests apart.
     let plane = cluster.server().plane();

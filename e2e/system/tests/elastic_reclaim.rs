@@ -70,6 +70,7 @@ async fn evicted_uids(events: &Api<Event>) -> BTreeSet<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_elastic_job_reclaims_its_fair_share_within_one_grace_period() {
     let Some(mut cluster) = Cluster::start_without_drover(NODES, Options::default()).await else { return };
+    cluster.guard_charges().await;
     cluster.spawn_drover("controllers", &[]).expect("drover controllers starts");
     let period = CYCLE.as_secs_f64().to_string();
     cluster.spawn_drover("scheduler", &["--period", &period]).expect("drover scheduler starts");

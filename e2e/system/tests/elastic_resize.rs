@@ -91,6 +91,7 @@ async fn delete_job(jobs: &Api<Job>, pods: &Api<Pod>, name: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_elastic_job_shrinks_to_what_fits_and_grows_back_a_fixed_one_never_does() {
     let Some(mut cluster) = Cluster::start_without_drover(2, Options::default()).await else { return };
+    cluster.guard_charges().await;
     cluster.spawn_drover("controllers", &[]).expect("drover controllers starts");
     cluster.spawn_drover("scheduler", &["--period", "0.2"]).expect("drover scheduler starts");
     let logs = cluster.logs().display().to_string();

@@ -71,6 +71,7 @@ async fn pending_pods(jobs: &Api<Job>, name: &str) -> u32 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_largest_job_stays_within_the_controllers_memory_while_another_team_runs() {
     let Some(mut cluster) = Cluster::start_without_drover(2, Default::default()).await else { return };
+    cluster.guard_charges().await;
     let logs = cluster.logs().display().to_string();
     let client = cluster.client.clone();
     for queue in ["team-a", TEAM_B] {

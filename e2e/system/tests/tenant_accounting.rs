@@ -7,7 +7,9 @@
 //!
 //! - deleting the PodGroup of bound pods;
 //! - re-annotating bound pods (`scheduling.drover.dev/pod-group`) with another group's name,
-//!   existing or not, for plain pods and for a Drover Job's pods;
+//!   existing or not, for plain pods and for a Drover Job's pods; rewriting or removing the
+//!   charge record itself (`scheduling.drover.dev/charge`), or creating a pod that carries one,
+//!   which the chart's charge guard refuses;
 //! - changing a running group's `spec.queue` (to a missing queue, to `default`) or its
 //!   `priorityClassName` (to a missing class);
 //! - raising a running group's priority to a non-preemptible class to keep borrowed GPUs;
@@ -27,8 +29,9 @@ use drover_api::crd::job::Job;
 use drover_api::crd::podgroup::{Admission, PodGroup};
 use drover_api::crd::project::Project;
 use drover_api::crd::queue::Queue;
-use drover_api::labels::CHARGED_CONDITION;
+use drover_api::labels::CHARGE_ANNOTATION;
 use drover_e2e::eventually;
+use drover_k8s::charge::Charge;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::{json, Value};
@@ -115,12 +118,11 @@ impl Tenancy {
         .await
     }
 
-    /// The message of the scheduler's charge record on the pod `name` of `team-a`.
+    /// The scheduler's charge record on the pod `name` of `team-a`.
     async fn charge_record(&self, name: &str) -> String {
         let pod = self.admin_api::<Pod>("team-a").get(name).await.expect("the pod");
-        let conditions = pod.status.and_then(|s| s.conditions).unwrap_or_default();
-        let record = conditions.into_iter().find(|c| c.type_ == CHARGED_CONDITION && c.status == "True");
-        record.and_then(|c| c.message).unwrap_or_else(|| panic!("pod {name} has no charge record"))
+        let record = Charge::of(&pod).unwrap_or_else(|| panic!("pod {name} has no charge record"));
+        record.message()
     }
 }
 
@@ -129,6 +131,24 @@ async fn re_annotate(t: &Tenancy, name: &str, group: &str) {
     let pods: Api<Pod> = t.alice_api("team-a");
     let patch = json!({"metadata": {"annotations": {GROUP: group}}});
     pods.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("alice may annotate her pod");
+}
+
+/// Alice tries to charge her bound pod `name` to team B's queue, to remove its charge record
+/// and to create a pod carrying a record of her choosing: the charge guard refuses each,
+/// saying why.
+async fn rewriting_the_record_is_refused(t: &Tenancy, name: &str) {
+    let pods: Api<Pod> = t.alice_api("team-a");
+    let forged = "queue=team-b podGroup=first priorityClass=";
+    for (what, value) in [("rewrite", json!(forged)), ("remove", Value::Null)] {
+        let patch = json!({"metadata": {"annotations": {CHARGE_ANNOTATION: value}}});
+        let refused = pods.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await;
+        let message = refused.expect_err(&format!("alice may not {what} the charge record")).to_string();
+        assert!(message.contains("may not be added, changed or removed"), "{what}: {message}");
+    }
+    let mut forging = pod("team-a", "forged", "first", "1");
+    forging["metadata"]["annotations"][CHARGE_ANNOTATION] = json!(forged);
+    let message = create(&pods, forging).await.expect_err("alice may not create a charged pod").to_string();
+    assert!(message.contains("may not be created with the annotation"), "{message}");
 }
 
 /// Names of `pods` of `team-a`'s pods.
@@ -182,6 +202,9 @@ async fn re_annotating_bound_pods_keeps_them_charged() {
         assert!(record.contains("queue=team-a podGroup=first "), "pod {name}: {record}");
     }
     assert_eq!(t.allocated_gpus("team-a").await, "2", "team A's queue status (logs in {})", t.logs);
+    rewriting_the_record_is_refused(&t, &first[0]).await;
+    let record = t.charge_record(&first[0]).await;
+    assert!(record.contains("queue=team-a podGroup=first "), "after alice's tries: {record}");
 
     t.delete_pods(&first).await;
     for name in &second {

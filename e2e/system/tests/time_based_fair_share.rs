@@ -32,6 +32,7 @@ async fn usage(queues: &Api<Queue>, name: &str) -> Option<(i64, f64)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_ledger_lives_in_queue_status_and_a_new_leader_goes_on_from_it() {
     let Some(mut cluster) = Cluster::start_without_drover(1, Options::default()).await else { return };
+    cluster.guard_charges().await;
     let config = cluster.logs().join("time-based.yaml");
     std::fs::write(&config, CONFIG).expect("the configuration is written");
     let config = config.display().to_string();

@@ -203,6 +203,7 @@ async fn group_domain(groups: &Api<PodGroup>, name: &str) -> Option<(String, Str
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_preempting_gangs_domain_survives_a_leader_kill() {
     let Some(mut cluster) = Cluster::start_without_drover(6, Options::default()).await else { return };
+    cluster.guard_charges().await;
     cluster.spawn_drover("controllers", &[]).expect("drover controllers starts");
     let mut replicas = [
         cluster.spawn_replica("scheduler", "own-a", &["--period", "0.2"]),

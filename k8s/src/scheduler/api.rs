@@ -2,6 +2,8 @@
 //! conditions and PodGroup status patches. Each returns what happened; none panics, and none retries
 //! (the next cycle does).
 
+use std::collections::BTreeMap;
+
 use drover_api::crd::podgroup::{BindIntent, PodGroup};
 use drover_kubeutil::events::{self, EventType};
 use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod, PodCondition};
@@ -9,7 +11,6 @@ use kube::api::{DeleteParams, EvictParams, ObjectMeta, Patch, PatchParams, PostP
 use kube::{Api, Client};
 use serde_json::json;
 
-use crate::charge::Charge;
 use crate::convert::PodRef;
 
 /// The HTTP status of an API error, if the server answered one.
@@ -20,15 +21,23 @@ pub(super) fn code(e: &kube::Error) -> Option<u16> {
     }
 }
 
-/// Binds a pod to a node. A 409 is success when the pod turns out to be bound to that very
-/// node already (a retried or recovered binding).
-pub(super) async fn bind(client: &Client, pod: &PodRef, node: &str) -> Result<(), String> {
+/// Binds a pod to a node, with `annotations` (its charge record and, in a topology, its
+/// domain) that the API server copies onto the pod in the same write: no pod is ever bound
+/// without them, nor carries them unbound. A 409 is success when the pod turns out to be
+/// bound to that very node already (a retried or recovered binding).
+pub(super) async fn bind(
+    client: &Client,
+    pod: &PodRef,
+    node: &str,
+    annotations: BTreeMap<String, String>,
+) -> Result<(), String> {
     let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
     let binding = Binding {
         metadata: ObjectMeta {
             name: Some(pod.name.clone()),
             namespace: Some(pod.namespace.clone()),
             uid: pod.uid.clone(),
+            annotations: Some(annotations),
             ..ObjectMeta::default()
         },
         target: ObjectReference {
@@ -50,37 +59,6 @@ pub(super) async fn bind(client: &Client, pod: &PodRef, node: &str) -> Result<()
             Err(e2) => Err(format!("binding {}/{} to {node}: {e}; reading it back: {e2}", pod.namespace, pod.name)),
         },
         Err(e) => Err(format!("binding {}/{} to {node}: {e}", pod.namespace, pod.name)),
-    }
-}
-
-/// Records on the pod (its status, which tenants cannot write) what it is charged to, before
-/// it is bound: a strategic merge patch of `pods/status` that replaces only the
-/// [`Charge`] condition, carrying the pod's uid so that a pod made again under the same name
-/// is not touched.
-pub(super) async fn record_charge(client: &Client, pod: &PodRef, charge: &Charge) -> Result<(), String> {
-    let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
-    let mut patch = json!({ "status": { "conditions": [charge.condition(jiff::Timestamp::now())] } });
-    if let Some(uid) = &pod.uid {
-        patch["metadata"] = json!({ "uid": uid });
-    }
-    match api.patch_status(&pod.name, &PatchParams::default(), &Patch::Strategic(&patch)).await {
-        Ok(_) => Ok(()),
-        Err(e) => Err(format!("recording the charge of {}/{}: {e}", pod.namespace, pod.name)),
-    }
-}
-
-/// Annotates a pod with its domain path ([`super::placement::DOMAIN_ANNOTATION`]) before it is
-/// bound: a merge patch of its metadata carrying its uid, so that a pod made again under the
-/// same name is not touched.
-pub(super) async fn annotate_domain(client: &Client, pod: &PodRef, domain: &str) -> Result<(), String> {
-    let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
-    let mut patch = json!({ "metadata": { "annotations": { super::placement::DOMAIN_ANNOTATION: domain } } });
-    if let Some(uid) = &pod.uid {
-        patch["metadata"]["uid"] = json!(uid);
-    }
-    match api.patch(&pod.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
-        Ok(_) => Ok(()),
-        Err(e) => Err(format!("annotating the domain of {}/{}: {e}", pod.namespace, pod.name)),
     }
 }
 

@@ -1,5 +1,5 @@
 //! The cycle's bindings, gang-safe: per gang, the bind intent in the PodGroup's status, then
-//! each pod's charge record and binding, then the intent's removal.
+//! each pod's binding (carrying its charge record), then the intent's removal.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -11,7 +11,7 @@ use futures::StreamExt;
 use super::api;
 use super::cache::{key_of, Key, Overlay};
 use super::intents::Intents;
-use super::placement::pod_domain;
+use super::placement::{pod_domain, DOMAIN_ANNOTATION};
 use super::{Leader, Writer};
 use crate::charge::Charge;
 use crate::convert::{Converted, ObjectLists, PodRef};
@@ -20,22 +20,20 @@ use crate::convert::{Converted, ObjectLists, PodRef};
 /// its domain path (see [`super::placement`]).
 pub(super) type Bind = (PodRef, String, Charge, Option<String>);
 
-/// Binds each pod after recording its charge on it and, in a topology, annotating its domain
-/// (a pod whose record or annotation could not be written is not bound: no pod is ever bound
-/// without its charge, and launchers reading the domain at start find it).
+/// Binds each pod, its Binding carrying its charge record and, in a topology, its domain
+/// annotation (the API server sets both on the pod in the write that binds it, so launchers
+/// reading the domain at start find it).
 pub(super) async fn bind_many(writer: &Writer<'_>, binds: Vec<Bind>) -> Vec<(PodRef, String, Result<(), String>)> {
     let client = writer.client.clone();
     futures::stream::iter(binds)
         .map(move |(pod, node, charge, domain)| {
             let client = client.clone();
             async move {
-                let mut result = api::record_charge(&client, &pod, &charge).await;
-                if let (Ok(()), Some(domain)) = (&result, &domain) {
-                    result = api::annotate_domain(&client, &pod, domain).await;
+                let mut annotations = BTreeMap::from([charge.annotation()]);
+                if let Some(domain) = domain {
+                    annotations.insert(DOMAIN_ANNOTATION.to_string(), domain);
                 }
-                if result.is_ok() {
-                    result = api::bind(&client, &pod, &node).await;
-                }
+                let result = api::bind(&client, &pod, &node, annotations).await;
                 (pod, node, result)
             }
         })

@@ -435,14 +435,16 @@ mod tests {
     /// Pod `a` of group `g` at resourceVersion `rv`, asking for a whole node of 8 GPUs.
     fn pod(uid: &str, rv: &str, node: Option<&str>, charged: bool) -> Arc<Pod> {
         let charge = Charge { queue: "q".into(), group: "g".into(), priority_class: String::new() };
-        let conditions = if charged { vec![charge.condition(jiff::Timestamp::UNIX_EPOCH)] } else { vec![] };
+        let mut annotations = json!({POD_GROUP_ANNOTATION: "g"});
+        if charged {
+            let (key, value) = charge.annotation();
+            annotations[key] = json!(value);
+        }
         object(json!({
-            "metadata": {"name": "a", "namespace": "ns", "uid": uid, "resourceVersion": rv,
-                         "annotations": {POD_GROUP_ANNOTATION: "g"}},
+            "metadata": {"name": "a", "namespace": "ns", "uid": uid, "resourceVersion": rv, "annotations": annotations},
             "spec": {"schedulerName": "drover", "nodeName": node, "containers": [
                 {"name": "c", "resources": {"requests": {"nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}}}
             ]},
-            "status": {"conditions": conditions},
         }))
     }
 
@@ -510,10 +512,11 @@ mod tests {
         pod.spec.as_ref()?.node_name.as_deref()
     }
 
-    /// The same order against a real API server and the cache's own watch: the charge record
-    /// the binder writes reaches the store as a newer, unbound version before the binding.
+    /// The same order against a real API server and the cache's own watch: another write of
+    /// the pod (here a waiting mark) reaches the store as a newer, unbound version before the
+    /// binding, which then carries the pod's charge record onto the pod.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_real_charge_record_seen_before_the_binding_keeps_the_binding() {
+    async fn a_real_newer_unbound_version_seen_before_the_binding_keeps_the_binding() {
         let Some(server) = drover_envtest::Server::start().await else { return };
         let client = server.client();
         drover_envtest::install_crds(&client, &drover_api::crd::all()).await.expect("CRDs are accepted");
@@ -532,20 +535,28 @@ mod tests {
         let pod = PodRef::of(&seen);
         let mut overlay = Overlay::default();
         overlay.pod_bound(&pod, "node-1");
-        let charge = Charge { queue: "q".into(), group: "g".into(), priority_class: String::new() };
-        api::record_charge(&client, &pod, &charge).await.expect("charge recorded");
-        let charged = drover_envtest::eventually(10, "the charge record in the store", || async {
-            stored(&cache, &mut Overlay::default()).filter(|p| Charge::of(p).is_some())
+        let mark = PodCondition {
+            type_: "PodScheduled".into(),
+            status: "False".into(),
+            reason: Some("Unschedulable".into()),
+            ..PodCondition::default()
+        };
+        api::set_pod_condition(&client, &pod, &mark).await.expect("pod marked");
+        let marked = drover_envtest::eventually(10, "the mark in the store", || async {
+            stored(&cache, &mut Overlay::default())
+                .filter(|p| p.metadata.resource_version != seen.metadata.resource_version)
         })
         .await;
-        assert_eq!(node_of(&charged), None, "the store shows the charge record before the binding");
+        assert_eq!(node_of(&marked), None, "the store shows the mark before the binding");
         let laid = stored(&cache, &mut overlay);
         assert_eq!(laid.as_deref().and_then(node_of), Some("node-1"), "the binding is laid over the unbound version");
-        api::bind(&client, &pod, "node-1").await.expect("bound");
-        drover_envtest::eventually(10, "the binding in the store", || async {
+        let charge = Charge { queue: "q".into(), group: "g".into(), priority_class: String::new() };
+        api::bind(&client, &pod, "node-1", [charge.annotation()].into()).await.expect("bound");
+        let bound = drover_envtest::eventually(10, "the binding in the store", || async {
             stored(&cache, &mut Overlay::default()).filter(|p| node_of(p).is_some())
         })
         .await;
+        assert_eq!(Charge::of(&bound), Some(charge), "the binding set the charge record");
         assert_eq!(stored(&cache, &mut overlay).as_deref().and_then(node_of), Some("node-1"));
         assert!(overlay.pods.is_empty(), "the store shows the binding: nothing left to lay over it");
         server.stop().await;

@@ -92,6 +92,7 @@ pub async fn bed(nodes: u32) -> anyhow::Result<Option<Bed>> {
     let client = plane.direct_client(&Credentials::Token(plane.admin_token())).await?;
     let kubeconfig = plane.admin_kubeconfig();
     drover_envtest::install_crds(&client, &drover_api::crd::all()).await?;
+    drover_k8s::charge::install_guard(&client, "drover-bench").await?;
     let config = drover_kubelet::KubeletConfig {
         nodes,
         name_prefix: "node-".into(),
