@@ -126,7 +126,7 @@ impl DomainIndex {
         level: Level,
         class: Class,
         min: i64,
-    ) -> impl Iterator<Item = DomainId> + '_ {
+    ) -> impl DoubleEndedIterator<Item = DomainId> + '_ {
         let ix = &mut self.levels[topology][level];
         ix.reorder();
         ix.sorted[class as usize].range((min, 0)..).map(|&(_, d)| d)

@@ -188,6 +188,33 @@ impl Placer {
             .clone()
     }
 
+    /// How the pools of `pods` place their class of work: spread only when every pool any of
+    /// them may use spreads it.
+    pub fn strategy(&mut self, ssn: &Session, fw: &Framework, pods: &[PodId]) -> PlacementStrategy {
+        let snap = ssn.snap;
+        let mut tasks: Vec<(JobId, usize)> = Vec::new();
+        let mut pools: Vec<(usize, bool)> = Vec::new();
+        for &p in pods {
+            let pod = &snap.pods[p];
+            if tasks.contains(&(pod.job, pod.task)) {
+                continue;
+            }
+            tasks.push((pod.job, pod.task));
+            let gpu = snap.gpu.is_some() && snap.jobs[pod.job].tasks[pod.task].gpu;
+            for &pool in &self.feasibility(ssn, fw, p).pools {
+                if !pools.contains(&(pool, gpu)) {
+                    pools.push((pool, gpu));
+                }
+            }
+        }
+        let spreads = |&(pool, gpu): &(usize, bool)| fw.placement(&snap.pools[pool], gpu) == PlacementStrategy::Spread;
+        if !pools.is_empty() && pools.iter().all(spreads) {
+            PlacementStrategy::Spread
+        } else {
+            PlacementStrategy::Binpack
+        }
+    }
+
     /// The best node for a pod, or `None` when none fits.
     pub fn find(&mut self, ssn: &Session, fw: &Framework, pod: PodId, avail: Avail) -> Option<NodeId> {
         let p = &ssn.snap.pods[pod];

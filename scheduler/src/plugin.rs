@@ -46,8 +46,7 @@ pub enum Rule {
     NvlinkBelowMinimum,
     /// Eviction: a job is never its own victim.
     OwnJob,
-    /// Eviction: non-preemptible work while its queue's non-preemptible work is within the
-    /// queue's deserved quota.
+    /// Eviction: non-preemptible work, never a victim.
     NonPreemptible,
     /// Preemption: only lower priority (equal for elastic pods).
     NotLowerPriority,
@@ -246,7 +245,7 @@ impl fmt::Display for Why<'_> {
                 return write!(f, "pod requests {} GPUs but requires {} with NVLink", e.amount, e.bound);
             }
             Rule::OwnJob => write!(f, "a job is not its own victim"),
-            Rule::NonPreemptible => write!(f, "job {s} is non-preemptible and its queue is within its deserved quota"),
+            Rule::NonPreemptible => write!(f, "job {s} is non-preemptible"),
             Rule::NotLowerPriority => write!(f, "job {s} does not have a lower priority"),
             Rule::BreaksGang => write!(f, "evicting it would leave job {s} below its gang minimum"),
             Rule::SameQueue => write!(f, "queue {s} is on the reclaimer's own path"),

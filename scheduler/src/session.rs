@@ -374,15 +374,6 @@ impl<'s> Session<'s> {
         }
     }
 
-    /// Whether queue `q`'s non-preemptible work holds more than its deserved quota in a quota
-    /// resource that `freed` uses. Non-preemptible work is placed only within the deserved
-    /// quota; work that is beyond it anyway (its priority class was raised after it bound, or
-    /// the quota was lowered) is preemptible and reclaimable for as long as it is.
-    pub fn non_preemptible_beyond_deserved(&self, q: QueueId, freed: &Res) -> bool {
-        let (np, deserved) = (&self.queue_alloc_np[q], &self.snap.queues[q].deserved);
-        (0..freed.len()).any(|r| self.snap.quota_resources[r] && freed[r] > 0 && np[r] > deserved[r])
-    }
-
     /// Adds (or removes) a pod's requests to its queues' allocation: running pods, and
     /// pipelined pods, which have a claim on capacity being freed for them.
     fn account_queues(&mut self, pod: PodId, add: bool) {

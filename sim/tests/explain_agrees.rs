@@ -129,7 +129,7 @@ fn a_gang_waiting_for_room_is_told_which_victims_would_seat_it_and_which_rule_fo
     assert_eq!(
         advice_in("runai-reclaim-never-nonpreemptible.yaml", same, "train"),
         "evicting 4 pod(s) of default/build would let it start now, but the rules forbid it (preempt: job \
-         default/build is non-preemptible and its queue is within its deserved quota)"
+         default/build is non-preemptible)"
     );
     assert_eq!(
         advice_in("kai-reclaim-no-ping-pong.yaml", same, "victim"),

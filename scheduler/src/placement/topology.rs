@@ -6,12 +6,15 @@
 //! 1. pods of the group that already run pin it to their domain of its required level;
 //! 2. from the preferred level up to the required one, the first level where a domain can
 //!    hold the group, counting how many of each task's pods each node takes (slices rounded
-//!    down per slice domain), and there the tightest such domain, so that large empty domains
-//!    stay for large gangs; domains are visited least idle first through the session's
-//!    domain index, so only domains with room are counted;
+//!    down per slice domain), and there the domain chosen by fit: where the group's pools
+//!    bin-pack, the tightest such domain, so that large empty domains stay for large gangs
+//!    (Kueue's BestFit, Volcano's hypernode bin-packing); where they spread, the emptiest;
+//!    domains are visited least idle first (most idle first when spreading) through the
+//!    session's domain index, so only domains with room are counted;
 //! 3. the inner groups (tasks, slices) in turn inside it, then its other pods in index order,
-//!    descending into the children that hold the rest (else the fewest children), with the
-//!    exact per-node fit checks, so that consecutive ranks share the lowest domain.
+//!    descending into the children that hold the rest (the tightest when bin-packing, the
+//!    emptiest when spreading; else the fewest children), with the exact per-node fit
+//!    checks, so that consecutive ranks share the lowest domain.
 //!
 //! A job that asks for nothing, in a cluster with a `default` topology where its pools
 //! bin-pack, fills the fullest domains first, top down, so that empty racks stay empty.
@@ -205,6 +208,8 @@ pub struct Placing<'a, 'c, 's> {
     asked: Vec<PodId>,
     /// Per topology and place, the nodes being freed there that the placement may use.
     freeing: HashMap<(usize, Place), Freeing>,
+    /// How the pods' pools place their work: which of the domains that hold it comes first.
+    strategy: PlacementStrategy,
 }
 
 impl<'a, 'c, 's> Placing<'a, 'c, 's> {
@@ -219,7 +224,8 @@ impl<'a, 'c, 's> Placing<'a, 'c, 's> {
         let mut asked = pods.to_vec();
         asked.sort_unstable();
         let freeing = freeing(ssn, avail);
-        Placing { ssn, fw, placer, avail, asked, freeing }
+        let strategy = placer.strategy(ssn, fw, &asked);
+        Placing { ssn, fw, placer, avail, asked, freeing, strategy }
     }
 
     /// Places every asked pod inside `group`'s domains, or none; on failure, why.
@@ -345,7 +351,8 @@ impl<'a, 'c, 's> Placing<'a, 'c, 's> {
         g.required.is_none().then(|| vec![within])
     }
 
-    /// Up to three domains of `level` within the scope that hold every need, tightest first.
+    /// Up to three domains of `level` within the scope that hold every need, by fit: tightest
+    /// first, emptiest first when spreading.
     fn holders(&mut self, t: usize, level: Level, needs: &[Need], scope: &[(usize, Place)]) -> Vec<Place> {
         const KEEP: usize = 3;
         let shape = self.shape(t, level, needs, scope);
@@ -364,7 +371,7 @@ impl<'a, 'c, 's> Placing<'a, 'c, 's> {
             if needs.iter().zip(&counts).all(|(n, &c)| c >= n.pods) {
                 found.push((counts.iter().sum(), place));
                 if found.len() == KEEP {
-                    // Visited freeing domains first, then least idle first: the rest are looser.
+                    // Visited freeing domains first, then by fit: the rest fit worse.
                     break;
                 }
             }
@@ -372,7 +379,8 @@ impl<'a, 'c, 's> Placing<'a, 'c, 's> {
         if let Some(shape) = shape.filter(|_| found.is_empty()) {
             self.placer.topology_misses.insert(shape, (version, None));
         }
-        found.sort_by_key(|&(c, _)| c);
+        let spread = self.strategy == PlacementStrategy::Spread;
+        found.sort_by_key(|&(c, _)| if spread { -c } else { c });
         found.into_iter().take(KEEP).map(|(_, p)| p).collect()
     }
 
@@ -393,7 +401,7 @@ impl<'a, 'c, 's> Placing<'a, 'c, 's> {
     }
 
     /// Places of `level` within the scope that might have room, least idle first where the
-    /// indexes tell.
+    /// indexes tell (most idle first when spreading).
     fn candidates(&mut self, t: usize, level: Level, needs: &[Need], key: i64, scope: &[(usize, Place)]) -> Vec<Place> {
         let snap = self.ssn.snap;
         let topo = &snap.topologies[t];
@@ -407,10 +415,7 @@ impl<'a, 'c, 's> Placing<'a, 'c, 's> {
                         needs.iter().flat_map(|n| n.feasibility.pools.iter().copied()).collect();
                     pools.sort_unstable();
                     pools.dedup();
-                    pools
-                        .iter()
-                        .flat_map(|&pool| self.ssn.index.candidates(pool, class, key, PlacementStrategy::Binpack))
-                        .collect()
+                    pools.iter().flat_map(|&pool| self.ssn.index.candidates(pool, class, key, self.strategy)).collect()
                 }
                 place => nodes_of(snap, topo, place),
             };
@@ -429,6 +434,8 @@ impl<'a, 'c, 's> Placing<'a, 'c, 's> {
             }
         }
         let idle = self.ssn.domains.at_least(t, level, class, key).map(|d| Place::Domain(level, d));
+        let idle: Box<dyn Iterator<Item = Place>> =
+            if self.strategy == PlacementStrategy::Spread { Box::new(idle.rev()) } else { Box::new(idle) };
         out.extend(idle.filter(|&p| in_scope(p) && !seen.contains(&p)));
         out
     }
@@ -528,8 +535,9 @@ impl<'a, 'c, 's> Placing<'a, 'c, 's> {
         idle + freeing_at(&self.freeing, t, place).map_or(0, |f| f.room[class as usize])
     }
 
-    /// Places `pods` inside `place`, descending: children that hold the rest first (tightest),
-    /// then the roomiest (`compact`: the fewest children) or the fullest (packing).
+    /// Places `pods` inside `place`, descending: children that hold the rest first (tightest,
+    /// or emptiest when spreading), then the roomiest (`compact`: the fewest children) or the
+    /// fullest (packing).
     fn fill(&mut self, t: usize, place: Place, pods: &[PodId], compact: bool, st: &mut Statement) {
         let snap = self.ssn.snap;
         let mut rest = self.still_waiting(pods);
@@ -553,10 +561,11 @@ impl<'a, 'c, 's> Placing<'a, 'c, 's> {
         let mut children: Vec<(i64, Place)> = Vec::with_capacity(places.len());
         children.extend(places.into_iter().map(|c| (self.room(t, c, class), c)).filter(|&(room, _)| room >= smallest));
         let wanted: i64 = rest.iter().map(|&p| job.tasks[snap.pods[p].task].requests[r]).sum();
+        let spread = self.strategy == PlacementStrategy::Spread;
         children.sort_by_key(|&(room, _)| {
             let holds = room >= wanted;
-            let order = if holds || !compact { room } else { -room };
-            (!holds, order)
+            let roomiest = if holds { spread } else { compact };
+            (!holds, if roomiest { -room } else { room })
         });
         for (_, child) in children {
             self.fill(t, child, &rest, compact, st);

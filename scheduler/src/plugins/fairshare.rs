@@ -13,8 +13,6 @@
 use std::cell::{Cell, RefCell};
 use std::cmp::Ordering;
 
-use foldhash::HashMap;
-
 use crate::config::{FairShareArgs, TimeBasedArgs};
 use crate::ids::{ti_vec, TiSlice, TiVec};
 use crate::plugin::{Blocker, EvictMode, Plugin, Rule, ShareBound, Subject, Verdict, Victim, Why};
@@ -22,7 +20,10 @@ use crate::queue_state::queue_state;
 use crate::res::{Res, UNLIMITED};
 use crate::session::Session;
 use crate::share_division::{divide, Claim, PastUsage};
-use crate::snapshot::{JobId, JobPhase, PodId, QueueId, Snapshot, ROOT};
+
+mod usable;
+use crate::snapshot::{JobId, JobPhase, QueueId, Snapshot, ROOT};
+use usable::count_only_usable_capacity;
 
 /// The fair-share plugin.
 pub struct FairShare {
@@ -162,156 +163,6 @@ fn past_usage(snap: &Snapshot, time_based: TimeBasedArgs) -> Option<TiVec<QueueI
         }
     };
     Some(snap.queues.keys().map(|q| (0..snap.resources.len()).map(|r| part(q, r)).collect()).collect())
-}
-
-/// Lowers each leaf queue's fair share to the capacity its waiting work can use: what it
-/// holds, plus what reclaim could take for it from other leaf queues, plus the free capacity
-/// (idle or being freed) of the nodes where a pod of one of its waiting gangs fits, counted
-/// only when one of those gangs fits the free capacity whole; never below its guaranteed
-/// part, `min(deserved, demand)`. Free capacity split into pieces that none of the queue's
-/// waiting gangs can start on is no part of its share: counting it made the queue look
-/// deprived of capacity no rule could give it. What the queue cannot use stays unassigned,
-/// as demand nobody has does.
-///
-/// A queue's waiting gang is each job's gang minimum still to place, or its next pod once
-/// the minimum runs. The fit is counted on capacity alone (node selectors and taints are not
-/// looked at), so the share may count capacity a gang still cannot use; it places the gang's
-/// pods first fit, so a gang only a tighter packing would seat counts as not fitting. What
-/// reclaim could take is what other leaf queues hold above their deserved quota while the
-/// queue is within its own, else above the larger of their fair share and deserved quota
-/// (KAI's rule, as [`reclaimable_from`] judges it).
-///
-/// Returns every queue's fair share before it was lowered, so that a refusal can say which
-/// bound refused.
-pub fn count_only_usable_capacity(
-    ssn: &mut Session,
-    jobs_by_queue: &TiSlice<QueueId, Vec<JobId>>,
-) -> TiVec<QueueId, Res> {
-    let full = ssn.fair_share.clone();
-    let fair = &full;
-    let snap = ssn.snap;
-    let n = snap.resources.len();
-    let free: Vec<Res> = snap
-        .nodes
-        .keys()
-        .filter(|&node| !snap.nodes[node].unschedulable)
-        .map(|node| Res((0..n).map(|r| ssn.future_of(node, r).max(0)).collect()))
-        .collect();
-    let mut total_free = Res::zero(n);
-    free.iter().for_each(|f| total_free.add(f));
-    let leaves: Vec<QueueId> =
-        snap.queues.keys().filter(|&q| q != ROOT && snap.queues[q].children.is_empty()).collect();
-    // What the leaves hold above their bar, summed once; a queue takes its own part out.
-    let mut above = [vec![0i128; n], vec![0i128; n]];
-    for &v in &leaves {
-        for (within, sums) in [false, true].into_iter().zip(&mut above) {
-            for (r, sum) in sums.iter_mut().enumerate() {
-                *sum += held_above(ssn, fair, v, r, within);
-            }
-        }
-    }
-    let mut lowered = Vec::new();
-    // Queues often wait with gangs of the same requests: each is fitted, and each set of
-    // requests' reachable capacity summed, once per cycle.
-    let mut fitted: Fitted = HashMap::default();
-    let mut reachable: HashMap<Vec<&Res>, Res> = HashMap::default();
-    for &q in &leaves {
-        let Some(pods) = startable_pods(ssn, &jobs_by_queue[q], &free, &total_free, &mut fitted) else { continue };
-        let (alloc, deserved) = (&ssn.queue_alloc[q], &snap.queues[q].deserved);
-        let mut usable = alloc.clone();
-        usable.add(reachable.entry(pods).or_insert_with_key(|pods| {
-            let mut sum = Res::zero(n);
-            free.iter().filter(|f| pods.iter().any(|r| r.fits_in(f))).for_each(|f| sum.add(f));
-            sum
-        }));
-        let within_deserved = (0..n).all(|r| !snap.quota_resources[r] || alloc[r] <= deserved[r]);
-        let others = &above[usize::from(within_deserved)];
-        for r in 0..n {
-            let sum = i128::from(usable[r]) + others[r] - held_above(ssn, fair, q, r, within_deserved);
-            usable[r] = sum.min(i128::from(i64::MAX)) as i64;
-        }
-        let mut share = fair[q].clone();
-        for r in (0..n).filter(|&r| r != snap.pods_resource) {
-            let guaranteed = deserved[r].min(ssn.demand[q][r]);
-            share[r] = share[r].min(usable[r].max(guaranteed));
-        }
-        lowered.push((q, share));
-    }
-    for (q, share) in lowered {
-        ssn.fair_share[q] = share;
-    }
-    full
-}
-
-/// What leaf `v` holds of resource `r` above what reclaim leaves it: its deserved quota
-/// when the reclaiming queue stays `within` its own, else the larger of deserved quota and
-/// its `fair` share.
-fn held_above(ssn: &Session, fair: &TiSlice<QueueId, Res>, v: QueueId, r: usize, within: bool) -> i128 {
-    let deserved = ssn.snap.queues[v].deserved[r];
-    let bar = if within { deserved } else { deserved.max(fair[v][r]) };
-    i128::from((ssn.queue_alloc[v][r] - bar).max(0))
-}
-
-/// Whether a gang of these requests, in this order, fits the nodes' free capacity whole.
-type Fitted<'s> = HashMap<Vec<&'s Res>, bool>;
-
-/// The distinct pod requests of the waiting gangs among `jobs` that fit the nodes' `free`
-/// capacity whole (none when no gang does); `None` when no job waits. A gang of alike pods
-/// that does not fit rules out every later gang of as many such pods or more; a gang of
-/// requests already fitted (for any queue) is not fitted again.
-fn startable_pods<'s>(
-    ssn: &Session<'s>,
-    jobs: &[JobId],
-    free: &[Res],
-    total: &Res,
-    fitted: &mut Fitted<'s>,
-) -> Option<Vec<&'s Res>> {
-    let mut waiting = false;
-    let mut pods: Vec<&Res> = Vec::new();
-    let mut too_big: Vec<(&Res, usize)> = Vec::new();
-    for &j in jobs {
-        let mut gang = ssn.gang_pods(j);
-        if gang.is_empty() {
-            gang.extend(ssn.pending_pods(j).take(1));
-        }
-        let Some(&first) = gang.first() else { continue };
-        waiting = true;
-        // Only the distinct requests count: a gang whose pods' requests are all in already
-        // adds nothing, so it is not fitted again.
-        if gang.iter().all(|&p| pods.contains(&ssn.requests(p))) {
-            continue;
-        }
-        let first = ssn.requests(first);
-        let alike = gang.iter().all(|&p| ssn.requests(p) == first);
-        if alike && too_big.iter().any(|&(r, k)| r == first && k <= gang.len()) {
-            continue;
-        }
-        let requests: Vec<&Res> = gang.iter().map(|&p| ssn.requests(p)).collect();
-        let fits = *fitted
-            .entry(requests)
-            .or_insert_with(|| ssn.sum_requests(&gang).fits_in(total) && fits_whole(ssn, &gang, free));
-        if fits {
-            for &p in &gang {
-                let r = ssn.requests(p);
-                if !pods.contains(&r) {
-                    pods.push(r);
-                }
-            }
-        } else if alike {
-            too_big.push((first, gang.len()));
-        }
-    }
-    waiting.then_some(pods)
-}
-
-/// Whether the pods fit the nodes' `free` capacity together, each on the first node with
-/// room left.
-fn fits_whole(ssn: &Session, pods: &[PodId], free: &[Res]) -> bool {
-    let mut left = free.to_vec();
-    pods.iter().all(|&p| {
-        let r = ssn.requests(p);
-        left.iter_mut().find(|f| r.fits_in(f)).map(|f| f.sub(r)).is_some()
-    })
 }
 
 fn fill_demand(snap: &Snapshot, q: QueueId, demand: &mut TiSlice<QueueId, Res>) {

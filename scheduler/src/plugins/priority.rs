@@ -1,9 +1,12 @@
 //! Priority: jobs of higher priority class value go first; within a queue, higher priority
 //! may preempt lower priority preemptible work (and elastic pods of equal priority). Across
 //! queues priority plays no part in who may be evicted (that is reclaim's fairness).
-//! Non-preemptible work is never a victim while its queue's non-preemptible work stays within
-//! the queue's deserved quota; beyond it, however it got there, it is a victim like any other
-//! ([`Session::non_preemptible_beyond_deserved`]).
+//! Non-preemptible work (by the class recorded when its group was admitted) is never a victim
+//! of preemption, reclaim or consolidation, whatever its queue's quota: users read
+//! "non-preemptible" as never evicted by the scheduler (Determined's notebooks, KAI's
+//! interactive jobs). What keeps it from pinning borrowed capacity is admission, which places
+//! new non-preemptible work only within deserved quota, and the admission record, which keeps
+//! a tenant from raising a running group's class.
 
 use std::cmp::Ordering;
 
@@ -33,7 +36,7 @@ impl Plugin for Priority {
         if v.job == preemptor {
             return refuse(Rule::OwnJob);
         }
-        if !victim.preemptible && !ssn.non_preemptible_beyond_deserved(victim.queue, &v.freed) {
+        if !victim.preemptible {
             return refuse(Rule::NonPreemptible);
         }
         let p = ssn.snap.jobs[preemptor].priority;
