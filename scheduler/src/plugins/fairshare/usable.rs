@@ -6,7 +6,8 @@
 //!
 //! The capacity a gang can start on is the free capacity (idle or being freed) together with
 //! what reclaim itself would free for the queue: the running preemptible pods of the other
-//! leaf queues that hold more than reclaim leaves them. Without the second part, a queue
+//! leaf queues that hold more than reclaim leaves them, on each node at most that excess.
+//! Without the second part, a queue
 //! short of one GPU that an over-quota queue holds could never reclaim it: its gang fits
 //! nowhere until the GPU is freed, so the bound fell to what it held and refused every
 //! reclaim that added anything.
@@ -61,7 +62,9 @@ pub fn count_only_usable_capacity(
         (!givers.is_empty()).then(|| {
             let mut reach = nodes.free.clone();
             for &v in &givers {
-                nodes.add_reclaimable(ssn, &jobs_by_queue[v], &mut reach, true);
+                for (at, freed) in nodes.reclaimable(ssn, fair, v, &jobs_by_queue[v], within) {
+                    reach[at].add(&freed);
+                }
             }
             View::new(reach)
         })
@@ -77,7 +80,9 @@ pub fn count_only_usable_capacity(
             // The queue's own pods are no capacity reclaim frees for it.
             Some(shared) if gives_back(ssn, fair, q, within_deserved) => {
                 let mut reach = shared.capacity.clone();
-                nodes.add_reclaimable(ssn, jobs, &mut reach, false);
+                for (at, freed) in nodes.reclaimable(ssn, fair, q, jobs, within_deserved) {
+                    reach[at].sub(&freed);
+                }
                 View::new(reach).reachable(ssn, jobs, &nodes.free)
             }
             Some(shared) => shared.reachable(ssn, jobs, &nodes.free),
@@ -143,20 +148,35 @@ impl Nodes {
         Nodes { position, free }
     }
 
-    /// Adds to (`add`) or takes from each node's `capacity` the running pods of the
-    /// preemptible jobs among `jobs`: what reclaiming them would free there.
-    fn add_reclaimable(&self, ssn: &Session, jobs: &[JobId], capacity: &mut [Res], add: bool) {
+    /// What reclaiming leaf `v` (whose jobs are `jobs`) could free on each node (by its place
+    /// in `free`) for a reclaimer `within` its deserved quota or not: the running pods of its
+    /// preemptible jobs there, at most what `v` holds above what reclaim leaves it.
+    fn reclaimable(
+        &self,
+        ssn: &Session,
+        fair: &TiSlice<QueueId, Res>,
+        v: QueueId,
+        jobs: &[JobId],
+        within: bool,
+    ) -> Vec<(usize, Res)> {
+        let n = ssn.snap.resources.len();
+        let excess: Vec<i64> =
+            (0..n).map(|r| held_above(ssn, fair, v, r, within).min(i128::from(i64::MAX)) as i64).collect();
+        let mut held: HashMap<usize, Res> = HashMap::default();
         for &j in jobs.iter().filter(|&&j| ssn.snap.jobs[j].preemptible) {
             for p in ssn.running_pods(j) {
                 let node: Option<NodeId> = ssn.pod_state[p].running_on();
                 let Some(at) = node.and_then(|node| self.position[node.0]) else { continue };
-                if add {
-                    capacity[at].add(ssn.requests(p));
-                } else {
-                    capacity[at].sub(ssn.requests(p));
-                }
+                held.entry(at).or_insert_with(|| Res::zero(n)).add(ssn.requests(p));
             }
         }
+        let mut freed: Vec<(usize, Res)> = held.into_iter().collect();
+        for (_, amounts) in &mut freed {
+            for (r, amount) in amounts.0.iter_mut().enumerate() {
+                *amount = (*amount).min(excess[r]);
+            }
+        }
+        freed
     }
 }
 
