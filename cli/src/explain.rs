@@ -118,7 +118,14 @@ pub struct ForecastFacts {
     /// When it is expected to start (RFC 3339), when that is known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub expected_start: Option<String>,
-    /// What that rests on: `DeclaredRunTimes`, `LearnedRunTimes` or `Unknown`.
+    /// The earliest and the latest start of the range it starts in with 80% confidence.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub earliest_start: Option<String>,
+    /// See `earliest_start`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latest_start: Option<String>,
+    /// What that rests on: `DeclaredRunTimes`, `LearnedRunTimes`, `OtherNamespacesRunTimes` or
+    /// `Unknown`.
     pub basis: String,
     /// The expected start and what it rests on, for people.
     pub start: String,

@@ -1,7 +1,8 @@
-//! "When will it start?" in `drover explain`: the waiting gang's positions and expected start
-//! from the core's forecast, said with what the start rests on — declared run times, the
-//! learned run times it waited for (which runs of which jobs they come from, as the queues'
-//! histories predict them for the scheduler, through the same conversion), or nothing known.
+//! "When will it start?" in `drover explain`: the waiting gang's positions, expected start and
+//! the range it starts in with 80% confidence from the core's forecast, said with what the
+//! start rests on — declared run times, the learned run times it waited for (which runs of
+//! which jobs, in which namespaces, they come from, as the queues' histories predict them for
+//! the scheduler, through the same conversion), or nothing known.
 //! A user who may not read what the scheduler reads gets the forecast its status shows.
 
 use drover_api::crd::forecast::{Forecast as StatusForecast, ForecastBasis};
@@ -18,17 +19,34 @@ const UNKNOWN: &str = "unknown: work it waits for has no known end (its pods dec
 
 /// The facts of `job`'s forecast `f` in `snap`, the snapshot `converted` gave.
 pub fn facts(snap: &Snapshot, converted: &Converted, job: JobId, f: &Forecast) -> ForecastFacts {
+    let [expected_start, earliest_start, latest_start] = [f.start, f.earliest, f.latest].map(|t| t.map(|t| snap.time(t)));
     let start = match (f.start, f.basis) {
-        (Some(t), Basis::Declared) => format!("expected at {} (from declared run times)", snap.time(t)),
-        (Some(t), Basis::Learned) => format!("expected at {} ({})", snap.time(t), learned(snap, converted, job, t)),
-        _ => UNKNOWN.to_string(),
+        (Some(_), Basis::Unknown) | (None, _) => UNKNOWN.to_string(),
+        (Some(t), basis) => {
+            let from = match basis {
+                Basis::Declared => "from declared run times".to_string(),
+                _ => learned(snap, converted, job, t),
+            };
+            expected(&expected_start, &earliest_start, &latest_start, &from)
+        }
     };
     ForecastFacts {
         queue_position: f.queue_position,
         position: f.position,
-        expected_start: f.start.map(|t| snap.time(t)),
+        expected_start,
+        earliest_start,
+        latest_start,
         basis: f.basis.as_str().into(),
         start,
+    }
+}
+
+/// "expected at T, 80% likely between E and L (from ...)".
+fn expected(at: &Option<String>, earliest: &Option<String>, latest: &Option<String>, from: &str) -> String {
+    let at = at.as_deref().unwrap_or_default();
+    match (earliest, latest) {
+        (Some(e), Some(l)) => format!("expected at {at}, 80% likely between {e} and {l} ({from})"),
+        _ => format!("expected at {at} ({from})"),
     }
 }
 
@@ -72,22 +90,32 @@ fn describe(p: &Prediction) -> String {
 
 /// The facts of the forecast a PodGroup's status shows (the scheduler's last).
 pub fn from_status(f: &StatusForecast) -> ForecastFacts {
-    let expected_start = f.expected_start.as_ref().map(|t| t.0.to_string());
+    let [expected_start, earliest_start, latest_start] =
+        [&f.expected_start, &f.earliest_start, &f.latest_start].map(|t| t.as_ref().map(|t| t.0.to_string()));
+    let said = |from: &str| expected(&expected_start, &earliest_start, &latest_start, from);
     let (basis, start) = match (&expected_start, f.basis) {
-        (Some(t), ForecastBasis::DeclaredRunTimes) => {
-            ("DeclaredRunTimes", format!("expected at {t} (from declared run times)"))
-        }
-        (Some(t), ForecastBasis::LearnedRunTimes) => {
-            ("LearnedRunTimes", format!("expected at {t} (from learned run times)"))
+        (Some(_), ForecastBasis::DeclaredRunTimes) => ("DeclaredRunTimes", said("from declared run times")),
+        (Some(_), ForecastBasis::LearnedRunTimes) => ("LearnedRunTimes", said("from learned run times")),
+        (Some(_), ForecastBasis::OtherNamespacesRunTimes) => {
+            ("OtherNamespacesRunTimes", said("from learned run times, some of other namespaces"))
         }
         _ => ("Unknown", UNKNOWN.to_string()),
     };
-    ForecastFacts { queue_position: f.queue_position, position: f.position, expected_start, basis: basis.into(), start }
+    ForecastFacts {
+        queue_position: f.queue_position,
+        position: f.position,
+        expected_start,
+        earliest_start,
+        latest_start,
+        basis: basis.into(),
+        start,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use drover_scheduler::snapshot::RunTimeRange;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     #[test]
@@ -96,12 +124,24 @@ mod tests {
         let f = StatusForecast {
             queue_position: 2,
             position: 5,
-            expected_start: Some(at),
+            expected_start: Some(at.clone()),
             basis: ForecastBasis::DeclaredRunTimes,
-            to_start: None,
+            ..StatusForecast::default()
         };
         let facts = from_status(&f);
         assert_eq!(facts.start, "expected at 2030-03-17T17:46:40Z (from declared run times)");
+        let later = Time(k8s_openapi::jiff::Timestamp::from_second(1_900_003_600).expect("a time"));
+        let ranged = StatusForecast {
+            earliest_start: Some(at),
+            latest_start: Some(later),
+            basis: ForecastBasis::OtherNamespacesRunTimes,
+            ..f.clone()
+        };
+        assert_eq!(
+            from_status(&ranged).start,
+            "expected at 2030-03-17T17:46:40Z, 80% likely between 2030-03-17T17:46:40Z and 2030-03-17T18:46:40Z \
+             (from learned run times, some of other namespaces)"
+        );
         assert_eq!((facts.queue_position, facts.position), (2, 5));
         let unknown = from_status(&StatusForecast { expected_start: None, basis: ForecastBasis::Unknown, ..f });
         assert!(unknown.start.starts_with("unknown: "), "{}", unknown.start);
@@ -110,7 +150,8 @@ mod tests {
 
     #[test]
     fn a_prediction_names_its_runs_and_jobs() {
-        let p = |key| Prediction { seconds: 600, key, samples: 2, changes_at: None };
+        let range = RunTimeRange { low: 300, high: 900 };
+        let p = |key| Prediction { seconds: 600, key, samples: 2, changes_at: None, range };
         let named = p(HistoryKey::Name { namespace: "team-a".into(), name: "train".into() });
         assert_eq!(describe(&named), "learned from 2 earlier runs of jobs named train in team-a");
         let shape = p(HistoryKey::Shape { namespace: "team-a".into(), gpus: 8 });

@@ -102,12 +102,13 @@ pub fn predict<'a>(
         .collect()
 }
 
-/// Gives each job its prediction as a learned run time, and a running job whose end is not
-/// declared the end it predicts.
+/// Gives each job its prediction as a learned run time with its range, and a running job whose
+/// end is not declared the end it predicts.
 pub fn apply(snap: &mut Snapshot, predictions: &TiVec<JobId, Option<Prediction>>) {
     for (job, p) in snap.jobs.iter_mut().zip(predictions.iter()) {
         let Some(p) = p else { continue };
         job.run_time = Some(RunTime::Learned(p.seconds));
+        job.run_time_range = Some(p.range);
         if job.ends_at.is_none() {
             job.ends_at = job.started_at.map(|s| s.saturating_add(p.seconds));
         }

@@ -1,21 +1,22 @@
 //! "When will my job start?" against a real kube-apiserver with a fake kubelet: a waiting
 //! gang's `status.forecast` from declared run times (exact, within a cycle), from run times
 //! learned from completed jobs (Unknown until two runs of a name have completed), the queue's
-//! learned history in `status.runTimes`, recorded once per run whichever scheduler leads.
+//! learned history in `status.runTimes`, recorded once per run whichever scheduler leads, and
+//! the range a start falls in, from the spread of another namespace's learned runs.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use drover_api::crd::forecast::ForecastBasis;
+use drover_api::crd::forecast::{eta, ForecastBasis};
 use drover_api::crd::podgroup::{PodGroup, PodGroupPhase, PodGroupSpec};
 use drover_api::crd::queue::{Queue, QueueSpec};
 use drover_envtest::{eventually, Server};
 use drover_k8s::convert::POD_GROUP_ANNOTATION;
 use drover_k8s::scheduler::{self, NoopObserver, SchedulerOptions};
 use drover_kubelet::{self as kubelet, KubeletConfig, DURATION_ANNOTATION};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 use tokio::sync::oneshot;
@@ -280,5 +281,58 @@ async fn a_job_admitted_into_reserved_capacity_on_a_learned_run_time_gives_it_ba
     let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(env.client.clone(), NS);
     let listed = events.list(&ListParams::default()).await.expect("events");
     assert!(listed.items.iter().any(|e| e.reason.as_deref() == Some("Overran")), "an Overran Event says why");
+    env.stop().await;
+}
+
+/// A gang behind a job of another namespace whose runs were learned as 100 s, 600 s and 3600 s
+/// expects that job's median end, within the range its runs spread over (the latest a period
+/// later, when the next cycle would start it), says it rests on another namespace's learned
+/// run times, and shows all of it in the `ETA` column's field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_gang_behind_another_namespaces_learned_run_expects_it_within_the_runs_spread() {
+    let Some(env) = Env::new(1).await else { return };
+    let team_b: Namespace = serde_json::from_value(json!({"metadata": {"name": "team-b"}})).expect("a namespace");
+    Api::<Namespace>::all(env.client.clone()).create(&PostParams::default(), &team_b).await.expect("team-b");
+    let updated = jiff::Timestamp::now().to_string();
+    let history = json!({"status": {"runTimes": [
+        {"namespace": "team-b", "name": "train", "seconds": [100, 600, 3600], "updated": updated}]}});
+    let queues: Api<Queue> = Api::all(env.client.clone());
+    queues.patch_status("q", &PatchParams::default(), &Patch::Merge(history)).await.expect("the history is written");
+    let _scheduler = env.start_scheduler();
+
+    let groups: Api<PodGroup> = Api::namespaced(env.client.clone(), "team-b");
+    let spec = PodGroupSpec { min_member: 1, queue: Some("q".into()), ..PodGroupSpec::default() };
+    groups.create(&PostParams::default(), &PodGroup::new("train", spec)).await.expect("group created");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "train-0", "annotations": {POD_GROUP_ANNOTATION: "train"}},
+        "spec": {"schedulerName": "drover", "containers": [{"name": "main", "image": "trainer",
+            "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}}}]},
+    }))
+    .expect("pod json");
+    let pods: Api<Pod> = Api::namespaced(env.client.clone(), "team-b");
+    pods.create(&PostParams::default(), &pod).await.expect("pod created");
+    let started = eventually(T, "train started", || async {
+        Some(pods.get("train-0").await.ok()?.status?.start_time?.0.as_second())
+    })
+    .await;
+
+    env.gang("after", None, None).await;
+    let f = eventually(T, "after shows a ranged forecast", || async {
+        env.groups().get("after").await.ok()?.status?.forecast.filter(|f| f.latest_start.is_some())
+    })
+    .await;
+    assert_eq!(f.basis, ForecastBasis::OtherNamespacesRunTimes, "{f:?}");
+    let second = |t: &Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>| t.as_ref().expect("a time").0.as_second();
+    let (expected, earliest, latest) = (second(&f.expected_start), second(&f.earliest_start), second(&f.latest_start));
+    let cycle = PERIOD.as_secs().max(1) as i64;
+    assert!((expected - (started + 600)).abs() <= cycle, "the median run: {expected} vs {started}");
+    assert!((earliest - (started + 100)).abs() <= cycle, "the shortest run: {earliest} vs {started}");
+    assert!((latest - (started + 3600 + cycle)).abs() <= cycle, "the longest run and a period: {latest} vs {started}");
+    let shown = eta(
+        f.expected_start.as_ref().expect("a start"),
+        f.earliest_start.as_ref().expect("an earliest"),
+        f.latest_start.as_ref().expect("a latest"),
+    );
+    assert_eq!(f.eta.as_deref(), Some(shown.as_str()), "the ETA column's text");
     env.stop().await;
 }

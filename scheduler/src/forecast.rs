@@ -1,7 +1,7 @@
 //! Forecast: for every gang still waiting after a cycle, where it stands — its position in its
 //! queue and among all waiting gangs, in the order the scheduler serves them — and when it is
-//! expected to start, with what that expectation rests on. "Why is my job pending?" has an
-//! answer in the reasons; this answers "when will it start?".
+//! expected to start, within what range, with what that expectation rests on. "Why is my job
+//! pending?" has an answer in the reasons; this answers "when will it start?".
 //!
 //! The start is planned on the cluster's total capacity of the resource the gang waits for
 //! (GPUs for a GPU job, else CPU): the gangs start one after another in serving order, each
@@ -9,24 +9,35 @@
 //! the gangs planned before) end as their declared or learned run times say. A gang holding a
 //! reservation starts when its reservation plans, which knows the nodes. The plan ignores
 //! work that has not arrived yet and jobs that backfill ahead, so it is an estimate, and says
-//! so: its [`Basis`] is `Declared` only when every end it waited for was declared.
+//! so: its [`Basis`] is `Declared` only when every end it waited for was declared, and names
+//! the learned run times of other namespaces when it rests on them.
+//!
+//! The range is the same plan made twice more, once with every end at the low end of its run
+//! time's range and once at the high end ([`crate::snapshot::RunTimeRange`]: the spread of
+//! the learned runs, widened for jobs that outlived them; a declared end is its own upper
+//! bound). Starts planned in serving order on one resource only move later when ends do, so
+//! the two plans bound the start as the ranges bound the ends.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashMap};
 
+use crate::clock::Clock;
 use crate::framework::Framework;
 use crate::ids::{ti_vec, JobId, TiVec};
 use crate::plugin::Reservation;
 use crate::session::{PodState, Session};
-use crate::snapshot::{QueueId, RunTime};
+use crate::snapshot::{Job, QueueId, RunTime, RunTimeRange};
 
 /// What a waiting gang's expected start rests on, from the surest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Basis {
     /// Every end it waits for is declared (`activeDeadlineSeconds`).
     Declared,
-    /// Some end it waits for was learned from finished jobs.
+    /// Some end it waits for was learned from finished jobs, all of its own namespace.
     Learned,
+    /// Some end it waits for was learned from the finished jobs of another namespace (another
+    /// team's history, which its own jobs do not shape).
+    OtherNamespaces,
     /// Something it waits for has no known end: no start can be given.
     Unknown,
 }
@@ -37,6 +48,7 @@ impl Basis {
         match self {
             Basis::Declared => "DeclaredRunTimes",
             Basis::Learned => "LearnedRunTimes",
+            Basis::OtherNamespaces => "OtherNamespacesRunTimes",
             Basis::Unknown => "Unknown",
         }
     }
@@ -51,54 +63,107 @@ pub struct Forecast {
     pub position: u32,
     /// Expected start, on the snapshot's clock; none when [`Basis::Unknown`].
     pub start: Option<i64>,
+    /// The earliest start of its range (at most `start`), when it has a start.
+    pub earliest: Option<i64>,
+    /// The latest start of its range (at least `start`), when it has a start.
+    pub latest: Option<i64>,
     /// What the start rests on.
     pub basis: Basis,
 }
 
-/// Capacity of one resource coming back over time.
+/// Whose learned run times the ends waited for so far come from, by namespace number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LearnedFrom {
+    Nothing,
+    One(u32),
+    Several,
+}
+
+impl LearnedFrom {
+    fn and(self, namespace: u32) -> LearnedFrom {
+        match self {
+            LearnedFrom::Nothing => LearnedFrom::One(namespace),
+            LearnedFrom::One(n) if n == namespace => self,
+            _ => LearnedFrom::Several,
+        }
+    }
+
+    /// The basis of a start of a gang of `namespace` that waited for these ends.
+    fn basis(self, namespace: u32) -> Basis {
+        match self {
+            LearnedFrom::Nothing => Basis::Declared,
+            LearnedFrom::One(n) if n == namespace => Basis::Learned,
+            _ => Basis::OtherNamespaces,
+        }
+    }
+}
+
+/// The three plans: every end early, as expected, late.
+const LANES: usize = 3;
+const EARLY: usize = 0;
+const EXPECTED: usize = 1;
+const LATE: usize = 2;
+
+/// Capacity of one resource coming back over time, in one plan.
 struct Pool {
     free: i64,
     capacity: i64,
-    /// (end, amount, whether the end was learned), earliest first.
-    ends: BinaryHeap<Reverse<(i64, i64, bool)>>,
+    /// (end, amount, namespace number when the end was learned), earliest first.
+    ends: BinaryHeap<Reverse<(i64, i64, Option<u32>)>>,
     /// No gang planned from here on starts before this (they start in serving order).
     clock: i64,
-    learned: bool,
+    learned: LearnedFrom,
     now: i64,
 }
 
 impl Pool {
     fn new(capacity: i64, now: i64) -> Pool {
-        Pool { free: capacity, capacity, ends: BinaryHeap::new(), clock: now, learned: false, now }
+        Pool { free: capacity, capacity, ends: BinaryHeap::new(), clock: now, learned: LearnedFrom::Nothing, now }
     }
 
-    fn hold_until(&mut self, amount: i64, end: Option<(i64, bool)>) {
+    fn hold_until(&mut self, amount: i64, end: Option<(i64, Option<u32>)>) {
         self.free -= amount;
         if let Some((t, learned)) = end {
             self.ends.push(Reverse((t, amount, learned)));
         }
     }
 
-    /// When `need` is free, given the ends so far, and whether any end waited for was
-    /// learned; holds it from then until `run` ends it. A gang that waits after the cycle
-    /// although the capacity is free (its queue's bounds, the order, the shape of the free
-    /// capacity hold it) starts no sooner than the next end: until something ends, the
-    /// next cycle decides as this one did. None (and nothing held) when the capacity never
-    /// comes back.
-    fn plan(&mut self, need: i64, at_least: i64, run: Option<RunTime>) -> Option<(i64, Basis)> {
+    /// When `need` is free, given the ends so far, and whose learned run times the ends
+    /// waited for came from; holds it from then for `run` seconds (learned from
+    /// `learned`'s namespace, if learned). A gang that waits after the cycle although the
+    /// capacity is free (its queue's bounds, the order, the shape of the free capacity hold
+    /// it) starts no sooner than the next end: until something ends, the next cycle decides
+    /// as this one did. None (and nothing held) when the capacity never comes back.
+    fn plan(&mut self, need: i64, at_least: i64, run: Option<i64>, learned: Option<u32>) -> Option<(i64, LearnedFrom)> {
         if need > self.capacity {
             return None;
         }
         while self.free < need || self.clock == self.now {
-            let Reverse((t, amount, learned)) = self.ends.pop()?;
+            let Reverse((t, amount, from)) = self.ends.pop()?;
             self.clock = self.clock.max(t);
             self.free += amount;
-            self.learned |= learned;
+            if let Some(ns) = from {
+                self.learned = self.learned.and(ns);
+            }
         }
         let start = self.clock.max(at_least);
-        self.hold_until(need, run.map(|r| (start.saturating_add(r.seconds()), matches!(r, RunTime::Learned(_)))));
-        Some((start, if self.learned { Basis::Learned } else { Basis::Declared }))
+        self.hold_until(need, run.map(|r| (start.saturating_add(r), learned)));
+        Some((start, self.learned))
     }
+}
+
+/// A run time in each plan: the low end of its range, itself, the high end.
+fn lanes(run_time: RunTime, learned: Option<RunTimeRange>) -> [i64; LANES] {
+    let range = RunTimeRange::of(run_time, learned);
+    [range.low, run_time.seconds(), range.high]
+}
+
+/// When a running job's pods end in each plan, on `clock` (an overdue end ends now), if known:
+/// its expected end, moved by how much sooner or later its run time's range says.
+fn running_ends(job: &Job, clock: &Clock) -> Option<[i64; LANES]> {
+    let expected = job.ends_at.or_else(|| job.run_time.map(|d| clock.now().saturating_add(d.seconds())))?;
+    let offsets = job.run_time.map_or([0; LANES], |r| lanes(r, job.run_time_range).map(|t| t - r.seconds()));
+    Some(offsets.map(|d| clock.at_least_now(expected.saturating_add(d))))
 }
 
 /// The forecast of every gang that waits after the cycle (none of its pods runs, some wait),
@@ -114,17 +179,28 @@ pub fn plan(fw: &Framework, ssn: &Session, reservations: &[Reservation]) -> TiVe
     // Every start planned lies beyond the pool's starting point (the time), which therefore
     // shapes the plan only through the ends, each noted as `Clock::at_least_now` reads it.
     let now = clock.unnoted();
-    let mut pools: Vec<Option<Pool>> = (0..snap.resources.len()).map(|_| None).collect();
+    let mut numbers: HashMap<&str, u32> = HashMap::new();
+    let namespaces: TiVec<JobId, u32> = snap
+        .jobs
+        .iter()
+        .map(|job| {
+            let next = numbers.len() as u32;
+            *numbers.entry(job.namespace.as_str()).or_insert(next)
+        })
+        .collect();
+    let learned_from = |j: JobId| matches!(snap.jobs[j].run_time, Some(RunTime::Learned(_))).then_some(namespaces[j]);
+    let mut pools: Vec<Option<[Pool; LANES]>> = (0..snap.resources.len()).map(|_| None).collect();
     let mut waiting: Vec<JobId> = Vec::new();
     for (j, job) in snap.jobs.iter_enumerated() {
         let r = resource(j);
         let pods = || job.tasks.iter().flat_map(|t| &t.pods).map(|&p| (p, ssn.pod_state[p]));
         let held: i64 = pods().filter(|(_, s)| s.running_on().is_some()).map(|(p, _)| ssn.requests(p)[r]).sum();
         if pods().any(|(_, s)| s.running_on().is_some()) {
-            let end = job.ends_at.or_else(|| job.run_time.map(|d| clock.now().saturating_add(d.seconds())));
-            let learned = matches!(job.run_time, Some(RunTime::Learned(_)));
-            let pool = pools[r].get_or_insert_with(|| Pool::new(snap.capacity[r], now));
-            pool.hold_until(held, end.map(|t| (clock.at_least_now(t), learned)));
+            let ends = running_ends(job, clock);
+            let lanes = pools[r].get_or_insert_with(|| std::array::from_fn(|_| Pool::new(snap.capacity[r], now)));
+            for (lane, pool) in lanes.iter_mut().enumerate() {
+                pool.hold_until(held, ends.map(|e| (e[lane], learned_from(j))));
+            }
         } else if pods().any(|(_, s)| matches!(s, PodState::Pending | PodState::Pipelined(_))) {
             waiting.push(j);
         }
@@ -137,13 +213,25 @@ pub fn plan(fw: &Framework, ssn: &Session, reservations: &[Reservation]) -> TiVe
         let r = resource(j);
         let need: i64 = job.tasks.iter().map(|t| t.requests[r] * t.pods.len() as i64).sum();
         let reserved = reservations.iter().find(|res| res.job == j).map_or(now, |res| res.start);
-        let pool = pools[r].get_or_insert_with(|| Pool::new(snap.capacity[r], now));
-        let planned = pool.plan(need, reserved, job.run_time);
+        let runs = job.run_time.map(|t| lanes(t, job.run_time_range));
+        let lanes = pools[r].get_or_insert_with(|| std::array::from_fn(|_| Pool::new(snap.capacity[r], now)));
+        // The reservation's start rests on ends too: planned early, they may come sooner.
+        let planned: [Option<(i64, LearnedFrom)>; LANES] = std::array::from_fn(|lane| {
+            let at_least = if lane == EARLY { now } else { reserved };
+            lanes[lane].plan(need, at_least, runs.map(|t| t[lane]), learned_from(j))
+        });
+        let start = planned[EXPECTED].map(|(t, _)| t);
+        // The early plan runs out of ends only when those it waits for may come now (a job
+        // that outran every learned run may end at once): then it may start at any moment.
+        let earliest = start.map(|s| planned[EARLY].map_or_else(|| clock.now(), |(t, _)| t).min(s));
+        let latest = start.map(|s| planned[LATE].map_or(s, |(t, _)| t.max(s)));
         out[j] = Some(Forecast {
             queue_position: in_queue[job.queue],
             position: i as u32 + 1,
-            start: planned.map(|(t, _)| t),
-            basis: planned.map_or(Basis::Unknown, |(_, b)| b),
+            start,
+            earliest,
+            latest,
+            basis: planned[EXPECTED].map_or(Basis::Unknown, |(_, from)| from.basis(namespaces[j])),
         });
     }
     out

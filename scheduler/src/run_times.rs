@@ -6,13 +6,16 @@
 //! One [`RunTimeHistory`] per queue keeps, for a few keys from the most to the least
 //! specific — the job's name in its namespace, its GPU count in its namespace, its namespace —
 //! the run times of the last [`SAMPLES`] jobs that finished, and predicts their median from
-//! the most specific key with at least [`MIN_SAMPLES`]. Its size is bounded (a namespace keeps
+//! the most specific key with at least [`MIN_SAMPLES`], with the 80% range their spread gives
+//! (widened for a job that has run long: see [`RunTimeHistory::predict`]). Its size is bounded (a namespace keeps
 //! at most [`NAMES_PER_NAMESPACE`] names, the history at most [`KEYS`] keys, the least
 //! recently fed going first), so it fits in the queue's status, where the scheduler keeps it
 //! for the next leader. Keys are scoped to a namespace: a team's jobs predict only from that
 //! team's own history, so no tenant can shift another's predictions.
 
 use std::collections::BTreeMap;
+
+use crate::snapshot::RunTimeRange;
 
 /// Run times kept per key: the recent past, not the whole history.
 pub const SAMPLES: usize = 8;
@@ -100,6 +103,9 @@ pub struct Prediction {
     pub key: HistoryKey,
     /// How many samples that key holds.
     pub samples: usize,
+    /// The 80% range of the run time it reaches (the forecast's range), from the same
+    /// samples as `seconds`.
+    pub range: RunTimeRange,
     /// The run so far (`elapsed`) at which the prediction first changes: when the job
     /// outruns the shortest sample it was still shorter than. None when it changes with every
     /// second (a job that has outrun every sample).
@@ -153,17 +159,26 @@ impl RunTimeHistory {
     /// not started) is expected to reach: the median of the most specific key's samples
     /// longer than `elapsed`, or twice `elapsed` when it has outrun them all (a job that has
     /// run long is likely to run long). None while no key holds [`MIN_SAMPLES`].
+    ///
+    /// Its range runs from the 10th to the 90th percentile (nearest rank) of those samples, and
+    /// at least to twice `elapsed`: a job that outlived most of its history has an end that is
+    /// uncertain and later, so the range widens with its age instead of promising an end in
+    /// moments; one that outran every sample may end at once.
     pub fn predict(&self, features: &JobFeatures, elapsed: i64) -> Option<Prediction> {
         features.keys().into_iter().find_map(|key| {
             let samples = self.entries.get(&key).filter(|s| s.seconds.len() >= MIN_SAMPLES)?;
             let mut longer: Vec<i64> = samples.seconds.iter().copied().filter(|&s| s > elapsed).collect();
             longer.sort_unstable();
-            let seconds = match longer.len() {
-                0 => elapsed.saturating_mul(2),
-                n => longer[(n - 1) / 2],
+            let twice = elapsed.saturating_mul(2);
+            let (seconds, range) = match longer.len() {
+                0 => (twice, RunTimeRange { low: elapsed, high: twice }),
+                n => {
+                    let rank = |tenths: usize| longer[(n * tenths).div_ceil(10).max(1) - 1];
+                    (longer[(n - 1) / 2], RunTimeRange { low: rank(1), high: rank(9).max(twice) })
+                }
             };
             let changes_at = longer.first().copied();
-            Some(Prediction { seconds, samples: samples.seconds.len(), key, changes_at })
+            Some(Prediction { seconds, samples: samples.seconds.len(), key, changes_at, range })
         })
     }
 
@@ -257,6 +272,39 @@ mod tests {
         }
         assert_eq!(at(100).seconds, 300, "at 100 s it changed");
         assert_eq!(at(5000).changes_at, None, "twice its age changes every second");
+    }
+
+    #[test]
+    fn the_range_spans_the_spread_of_the_runs() {
+        let mut h = RunTimeHistory::default();
+        for secs in [300, 100, 900, 200, 500, 400, 700, 600] {
+            h.learn(&job("ns", "x", 8), secs, 0);
+        }
+        let p = h.predict(&job("ns", "x", 8), 0).expect("eight runs");
+        assert_eq!(p.seconds, 400);
+        assert_eq!(p.range, RunTimeRange { low: 100, high: 900 }, "the 10th and 90th percentiles of 8 runs");
+        let alike = RunTimeHistory::from_entries([(
+            HistoryKey::Name { namespace: "ns".into(), name: "x".into() },
+            Samples { seconds: vec![500; 8], updated: 0 },
+        )]);
+        let p = alike.predict(&job("ns", "x", 8), 0).expect("eight runs");
+        assert_eq!(p.range, RunTimeRange { low: 500, high: 500 }, "runs alike: a narrow range");
+    }
+
+    #[test]
+    fn a_job_that_outlived_its_runs_widens_its_range_with_its_age() {
+        let mut h = RunTimeHistory::default();
+        for secs in [100, 100, 100, 1000] {
+            h.learn(&job("ns", "x", 8), secs, 0);
+        }
+        let at = |elapsed| h.predict(&job("ns", "x", 8), elapsed).expect("four runs").range;
+        assert_eq!(at(0), RunTimeRange { low: 100, high: 1000 });
+        assert_eq!(at(990), RunTimeRange { low: 1000, high: 1980 }, "one run left longer: not an end in 10 s");
+        assert_eq!(at(5000), RunTimeRange { low: 5000, high: 10_000 }, "past every run: now, or twice its age");
+        for elapsed in (0..20_000).step_by(7) {
+            let r = at(elapsed);
+            assert!(r.high >= 2 * elapsed && r.low <= r.high, "at {elapsed} s: {r:?}");
+        }
     }
 
     #[test]

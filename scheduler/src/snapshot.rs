@@ -11,8 +11,10 @@ use crate::clock::Clock;
 use crate::res::{Res, UNLIMITED};
 
 mod jobs;
+mod run_time;
 mod topology;
 pub use jobs::JobConverter;
+pub use run_time::{RunTime, RunTimeRange};
 pub use topology::{
     Domain, DomainId, Level, LevelInput, Slices, SlicesInput, Topology, TopologyInput, TopologyRequest,
     TopologyRequestInput,
@@ -174,6 +176,9 @@ pub struct Job {
     /// How long the job runs once started, declared or learned, when known: reservations and
     /// shortest-first plan with it.
     pub run_time: Option<RunTime>,
+    /// Within what its run time falls, as far as the learned runs of jobs like it tell: the
+    /// forecast's range. Absent from the inputs: whoever predicts run times sets it.
+    pub run_time_range: Option<RunTimeRange>,
     /// When its running pods are expected to end (the clock of [`Snapshot::clock`]), when known.
     pub ends_at: Option<i64>,
     /// When the scheduler last preempted or reclaimed pods of the job (the clock of
@@ -386,34 +391,6 @@ pub struct JobInput {
     pub topology: Option<TopologyRequestInput>,
     /// Whether it shrinks by halves and grows by doubling (a one-task job only).
     pub resize: Option<Resize>,
-}
-
-/// How long a job runs once started, in seconds, and whether that is what it declares (its
-/// pods' `activeDeadlineSeconds`, which the kubelet enforces) or what the scheduler learned
-/// from the jobs like it that finished ([`crate::run_times`], which nothing enforces).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RunTime {
-    /// Declared: the job cannot run longer.
-    Declared(i64),
-    /// Predicted from finished jobs: the job may run longer.
-    Learned(i64),
-}
-
-impl RunTime {
-    /// Seconds, however known.
-    pub fn seconds(self) -> i64 {
-        match self {
-            RunTime::Declared(s) | RunTime::Learned(s) => s,
-        }
-    }
-
-    /// Seconds, when declared.
-    pub fn declared(self) -> Option<i64> {
-        match self {
-            RunTime::Declared(s) => Some(s),
-            RunTime::Learned(_) => None,
-        }
-    }
 }
 
 /// Run:ai's elasticity for a one-task job whose gang is all its pods: when the gang cannot be

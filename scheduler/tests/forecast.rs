@@ -1,5 +1,6 @@
-//! The forecast of every waiting gang: its positions and its expected start, planned from
-//! the ends of what runs and of the gangs served before it, and what that start rests on.
+//! The forecast of every waiting gang: its positions, its expected start and the range it
+//! falls in, planned from the ends of what runs and of the gangs served before it, and what
+//! that start rests on.
 //! The cluster: one node of 8 GPUs, one queue per team. And loans: work admitted into
 //! another gang's reserved capacity on a learned run time, evicted if it overruns.
 
@@ -10,10 +11,11 @@ use drover_scheduler::clock::Clock;
 use drover_scheduler::config::{ActionName, SchedulerConfig};
 use drover_scheduler::cycle::{run_cycle, CycleOutcome};
 use drover_scheduler::forecast::{Basis, Forecast};
+use drover_scheduler::run_times::{JobFeatures, RunTimeHistory};
 use drover_scheduler::session::EvictReason;
 use drover_scheduler::snapshot::{
     self, Constraints, JobInput, JobPhase, NodeInput, PodPhaseInput, QueueBounds, QueueInput, QueueingStrategy,
-    RunTime, Snapshot, TaskInput,
+    RunTime, RunTimeRange, Snapshot, TaskInput,
 };
 
 const NOW: i64 = 10_000;
@@ -82,8 +84,16 @@ fn queue(name: &str) -> QueueInput {
 }
 
 fn forecasts(jobs: &[JobInput]) -> BTreeMap<String, Forecast> {
+    forecasts_at(jobs, NOW, &[])
+}
+
+/// The forecasts at `now`, the jobs named in `ranges` given those learned ranges.
+fn forecasts_at(jobs: &[JobInput], now: i64, ranges: &[(&str, RunTimeRange)]) -> BTreeMap<String, Forecast> {
     let mut snap: Snapshot = snapshot::build(&[node("n1")], &[queue("a"), queue("b")], jobs).expect("a valid cluster");
-    snap.clock = Clock::at(NOW);
+    snap.clock = Clock::at(now);
+    for job in snap.jobs.iter_mut() {
+        job.run_time_range = ranges.iter().find(|(name, _)| *name == job.name).map(|&(_, r)| r);
+    }
     // Allocation only: the waiting gangs must not reclaim the running one's GPUs.
     let config =
         SchedulerConfig { actions: vec![ActionName::Enqueue, ActionName::Allocate], ..SchedulerConfig::default() };
@@ -186,4 +196,66 @@ fn a_gang_that_waits_beside_free_capacity_starts_no_sooner_than_the_next_end() {
     let j = snap.jobs.iter_enumerated().find(|(_, j)| j.name == "capped").map(|(id, _)| id).unwrap();
     let f = out.forecasts[j].expect("it waits");
     assert_eq!((f.start, f.basis), (Some(NOW + 300), Basis::Declared));
+}
+
+#[test]
+fn the_range_of_a_start_plans_every_end_it_waits_for_early_and_late() {
+    let f = forecasts_at(
+        &[
+            job("running", "a", 8, NOW - 600, Some(RunTime::Learned(1000)), true),
+            job("first", "a", 8, NOW - 300, Some(RunTime::Learned(500)), false),
+            job("second", "a", 8, NOW - 200, None, false),
+        ],
+        NOW,
+        &[("running", RunTimeRange { low: 700, high: 3000 }), ("first", RunTimeRange { low: 200, high: 900 })],
+    );
+    let first = f["first"];
+    assert_eq!(first.start, Some(NOW + 400), "the median end");
+    assert_eq!((first.earliest, first.latest), (Some(NOW + 100), Some(NOW + 2400)), "its shortest and longest runs");
+    let second = f["second"];
+    assert_eq!(second.start, Some(NOW + 900));
+    assert_eq!((second.earliest, second.latest), (Some(NOW + 300), Some(NOW + 3300)), "first's range added on");
+
+    let declared = forecasts(&[
+        job("running", "a", 8, NOW - 600, Some(RunTime::Declared(1000)), true),
+        job("next", "a", 8, NOW - 300, None, false),
+    ]);
+    let next = declared["next"];
+    assert_eq!((next.earliest, next.start, next.latest), (Some(NOW + 400), Some(NOW + 400), Some(NOW + 400)));
+}
+
+/// A gang behind a job that outlives its learned runs is never told, look after look, that it
+/// starts in moments: the range reaches at least as far ahead as the job has run.
+#[test]
+fn behind_a_job_that_outlived_its_learned_runs_the_latest_start_moves_away() {
+    let mut history = RunTimeHistory::default();
+    let features = JobFeatures { namespace: "ns", name: Some("long"), gpus: 8 };
+    for secs in [100, 100, 100, 1000] {
+        history.learn(&features, secs, 0);
+    }
+    let started = NOW - 2000;
+    for elapsed in [50, 500, 990, 999, 1001, 1500, 4000, 20_000] {
+        let p = history.predict(&features, elapsed).expect("four runs");
+        let mut long = job("long", "a", 8, started, Some(RunTime::Learned(p.seconds)), true);
+        long.ends_at = Some(started + p.seconds);
+        let now = started + elapsed;
+        let f = forecasts_at(&[long, job("next", "a", 8, started + 1, None, false)], now, &[("long", p.range)]);
+        let next = f["next"];
+        let latest = next.latest.expect("a range");
+        assert!(latest - now >= elapsed, "after {elapsed} s: latest {} s ahead", latest - now);
+        assert!(next.earliest <= next.start && next.start <= next.latest, "{next:?}");
+    }
+}
+
+#[test]
+fn a_start_resting_on_another_namespaces_learned_run_times_says_so() {
+    let in_team_b = |mut j: JobInput| {
+        j.namespace = "team-b".into();
+        j
+    };
+    let theirs = || in_team_b(job("theirs", "a", 8, NOW - 600, Some(RunTime::Learned(1000)), true));
+    let f = forecasts(&[theirs(), job("mine", "a", 8, NOW - 300, None, false)]);
+    assert_eq!((f["mine"].start, f["mine"].basis), (Some(NOW + 400), Basis::OtherNamespaces), "team-b's runs");
+    let f = forecasts(&[theirs(), in_team_b(job("ours", "a", 8, NOW - 300, None, false))]);
+    assert_eq!(f["ours"].basis, Basis::Learned, "its own team's runs");
 }

@@ -166,3 +166,31 @@ fn without_declared_run_times_shortest_first_orders_by_run_times_learned_from_ea
     let fifo = Cluster { config: Default::default(), ..blind.clone() };
     assert_eq!(ends(&fifo)[5..], [Some(720), Some(730)], "first come, first served");
 }
+
+#[test]
+fn without_declared_run_times_a_waiting_job_is_given_the_range_its_users_runs_spread_over() {
+    // One 8-GPU node, every job one 8-GPU pod of user u: w1 (600 s) runs 0-600, w2 (1200 s)
+    // 600-1800, w3 (1200 s) 1800-3000; w4 arrives at 1700 and waits until 3000. At 1800, with
+    // u's runs of 600 s and 1200 s learned, w4 is expected when w3's median run ends (2400),
+    // within the runs' spread: from 2400 to 3000, and a period for the cycle that starts it.
+    // That is the forecast w4 has at half its wait (2350), and it starts at 3000, inside it.
+    // w2 (600 s of wait) and w3 (1800 s) waited while one run was all that was known: no
+    // range, so they count outside it.
+    let text = "job_id,submit_time_s,duration_s,num_pods,gpus_per_pod,cpus_per_pod,user\n\
+        w1,0,600,1,8,,u\nw2,0,1200,1,8,,u\nw3,0,1200,1,8,,u\nw4,1700,800,1,8,,u\n";
+    let jobs = rows::parse("hand.csv", text).unwrap();
+    let blind = Cluster { declared_runtimes: replay::DeclaredRuntimes::None, ..Cluster::uniform(1, 8, 96) };
+    let run = replay::replay(&jobs, &blind, Policy::Drover).unwrap();
+    let w4 = &run.jobs[3];
+    assert_eq!(w4.first_start, Some(3000));
+    let eta = w4.eta_at_half_wait.expect("a forecast by half its wait");
+    assert_eq!((eta.given_at, eta.start, eta.range), (1800, Some(2400), Some((2400, 3010))));
+    let json: serde_json::Value =
+        serde_json::from_str(&trace::to_json(&blind, &trace::run(&jobs, &blind, &[Policy::Drover]).unwrap())).unwrap();
+    let half = &json["policies"]["drover"]["eta"]["atHalfWait"];
+    assert_eq!(json["policies"]["drover"]["eta"]["jobs"], 3, "{half}");
+    assert_eq!(half["inRange"], 0.333, "w4 of w2, w3, w4: {half}");
+    assert_eq!(half["medianRangeSeconds"], 610);
+    assert_eq!(half["medianWaitSeconds"], 1300, "waits of 600, 1300 and 1800 s");
+    assert!(half.get("medianRelativeError").is_some(), "the keys before stay: {half}");
+}

@@ -45,7 +45,7 @@ pub const MAX_PODS: u32 = 10_000;
     printcolumn(name = "Queue", type_ = "string", json_path = ".spec.queue"),
     printcolumn(name = "Size", type_ = "integer", json_path = ".status.replicas", priority = 1),
     printcolumn(name = "Position", type_ = "integer", json_path = ".status.forecast.queuePosition"),
-    printcolumn(name = "ETA", type_ = "string", json_path = ".status.forecast.expectedStart"),
+    printcolumn(name = "ETA", type_ = "string", json_path = ".status.forecast.eta"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     printcolumn(name = "Reason", type_ = "string", json_path = ".status.reason")
 )]

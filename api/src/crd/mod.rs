@@ -141,11 +141,16 @@ mod tests {
                 crd["spec"]["versions"][0]["additionalPrinterColumns"].as_array().cloned().unwrap_or_default();
             let path = |name: &str| columns.iter().find(|c| c["name"] == name).map(|c| c["jsonPath"].clone());
             assert_eq!(path("Position"), Some(".status.forecast.queuePosition".into()), "{kind}");
-            assert_eq!(path("ETA"), Some(".status.forecast.expectedStart".into()), "{kind}");
+            assert_eq!(path("ETA"), Some(".status.forecast.eta".into()), "{kind}");
             let forecast = &schema(kind)["properties"]["status"]["properties"]["forecast"];
             let basis = &forecast["properties"]["basis"]["enum"];
-            assert_eq!(basis, &serde_json::json!(["DeclaredRunTimes", "LearnedRunTimes", "Unknown"]), "{kind}");
-            assert_eq!(forecast["properties"]["expectedStart"]["format"], "date-time", "{kind}");
+            assert_eq!(basis, &serde_json::json!(["DeclaredRunTimes", "LearnedRunTimes", "OtherNamespacesRunTimes", "Unknown"]),
+                "{kind}"
+            );
+            for field in ["expectedStart", "earliestStart", "latestStart"] {
+                assert_eq!(forecast["properties"][field]["format"], "date-time", "{kind} {field}");
+            }
+            assert_eq!(forecast["properties"]["eta"]["maxLength"], 128, "{kind}");
         }
         let queue = schema("Queue");
         let run_times = &queue["properties"]["status"]["properties"]["runTimes"];

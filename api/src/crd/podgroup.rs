@@ -29,7 +29,7 @@ use super::topology::{TaskTopologies, TopologyConstraint, TopologyPlacement};
     printcolumn(name = "Admitted-Queue", type_ = "string", json_path = ".status.admission.queue", priority = 1),
     printcolumn(name = "Running", type_ = "integer", json_path = ".status.running"),
     printcolumn(name = "Position", type_ = "integer", json_path = ".status.forecast.queuePosition"),
-    printcolumn(name = "ETA", type_ = "string", json_path = ".status.forecast.expectedStart"),
+    printcolumn(name = "ETA", type_ = "string", json_path = ".status.forecast.eta"),
     printcolumn(
         name = "Reason",
         type_ = "string",

@@ -1,12 +1,14 @@
 //! The forecast a waiting group's status shows: the core's [`drover_scheduler::forecast`]
-//! (positions, expected start on the snapshot's clock, basis) with what would let it start
-//! ([`drover_scheduler::explain::to_start`]), in wall time. An expected start that moved by
-//! less than a scheduler period, or a tenth of the time still to wait, is not news: the status
-//! keeps the one it shows, so that a waiting gang's status is not rewritten every cycle.
+//! (positions, expected start and its range on the snapshot's clock, basis) with what would
+//! let it start ([`drover_scheduler::explain::to_start`]), in wall time. The range's latest
+//! start is a period after the plan's: a gang starts at the first cycle after its capacity
+//! frees. Starts that moved by less than a scheduler period, or a tenth of the time still to
+//! wait, are not news: the status keeps the forecast it shows, so that a waiting gang's status
+//! is not rewritten every cycle.
 
 use std::time::Duration;
 
-use drover_api::crd::forecast::{Forecast, ForecastBasis};
+use drover_api::crd::forecast::{eta, Forecast, ForecastBasis};
 use drover_scheduler::clock::Clock;
 use drover_scheduler::cycle::CycleOutcome;
 use drover_scheduler::explain::to_start;
@@ -15,20 +17,37 @@ use drover_scheduler::ids::TiVec;
 use drover_scheduler::snapshot::{JobId, Snapshot};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-/// The forecast of every job that waits after the cycle, as status shows it.
-pub(super) fn forecasts(snap: &Snapshot, outcome: &CycleOutcome) -> TiVec<JobId, Option<Forecast>> {
+/// A time on the snapshot's clock (Unix seconds) as the API writes it.
+fn time(t: i64) -> Time {
+    Time(jiff::Timestamp::from_second(t).unwrap_or(jiff::Timestamp::MAX))
+}
+
+/// The forecast of every job that waits after the cycle, as status shows it, for a scheduler
+/// whose cycles run every `period`.
+pub(super) fn forecasts(snap: &Snapshot, outcome: &CycleOutcome, period: Duration) -> TiVec<JobId, Option<Forecast>> {
+    let period = (period.as_secs_f64().ceil() as i64).max(1);
     outcome
         .forecasts
         .iter_enumerated()
         .map(|(j, f)| {
             let f = f.as_ref()?;
+            let [expected_start, earliest_start, latest_start] =
+                [f.start, f.earliest, f.latest.map(|t| t.saturating_add(period))].map(|t| t.map(time));
+            let eta = match (&expected_start, &earliest_start, &latest_start) {
+                (Some(s), Some(e), Some(l)) => Some(eta(s, e, l)),
+                _ => None,
+            };
             Some(Forecast {
                 queue_position: f.queue_position,
                 position: f.position,
-                expected_start: f.start.map(|t| Time(jiff::Timestamp::from_second(t).unwrap_or(jiff::Timestamp::MAX))),
+                expected_start,
+                earliest_start,
+                latest_start,
+                eta,
                 basis: match f.basis {
                     Basis::Declared => ForecastBasis::DeclaredRunTimes,
                     Basis::Learned => ForecastBasis::LearnedRunTimes,
+                    Basis::OtherNamespaces => ForecastBasis::OtherNamespacesRunTimes,
                     Basis::Unknown => ForecastBasis::Unknown,
                 },
                 to_start: to_start(snap, outcome, j),
@@ -38,24 +57,27 @@ pub(super) fn forecasts(snap: &Snapshot, outcome: &CycleOutcome) -> TiVec<JobId,
 }
 
 /// The forecast a group's status should show at the `clock`'s time (Unix seconds), given the
-/// one it shows (`current`) and the cycle's (`new`): `current` while only its expected start
-/// moved, by at most `period` or a tenth of the time left until it.
+/// one it shows (`current`) and the cycle's (`new`): `current` while only its starts (the
+/// expected one and its range's ends) moved, each by at most `period` or a tenth of the time
+/// left until it.
 pub(super) fn settle(current: Option<&Forecast>, new: Forecast, clock: &Clock, period: Duration) -> Forecast {
     let Some(current) = current else { return new };
     let same_but_start = current.queue_position == new.queue_position
         && current.position == new.position
         && current.basis == new.basis
         && current.to_start == new.to_start;
-    let close = match (&current.expected_start, &new.expected_start) {
+    let tolerance = (period.as_secs_f64().ceil() as i64).max(1);
+    let close = |a: &Option<Time>, b: &Option<Time>| match (a, b) {
         (None, None) => true,
-        (Some(a), Some(b)) if a == b => true,
         (Some(a), Some(b)) => {
             let (a, b) = (a.0.as_second(), b.0.as_second());
-            let tolerance = (period.as_secs_f64().ceil() as i64).max(1).max((a - clock.now()) / 10);
-            (a - b).abs() <= tolerance
+            (a - b).abs() <= tolerance.max((a - clock.now()) / 10)
         }
         _ => false,
     };
+    let close = close(&current.expected_start, &new.expected_start)
+        && close(&current.earliest_start, &new.earliest_start)
+        && close(&current.latest_start, &new.latest_start);
     if same_but_start && close {
         current.clone()
     } else {
@@ -71,10 +93,28 @@ mod tests {
         Forecast {
             queue_position: 1,
             position: 2,
-            expected_start: start.map(|t| Time(jiff::Timestamp::from_second(t).expect("a time"))),
+            expected_start: start.map(time),
             basis: ForecastBasis::LearnedRunTimes,
             to_start: Some("wait".into()),
+            ..Forecast::default()
         }
+    }
+
+    fn ranged(start: i64, earliest: i64, latest: i64) -> Forecast {
+        let [s, e, l] = [start, earliest, latest].map(time);
+        Forecast { earliest_start: Some(e.clone()), latest_start: Some(l.clone()), eta: Some(eta(&s, &e, &l)), ..at(Some(start)) }
+    }
+
+    #[test]
+    fn a_range_that_barely_moved_keeps_what_status_shows_and_one_that_moved_is_news() {
+        let period = Duration::from_secs(1);
+        let now = Clock::at(0);
+        let shown = ranged(1000, 500, 5000);
+        assert_eq!(settle(Some(&shown), ranged(1010, 520, 5300), &now, period), shown, "each within a tenth");
+        let later = ranged(1010, 520, 9000);
+        assert_eq!(settle(Some(&shown), later.clone(), &now, period), later, "the latest start moved");
+        let unranged = at(Some(1000));
+        assert_eq!(settle(Some(&shown), unranged.clone(), &now, period), unranged, "a range that was lost");
     }
 
     #[test]

@@ -192,7 +192,7 @@ pub fn wanted_group_statuses<'g>(
     let loans: HashMap<JobId, i64> = outcome.decisions.loans.iter().copied().collect();
     let shown: HashMap<Key, &Forecast> =
         pod_groups.iter().filter_map(|g| Some((key_of(&g.metadata), g.status.as_ref()?.forecast.as_ref()?))).collect();
-    let forecasts: TiVec<JobId, Option<Forecast>> = forecast::forecasts(snap, outcome)
+    let forecasts: TiVec<JobId, Option<Forecast>> = forecast::forecasts(snap, outcome, period)
         .into_iter_enumerated()
         .map(|(j, f)| {
             let job = &snap.jobs[j];
@@ -272,7 +272,7 @@ fn group_patch(group: &PodGroup, want: &PodGroupStatus) -> Option<Value> {
     }
     if let Some(Value::Object(f)) = status.get_mut("forecast") {
         // A merge patch keeps the fields it leaves out.
-        for field in ["expectedStart", "toStart"] {
+        for field in ["expectedStart", "earliestStart", "latestStart", "eta", "toStart"] {
             f.entry(field).or_insert(Value::Null);
         }
     }

@@ -133,6 +133,7 @@ impl JobConverter {
             phase: job.phase,
             tasks,
             run_time: job.run_time,
+            run_time_range: None,
             ends_at: job.ends_at,
             preempted_at: job.preempted_at,
             started_at: job.started_at,

@@ -9,7 +9,8 @@
 
 use serde_json::{json, Map, Value};
 
-use super::replay::{Eta, JobRecord, Replay};
+use super::eta::EtaAccuracy;
+use super::replay::Replay;
 use super::rows::TraceJob;
 
 /// Job-size buckets, by total GPUs (`num_pods × gpus_per_pod`), as `(label, upper bound)`.
@@ -77,71 +78,6 @@ pub struct Summary {
     pub elastic: Option<Resizes>,
     /// How well the start forecasts of GPU jobs that waited long foretold their start.
     pub eta: EtaAccuracy,
-}
-
-/// Jobs must wait this long for their forecasts to count: a forecast of a start minutes away
-/// is right or wrong by seconds, which says nothing.
-pub const ETA_MIN_WAIT: i64 = 600;
-
-/// How well the forecasts given to GPU jobs that waited at least [`ETA_MIN_WAIT`] foretold
-/// their first start, at submission and at half of their wait.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct EtaAccuracy {
-    /// Jobs that waited that long.
-    pub jobs: usize,
-    /// At submission.
-    pub at_submission: EtaErrors,
-    /// At half of the wait.
-    pub at_half_wait: EtaErrors,
-}
-
-/// Relative errors of one set of forecasts: |forecast − start| / (start − when forecast).
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct EtaErrors {
-    /// Jobs given a start (the others were told it is unknown).
-    pub given: usize,
-    /// Median relative error.
-    pub median: f64,
-    /// 90th percentile.
-    pub p90: f64,
-}
-
-impl EtaErrors {
-    fn of(etas: impl Iterator<Item = (Eta, i64)>) -> EtaErrors {
-        let mut errors: Vec<f64> = etas
-            .filter_map(|(eta, start)| {
-                let forecast = eta.start?;
-                Some((forecast - start).abs() as f64 / (start - eta.given_at).max(1) as f64)
-            })
-            .collect();
-        if errors.is_empty() {
-            return EtaErrors::default();
-        }
-        errors.sort_by(f64::total_cmp);
-        let rank = |q: f64| errors[((q * errors.len() as f64).ceil() as usize).clamp(1, errors.len()) - 1];
-        EtaErrors { given: errors.len(), median: rank(0.5), p90: rank(0.9) }
-    }
-
-    fn to_json(self) -> Value {
-        let r3 = |x: f64| json!((x * 1000.0).round() / 1000.0);
-        json!({"given": self.given, "medianRelativeError": r3(self.median), "p90RelativeError": r3(self.p90)})
-    }
-}
-
-impl EtaAccuracy {
-    fn of(trace: &[TraceJob], replay: &Replay) -> EtaAccuracy {
-        let waited: Vec<(&JobRecord, i64)> = replay
-            .jobs
-            .iter()
-            .filter(|r| trace[r.job].gpus_per_pod > 0)
-            .filter_map(|r| r.first_start.filter(|&s| s - trace[r.job].submit >= ETA_MIN_WAIT).map(|s| (r, s)))
-            .collect();
-        EtaAccuracy {
-            jobs: waited.len(),
-            at_submission: EtaErrors::of(waited.iter().filter_map(|&(r, s)| Some((r.eta_at_submission?, s)))),
-            at_half_wait: EtaErrors::of(waited.iter().filter_map(|&(r, s)| Some((r.eta_at_half_wait?, s)))),
-        }
-    }
 }
 
 /// The elastic restarts of a replay's GPU jobs, to tell how often jobs ran below their size.
@@ -272,9 +208,8 @@ impl Summary {
             "cpuOnly": {"jobs": cpu_jobs, "finished": cpu_finished,
                 "avgJctSeconds": r1(cpu_jct.avg), "avgQueueSeconds": r1(cpu_queue.avg)},
         });
-        if self.eta.at_submission.given + self.eta.at_half_wait.given > 0 {
-            figures["eta"] = json!({"jobs": self.eta.jobs,
-                "atSubmission": self.eta.at_submission.to_json(), "atHalfWait": self.eta.at_half_wait.to_json()});
+        if let Some(eta) = self.eta.to_json() {
+            figures["eta"] = eta;
         }
         if let Some(e) = self.elastic {
             figures["elastic"] = json!({"shrinks": e.shrinks, "grows": e.grows, "jobsShrunk": e.jobs_shrunk});

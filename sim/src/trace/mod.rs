@@ -1,10 +1,14 @@
 //! Trace mode (`drover sim --trace FILE.csv`): a real GPU-cluster job trace replayed through
 //! the production scheduling core under several policies side by side, as the trace-mode
 //! section of `scenario-format.md` specifies. [`rows`] reads the trace, [`policy`] names the
-//! policies, [`replay`] runs the virtual clock, [`work`] says how long a job runs at the size
-//! it runs with, [`restart`] restarts resized jobs, [`metrics`] sums up each run, [`racks`]
-//! groups the nodes into racks when asked and [`plot`] draws them.
+//! policies, [`inputs`] describes the cluster, [`replay`] runs the virtual clock (jumping to
+//! the [`ends`] of running jobs), [`work`] says how long a job runs at the size it runs with,
+//! [`restart`] restarts resized jobs, [`eta`] keeps and judges the start forecasts, [`metrics`]
+//! sums up each run, [`racks`] groups the nodes into racks when asked and [`plot`] draws them.
 
+pub mod ends;
+pub mod eta;
+pub mod inputs;
 pub mod metrics;
 pub mod plot;
 pub mod policy;
@@ -190,6 +194,14 @@ pub fn to_table(cluster: &Cluster, runs: &[Run]) -> String {
                 eta.at_half_wait.median * 100.0,
                 eta.at_submission.p90 * 100.0,
                 eta.at_half_wait.p90 * 100.0
+            ));
+            let ranges = eta.ranges_at_half_wait;
+            out.push_str(&format!(
+                "{}: at half the wait, {:.0}% started inside the 80% range given (median range {}, median wait {})\n",
+                run.policy.name(),
+                ranges.in_range * 100.0,
+                human(ranges.median_range as f64),
+                human(ranges.median_wait as f64)
             ));
         }
         if let Some(e) = run.summary.elastic {

@@ -15,10 +15,9 @@
 //! cycles record ([`drover_scheduler::snapshot::Job::borrowed_until`]) as PodGroup status
 //! would.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::BTreeMap;
 
-use drover_api::{ResourceList, CPU, GPU, MEMORY, PODS};
+use drover_api::{ResourceList, CPU, GPU};
 use drover_scheduler::clock::Clock;
 use drover_scheduler::config::SchedulerConfig;
 use drover_scheduler::cycle::run_cycle;
@@ -26,82 +25,21 @@ use drover_scheduler::ids::{ti_vec, JobId, TiSlice, TiVec};
 use drover_scheduler::run_times::{JobFeatures, RunTimeHistory};
 use drover_scheduler::session::PodState;
 use drover_scheduler::snapshot::{
-    self, Constraints, JobConverter, JobInput, JobPhase, NodeInput, PodPhase, PodPhaseInput, QueueBounds, QueueInput,
+    self, Constraints, JobConverter, JobInput, JobPhase, PodPhase, PodPhaseInput,
     RunTime, Snapshot, SnapshotError, TaskInput,
 };
 use drover_scheduler::usage::UsageLedger;
 
+use super::ends::Ends;
+use super::eta::{Eta, EtaLog};
+use super::inputs::{node_inputs, queue_inputs, queue_name};
+pub use super::inputs::{Cluster, DeclaredRuntimes, QueueQuota};
 use super::policy::Policy;
 use super::racks::Racks;
 use super::restart::restart;
 use super::rows::TraceJob;
 use super::work::Work;
 
-/// The simulated cluster and how jobs map to queues.
-#[derive(Debug, Clone)]
-pub struct Cluster {
-    /// Identical nodes.
-    pub nodes: u32,
-    /// GPUs per node.
-    pub gpus_per_node: u32,
-    /// CPUs per node.
-    pub cpus_per_node: u32,
-    /// Queues; users (or, without users, job ids) are hashed into them.
-    pub queues: u32,
-    /// What each queue deserves.
-    pub quota: QueueQuota,
-    /// Seconds between scheduling cycles.
-    pub period: i64,
-    /// The configuration the `drover` policy runs (`config/scheduler.yaml` unless the user
-    /// gives another); the baselines derive theirs from it.
-    pub config: SchedulerConfig,
-    /// Racks the nodes are grouped into (`--nodes-per-rack`), if any.
-    pub racks: Option<Racks>,
-    /// Whether jobs tell the scheduler their run time (`--declared-runtimes`).
-    pub declared_runtimes: DeclaredRuntimes,
-}
-
-/// What jobs tell the scheduler of their run time, as the `activeDeadlineSeconds` of their
-/// pods would in a cluster.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum DeclaredRuntimes {
-    /// The trace's `duration_s`, exactly (the policies that declare at all: Drover's).
-    #[default]
-    Exact,
-    /// Nothing: no policy but the `sjf` oracle knows a duration before the job ends.
-    None,
-}
-
-impl Cluster {
-    /// `nodes` identical nodes with the defaults of `drover sim --trace`: one queue, a 10 s
-    /// period, the default configuration, no racks.
-    pub fn uniform(nodes: u32, gpus_per_node: u32, cpus_per_node: u32) -> Cluster {
-        Cluster {
-            nodes,
-            gpus_per_node,
-            cpus_per_node,
-            queues: 1,
-            quota: QueueQuota::default(),
-            period: 10,
-            config: SchedulerConfig::default(),
-            racks: None,
-            declared_runtimes: DeclaredRuntimes::default(),
-        }
-    }
-}
-
-/// What the trace's queues deserve.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum QueueQuota {
-    /// Each an equal part of the cluster.
-    #[default]
-    Equal,
-    /// Nothing: the whole cluster is shared by over-quota weight (1 each).
-    None,
-}
-
-/// Memory per node: plenty, so that memory never decides (the traces do not record it).
-const MEMORY_PER_CPU: i64 = 8 << 30;
 /// CPUs a pod requests when the trace does not record them.
 const DEFAULT_POD_CPUS: u32 = 1;
 
@@ -132,15 +70,6 @@ pub struct JobRecord {
     pub eta_at_submission: Option<Eta>,
     /// The start the scheduler forecast last before half of its wait had passed.
     pub eta_at_half_wait: Option<Eta>,
-}
-
-/// A start the scheduler forecast for a waiting job ([`drover_scheduler::forecast`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Eta {
-    /// When the forecast was made.
-    pub given_at: i64,
-    /// The start it forecast, if it could give one.
-    pub start: Option<i64>,
 }
 
 impl JobRecord {
@@ -201,8 +130,8 @@ struct Live {
     started: Option<i64>,
     /// When it was submitted.
     submit: i64,
-    /// Until it first starts, the start forecast each time it changed: (cycle, start).
-    etas: Vec<(i64, Option<i64>)>,
+    /// Until it first starts, the start forecast each time it changed.
+    etas: EtaLog,
 }
 
 /// What the scheduler is told of a job's run time.
@@ -232,47 +161,6 @@ impl Live {
     }
 }
 
-/// End times of running jobs, earliest first. Evicting a job cancels its end; a cancelled
-/// entry is skipped when reached.
-struct Ends {
-    heap: BinaryHeap<Reverse<(i64, usize)>>,
-    end_of: Vec<Option<i64>>,
-}
-
-impl Ends {
-    fn new(jobs: usize) -> Ends {
-        Ends { heap: BinaryHeap::new(), end_of: vec![None; jobs] }
-    }
-
-    fn start(&mut self, job: usize, end: i64) {
-        self.end_of[job] = Some(end);
-        self.heap.push(Reverse((end, job)));
-    }
-
-    fn cancel(&mut self, job: usize) {
-        self.end_of[job] = None;
-    }
-
-    /// The next end still due.
-    fn next(&mut self) -> Option<i64> {
-        while let Some(&Reverse((t, j))) = self.heap.peek() {
-            if self.end_of[j] == Some(t) {
-                return Some(t);
-            }
-            self.heap.pop();
-        }
-        None
-    }
-
-    /// Takes the next job ending at or before `now`, with its end.
-    fn pop_due(&mut self, now: i64) -> Option<(usize, i64)> {
-        let t = self.next().filter(|&t| t <= now)?;
-        let Reverse((_, j)) = self.heap.pop().expect("next() saw it");
-        self.end_of[j] = None;
-        Some((j, t))
-    }
-}
-
 /// The cluster as the scheduler sees it, kept from cycle to cycle: the live jobs are added
 /// as they are submitted and dropped as they finish, and each cycle's outcome is written
 /// into it, instead of building it anew for every cycle.
@@ -285,6 +173,8 @@ struct World {
     ledger: UsageLedger,
     /// Learned run times by queue name, as Queue status would keep them.
     histories: BTreeMap<String, RunTimeHistory>,
+    /// Seconds between cycles.
+    period: i64,
 }
 
 /// Replays `trace` under `policy` on `cluster`.
@@ -304,6 +194,7 @@ pub fn replay(trace: &[TraceJob], cluster: &Cluster, policy: Policy) -> Result<R
         racks: cluster.racks,
         ledger: UsageLedger::default(),
         histories: BTreeMap::new(),
+        period: cluster.period,
     };
     let total_gpus = cluster.nodes * cluster.gpus_per_node;
     let fits_empty = |j: &TraceJob| {
@@ -492,11 +383,9 @@ fn cycle(
         snap.jobs[j].phase = outcome.job_phase[j];
         l.bound = bound[j];
         if let Some(f) = outcome.forecasts[j].filter(|_| records[l.job].first_start.is_none()) {
-            let eta = Eta { given_at: now, start: f.start };
+            let eta = Eta::of(&f, now, world.period);
             records[l.job].eta_at_submission.get_or_insert(eta);
-            if l.etas.last().is_none_or(|&(_, start)| start != f.start) {
-                l.etas.push((now, f.start));
-            }
+            l.etas.note(eta);
         }
         if evicted[j] > 0 {
             snap.jobs[j].borrowed_until = None;
@@ -540,10 +429,7 @@ fn cycle(
 /// wait had passed.
 fn first_started(l: &mut Live, record: &mut JobRecord, now: i64) {
     record.first_start = Some(now);
-    let half = l.submit + (now - l.submit) / 2;
-    record.eta_at_half_wait =
-        l.etas.iter().rev().find(|&&(at, _)| at <= half).map(|&(given_at, start)| Eta { given_at, start });
-    l.etas = Vec::new();
+    record.eta_at_half_wait = l.etas.at_half_wait(l.submit, now);
 }
 
 /// Refreshes what the scheduler is told of the run time of the jobs that learn theirs, from
@@ -555,9 +441,10 @@ fn predict(live: &mut TiSlice<JobId, Live>, world: &mut World, now: i64) {
         }
         let elapsed = l.started.map_or(0, |s| now - s);
         let predicted = world.histories.get(&l.queue).and_then(|h| h.predict(&l.features(), elapsed));
-        l.told = Told::Learned(predicted.map(|p| p.seconds));
+        l.told = Told::Learned(predicted.as_ref().map(|p| p.seconds));
         let job = &mut world.snap.jobs[j];
         job.run_time = l.run_time();
+        job.run_time_range = predicted.map(|p| p.range);
         job.ends_at = l.started.zip(job.run_time).map(|(start, d)| start + d.seconds());
     }
 }
@@ -650,60 +537,7 @@ fn submit(job: &TraceJob, index: usize, cluster: &Cluster, policy: Policy) -> (L
         bound: 0,
         started: None,
         submit: job.submit,
-        etas: Vec::new(),
+        etas: EtaLog::default(),
     };
     (live, input)
-}
-
-/// The queue of a user or job id: FNV-1a of the key, modulo the number of queues.
-pub fn queue_name(cluster: &Cluster, key: &str) -> String {
-    if cluster.queues <= 1 {
-        return "trace".into();
-    }
-    let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
-    format!("q{}", hash % u64::from(cluster.queues))
-}
-
-fn node_inputs(cluster: &Cluster) -> Vec<NodeInput> {
-    let cpus = i64::from(cluster.cpus_per_node);
-    (0..cluster.nodes)
-        .map(|i| NodeInput {
-            name: format!("node-{i:04}"),
-            allocatable: ResourceList(BTreeMap::from([
-                (CPU.to_string(), cpus * 1000),
-                (MEMORY.to_string(), cpus * MEMORY_PER_CPU),
-                (GPU.to_string(), i64::from(cluster.gpus_per_node)),
-                (PODS.to_string(), 110),
-            ])),
-            labels: cluster.racks.filter(|r| r.aware).map(|r| r.labels(i as usize)).unwrap_or_default(),
-            taints: Vec::new(),
-            unschedulable: false,
-        })
-        .collect()
-}
-
-/// One queue deserving the whole cluster, or `queues` queues deserving equal parts of it
-/// (or nothing, as `cluster.quota` says).
-fn queue_inputs(cluster: &Cluster, policy: Policy) -> Vec<QueueInput> {
-    let n = i64::from(cluster.queues.max(1));
-    let gpus = i64::from(cluster.nodes * cluster.gpus_per_node);
-    let cpus = i64::from(cluster.nodes * cluster.cpus_per_node) * 1000;
-    let deserved = match cluster.quota {
-        QueueQuota::Equal => ResourceList(BTreeMap::from([(GPU.to_string(), gpus / n), (CPU.to_string(), cpus / n)])),
-        QueueQuota::None => ResourceList::default(),
-    };
-    let names: Vec<String> = if n == 1 { vec!["trace".into()] } else { (0..n).map(|q| format!("q{q}")).collect() };
-    names
-        .into_iter()
-        .map(|name| QueueInput {
-            name,
-            parent: None,
-            deserved: deserved.clone(),
-            limit: None,
-            over_quota_weight: 1,
-            reclaimable: true,
-            strategy: policy.strategy(),
-            bounds: QueueBounds::default(),
-        })
-        .collect()
 }
