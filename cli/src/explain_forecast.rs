@@ -19,7 +19,8 @@ const UNKNOWN: &str = "unknown: work it waits for has no known end (its pods dec
 
 /// The facts of `job`'s forecast `f` in `snap`, the snapshot `converted` gave.
 pub fn facts(snap: &Snapshot, converted: &Converted, job: JobId, f: &Forecast) -> ForecastFacts {
-    let [expected_start, earliest_start, latest_start] = [f.start, f.earliest, f.latest].map(|t| t.map(|t| snap.time(t)));
+    let [expected_start, earliest_start, latest_start] =
+        [f.start, f.earliest, f.latest].map(|t| t.map(|t| snap.time(t)));
     let start = match (f.start, f.basis) {
         (Some(_), Basis::Unknown) | (None, _) => UNKNOWN.to_string(),
         (Some(t), basis) => {

@@ -322,7 +322,8 @@ async fn a_gang_behind_another_namespaces_learned_run_expects_it_within_the_runs
     })
     .await;
     assert_eq!(f.basis, ForecastBasis::OtherNamespacesRunTimes, "{f:?}");
-    let second = |t: &Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>| t.as_ref().expect("a time").0.as_second();
+    let second =
+        |t: &Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>| t.as_ref().expect("a time").0.as_second();
     let (expected, earliest, latest) = (second(&f.expected_start), second(&f.earliest_start), second(&f.latest_start));
     let cycle = PERIOD.as_secs().max(1) as i64;
     assert!((expected - (started + 600)).abs() <= cycle, "the median run: {expected} vs {started}");

@@ -107,8 +107,9 @@ pub struct Prediction {
     /// samples as `seconds`.
     pub range: RunTimeRange,
     /// The run so far (`elapsed`) at which the prediction first changes: when the job
-    /// outruns the shortest sample it was still shorter than. None when it changes with every
-    /// second (a job that has outrun every sample).
+    /// outruns the shortest sample it was still shorter than, or its range starts to widen
+    /// with its age. None when it changes with every second (a job that has outrun every
+    /// sample, or whose range widens already).
     pub changes_at: Option<i64>,
 }
 
@@ -170,14 +171,17 @@ impl RunTimeHistory {
             let mut longer: Vec<i64> = samples.seconds.iter().copied().filter(|&s| s > elapsed).collect();
             longer.sort_unstable();
             let twice = elapsed.saturating_mul(2);
-            let (seconds, range) = match longer.len() {
-                0 => (twice, RunTimeRange { low: elapsed, high: twice }),
+            let (seconds, range, changes_at) = match longer.len() {
+                0 => (twice, RunTimeRange { low: elapsed, high: twice }, None),
                 n => {
                     let rank = |tenths: usize| longer[(n * tenths).div_ceil(10).max(1) - 1];
-                    (longer[(n - 1) / 2], RunTimeRange { low: rank(1), high: rank(9).max(twice) })
+                    let high = rank(9);
+                    // Twice its age passes the 90th percentile once the age passes half of it.
+                    let widens = (twice <= high).then_some(high / 2 + 1);
+                    let changes_at = widens.map(|w| w.min(longer[0]));
+                    (longer[(n - 1) / 2], RunTimeRange { low: rank(1), high: high.max(twice) }, changes_at)
                 }
             };
-            let changes_at = longer.first().copied();
             Some(Prediction { seconds, samples: samples.seconds.len(), key, changes_at, range })
         })
     }
@@ -265,12 +269,15 @@ mod tests {
             h.learn(&job("ns", "x", 8), secs, 0);
         }
         let at = |elapsed| h.predict(&job("ns", "x", 8), elapsed).expect("four runs");
-        for (elapsed, next) in [(0, 100), (150, 200), (250, 300), (3000, 4000)] {
+        for (elapsed, next) in [(0, 100), (150, 200), (250, 300), (1500, 2001)] {
             let p = at(elapsed);
             assert_eq!(p.changes_at, Some(next), "after {elapsed} s");
             assert_eq!(at(next - 1), p, "the same until {next} s");
+            assert_ne!(at(next), p, "changed at {next} s");
         }
         assert_eq!(at(100).seconds, 300, "at 100 s it changed");
+        assert_eq!(at(2001).range.high, 4002, "from 2001 s its range widens with its age");
+        assert_eq!(at(3000).changes_at, None, "a range that widens changes every second");
         assert_eq!(at(5000).changes_at, None, "twice its age changes every second");
     }
 

@@ -90,7 +90,10 @@ mod tests {
     #[test]
     fn the_eta_column_gives_the_range_without_repeating_the_day() {
         let start = 1_900_000_000;
-        assert_eq!(eta(&at(start), &at(start - 600), &at(start + 3600)), "2030-03-17T17:46:40Z (17:36:40Z to 18:46:40Z)");
+        assert_eq!(
+            eta(&at(start), &at(start - 600), &at(start + 3600)),
+            "2030-03-17T17:46:40Z (17:36:40Z to 18:46:40Z)"
+        );
         assert_eq!(
             eta(&at(start), &at(start), &at(start + 86_400)),
             "2030-03-17T17:46:40Z (17:46:40Z to 2030-03-18T17:46:40Z)"

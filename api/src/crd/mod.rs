@@ -144,7 +144,9 @@ mod tests {
             assert_eq!(path("ETA"), Some(".status.forecast.eta".into()), "{kind}");
             let forecast = &schema(kind)["properties"]["status"]["properties"]["forecast"];
             let basis = &forecast["properties"]["basis"]["enum"];
-            assert_eq!(basis, &serde_json::json!(["DeclaredRunTimes", "LearnedRunTimes", "OtherNamespacesRunTimes", "Unknown"]),
+            assert_eq!(
+                basis,
+                &serde_json::json!(["DeclaredRunTimes", "LearnedRunTimes", "OtherNamespacesRunTimes", "Unknown"]),
                 "{kind}"
             );
             for field in ["expectedStart", "earliestStart", "latestStart"] {

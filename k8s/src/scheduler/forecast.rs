@@ -102,7 +102,12 @@ mod tests {
 
     fn ranged(start: i64, earliest: i64, latest: i64) -> Forecast {
         let [s, e, l] = [start, earliest, latest].map(time);
-        Forecast { earliest_start: Some(e.clone()), latest_start: Some(l.clone()), eta: Some(eta(&s, &e, &l)), ..at(Some(start)) }
+        Forecast {
+            earliest_start: Some(e.clone()),
+            latest_start: Some(l.clone()),
+            eta: Some(eta(&s, &e, &l)),
+            ..at(Some(start))
+        }
     }
 
     #[test]

@@ -25,8 +25,8 @@ use drover_scheduler::ids::{ti_vec, JobId, TiSlice, TiVec};
 use drover_scheduler::run_times::{JobFeatures, RunTimeHistory};
 use drover_scheduler::session::PodState;
 use drover_scheduler::snapshot::{
-    self, Constraints, JobConverter, JobInput, JobPhase, PodPhase, PodPhaseInput,
-    RunTime, Snapshot, SnapshotError, TaskInput,
+    self, Constraints, JobConverter, JobInput, JobPhase, PodPhase, PodPhaseInput, RunTime, Snapshot, SnapshotError,
+    TaskInput,
 };
 use drover_scheduler::usage::UsageLedger;
 
