@@ -42,12 +42,14 @@ pub fn facts(snap: &Snapshot, converted: &Converted, job: JobId, f: &Forecast) -
     }
 }
 
-/// "expected at T, 80% likely between E and L (from ...)".
+/// "expected at T, 80% likely between E and L (from ...)"; a range of one point (every end
+/// exact) goes without saying.
 fn expected(at: &Option<String>, earliest: &Option<String>, latest: &Option<String>, from: &str) -> String {
-    let at = at.as_deref().unwrap_or_default();
-    match (earliest, latest) {
-        (Some(e), Some(l)) => format!("expected at {at}, 80% likely between {e} and {l} ({from})"),
-        _ => format!("expected at {at} ({from})"),
+    match (at, earliest, latest) {
+        (Some(t), Some(e), Some(l)) if !(e == t && l == t) => {
+            format!("expected at {t}, 80% likely between {e} and {l} ({from})")
+        }
+        _ => format!("expected at {} ({from})", at.as_deref().unwrap_or_default()),
     }
 }
 

@@ -1,8 +1,8 @@
 //! `drover explain` answers "when will it start?" against the real kube-apiserver, as a user
 //! runs it: a gang behind a run that declares its end is expected then, from declared run
 //! times; a gang behind a run that declares none is expected when the queue's learned run
-//! times (Queue `status.runTimes`, as the scheduler writes them) say that run ends, and
-//! explain names the earlier runs it learned from.
+//! times (Queue `status.runTimes`, as the scheduler writes them) say that run ends, within
+//! the range those runs spread over, and explain names the earlier runs it learned from.
 
 mod support;
 
@@ -97,7 +97,13 @@ async fn explain_says_when_a_gang_starts_from_declared_and_from_learned_run_time
     let eta = forecast(&kubeconfig, "late", "LearnedRunTimes", 2);
     assert_eq!(eta.as_second(), now - 100 + 600, "when train's learned run time ends it");
     let table = explain(&kubeconfig, &["pg", "team-a/late"]);
-    let said = format!("Start:     expected at {eta} (learned from 2 earlier runs of jobs named train in team-a)");
-    assert!(table.contains(&said), "{table}");
+    let latest = Timestamp::from_second(eta.as_second() + 100).unwrap();
+    let said = format!(
+        "Start:     expected at {eta}, 80% likely between {eta} and {latest} (learned from 2 earlier runs of jobs \
+         named train in team-a)"
+    );
+    assert!(table.contains(&said), "train's runs of 600 s and 700 s: {table}");
+    let json: Value = serde_json::from_str(&explain(&kubeconfig, &["pg", "team-a/late", "-o", "json"])).unwrap();
+    assert_eq!(json["forecast"]["latestStart"], latest.to_string(), "{json}");
     server.stop().await;
 }
