@@ -28,7 +28,7 @@ impl Ends {
     }
 
     /// The next end still due.
-    pub fn next(&mut self) -> Option<i64> {
+    pub fn next_end(&mut self) -> Option<i64> {
         while let Some(&Reverse((t, j))) = self.heap.peek() {
             if self.end_of[j] == Some(t) {
                 return Some(t);
@@ -40,8 +40,8 @@ impl Ends {
 
     /// Takes the next job ending at or before `now`, with its end.
     pub fn pop_due(&mut self, now: i64) -> Option<(usize, i64)> {
-        let t = self.next().filter(|&t| t <= now)?;
-        let Reverse((_, j)) = self.heap.pop().expect("next() saw it");
+        let t = self.next_end().filter(|&t| t <= now)?;
+        let Reverse((_, j)) = self.heap.pop().expect("next_end() saw it");
         self.end_of[j] = None;
         Some((j, t))
     }

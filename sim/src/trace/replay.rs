@@ -239,7 +239,7 @@ pub fn replay(trace: &[TraceJob], cluster: &Cluster, policy: Policy) -> Result<R
 
     loop {
         let submit_at = order.get(next_submit).map(|&i| trace[i].submit);
-        let Some(t) = [submit_at, ends.next(), next_cycle].into_iter().flatten().min() else { break };
+        let Some(t) = [submit_at, ends.next_end(), next_cycle].into_iter().flatten().min() else { break };
         let waiting_fits = live.iter().any(|l| l.started.is_none() && fits_empty(&trace[l.job]));
         account(&mut out, &live, &fair, t - now, waiting_fits);
         now = t;
