@@ -4,22 +4,22 @@
 //! pending?" has an answer in the reasons; this answers "when will it start?".
 //!
 //! The start is planned on the cluster's total capacity of the resource the gang waits for
-//! (GPUs for a GPU job, else CPU): the gangs start one after another in serving order, each
-//! when enough of that resource is free, and capacity comes back when the running pods (and
-//! the gangs planned before) end as their declared or learned run times say. A gang holding a
-//! reservation starts when its reservation plans, which knows the nodes. The plan ignores
-//! work that has not arrived yet and jobs that backfill ahead, so it is an estimate, and says
-//! so: its [`Basis`] is `Declared` only when every end it waited for was declared, and names
-//! the learned run times of other namespaces when it rests on them.
+//! (GPUs for a GPU job, else CPU), over time ([`profile`]): capacity comes back when the
+//! running pods end as their declared or learned run times say, and the waiting gangs, in
+//! serving order, each take the earliest time from which their need stays free for as long as
+//! they run, so a gang later in the order backfills a gap an earlier one cannot use but never
+//! delays it. A gang holding a reservation starts no sooner than its reservation plans, which
+//! knows the nodes. The plan ignores work that has not arrived yet and the shape of the free
+//! capacity (whole nodes), so it is an estimate, and says so: its [`Basis`] is `Declared` only
+//! when every end planned before its start was declared, and names the learned run times of
+//! other namespaces when it rests on them.
 //!
 //! The range is the same plan made twice more, once with every end at the low end of its run
 //! time's range and once at the high end ([`crate::snapshot::RunTimeRange`]: the spread of
 //! the learned runs, widened for jobs that outlived them; a declared end is its own upper
-//! bound). Starts planned in serving order on one resource only move later when ends do, so
-//! the two plans bound the start as the ranges bound the ends.
+//! bound), and always holds the expected start.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::HashMap;
 
 use crate::clock::Clock;
 use crate::framework::Framework;
@@ -27,6 +27,10 @@ use crate::ids::{ti_vec, JobId, TiVec};
 use crate::plugin::Reservation;
 use crate::session::{PodState, Session};
 use crate::snapshot::{Job, QueueId, RunTime, RunTimeRange};
+
+mod profile;
+
+use profile::{Hold, Profile};
 
 /// What a waiting gang's expected start rests on, from the surest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -104,54 +108,6 @@ const EARLY: usize = 0;
 const EXPECTED: usize = 1;
 const LATE: usize = 2;
 
-/// Capacity of one resource coming back over time, in one plan.
-struct Pool {
-    free: i64,
-    capacity: i64,
-    /// (end, amount, namespace number when the end was learned), earliest first.
-    ends: BinaryHeap<Reverse<(i64, i64, Option<u32>)>>,
-    /// No gang planned from here on starts before this (they start in serving order).
-    clock: i64,
-    learned: LearnedFrom,
-    now: i64,
-}
-
-impl Pool {
-    fn new(capacity: i64, now: i64) -> Pool {
-        Pool { free: capacity, capacity, ends: BinaryHeap::new(), clock: now, learned: LearnedFrom::Nothing, now }
-    }
-
-    fn hold_until(&mut self, amount: i64, end: Option<(i64, Option<u32>)>) {
-        self.free -= amount;
-        if let Some((t, learned)) = end {
-            self.ends.push(Reverse((t, amount, learned)));
-        }
-    }
-
-    /// When `need` is free, given the ends so far, and whose learned run times the ends
-    /// waited for came from; holds it from then for `run` seconds (learned from
-    /// `learned`'s namespace, if learned). A gang that waits after the cycle although the
-    /// capacity is free (its queue's bounds, the order, the shape of the free capacity hold
-    /// it) starts no sooner than the next end: until something ends, the next cycle decides
-    /// as this one did. None (and nothing held) when the capacity never comes back.
-    fn plan(&mut self, need: i64, at_least: i64, run: Option<i64>, learned: Option<u32>) -> Option<(i64, LearnedFrom)> {
-        if need > self.capacity {
-            return None;
-        }
-        while self.free < need || self.clock == self.now {
-            let Reverse((t, amount, from)) = self.ends.pop()?;
-            self.clock = self.clock.max(t);
-            self.free += amount;
-            if let Some(ns) = from {
-                self.learned = self.learned.and(ns);
-            }
-        }
-        let start = self.clock.max(at_least);
-        self.hold_until(need, run.map(|r| (start.saturating_add(r), learned)));
-        Some((start, self.learned))
-    }
-}
-
 /// A run time in each plan: the low end of its range, itself, the high end.
 fn lanes(run_time: RunTime, learned: Option<RunTimeRange>) -> [i64; LANES] {
     let range = RunTimeRange::of(run_time, learned);
@@ -189,7 +145,7 @@ pub fn plan(fw: &Framework, ssn: &Session, reservations: &[Reservation]) -> TiVe
         })
         .collect();
     let learned_from = |j: JobId| matches!(snap.jobs[j].run_time, Some(RunTime::Learned(_))).then_some(namespaces[j]);
-    let mut pools: Vec<Option<[Pool; LANES]>> = (0..snap.resources.len()).map(|_| None).collect();
+    let mut holds: Vec<[Vec<Hold>; LANES]> = (0..snap.resources.len()).map(|_| Default::default()).collect();
     let mut waiting: Vec<JobId> = Vec::new();
     for (j, job) in snap.jobs.iter_enumerated() {
         let r = resource(j);
@@ -197,14 +153,14 @@ pub fn plan(fw: &Framework, ssn: &Session, reservations: &[Reservation]) -> TiVe
         let held: i64 = pods().filter(|(_, s)| s.running_on().is_some()).map(|(p, _)| ssn.requests(p)[r]).sum();
         if pods().any(|(_, s)| s.running_on().is_some()) {
             let ends = running_ends(job, clock);
-            let lanes = pools[r].get_or_insert_with(|| std::array::from_fn(|_| Pool::new(snap.capacity[r], now)));
-            for (lane, pool) in lanes.iter_mut().enumerate() {
-                pool.hold_until(held, ends.map(|e| (e[lane], learned_from(j))));
+            for (lane, holds) in holds[r].iter_mut().enumerate() {
+                holds.push(Hold { amount: held, until: ends.map(|e| e[lane]), learned: learned_from(j) });
             }
         } else if pods().any(|(_, s)| matches!(s, PodState::Pending | PodState::Pipelined(_))) {
             waiting.push(j);
         }
     }
+    let mut profiles: Vec<Option<[Profile; LANES]>> = (0..snap.resources.len()).map(|_| None).collect();
     waiting.sort_by(|&a, &b| fw.job_order(ssn, a, b));
     let mut in_queue: TiVec<QueueId, u32> = ti_vec![0; snap.queues.len()];
     for (i, &j) in waiting.iter().enumerate() {
@@ -212,26 +168,35 @@ pub fn plan(fw: &Framework, ssn: &Session, reservations: &[Reservation]) -> TiVe
         in_queue[job.queue] += 1;
         let r = resource(j);
         let need: i64 = job.tasks.iter().map(|t| t.requests[r] * t.pods.len() as i64).sum();
-        let reserved = reservations.iter().find(|res| res.job == j).map_or(now, |res| res.start);
+        let reserved = reservations.iter().find(|res| res.job == j).map(|res| res.start);
         let runs = job.run_time.map(|t| lanes(t, job.run_time_range));
-        let lanes = pools[r].get_or_insert_with(|| std::array::from_fn(|_| Pool::new(snap.capacity[r], now)));
-        // The reservation's start rests on ends too: planned early, they may come sooner.
-        let planned: [Option<(i64, LearnedFrom)>; LANES] = std::array::from_fn(|lane| {
-            let at_least = if lane == EARLY { now } else { reserved };
-            lanes[lane].plan(need, at_least, runs.map(|t| t[lane]), learned_from(j))
+        let lanes = profiles[r]
+            .get_or_insert_with(|| std::array::from_fn(|lane| Profile::new(snap.capacity[r], now, &holds[r][lane])));
+        // A gang that waits after the cycle although its need is free (its queue's bounds, the
+        // order, the shape of the free capacity hold it) starts no sooner than the next end:
+        // until something ends, the next cycle decides as this one did. The reservation's
+        // start rests on ends too: planned early, they may come sooner.
+        let planned: [Option<i64>; LANES] = std::array::from_fn(|lane| {
+            let profile = &mut lanes[lane];
+            let next_end = profile.next_end()?;
+            let at_least = if lane == EARLY { next_end } else { reserved.unwrap_or(next_end).max(next_end) };
+            profile.place(need, at_least, runs.map(|t| t[lane]), learned_from(j))
         });
-        let start = planned[EXPECTED].map(|(t, _)| t);
+        let start = planned[EXPECTED];
+        let learned = start.map_or(LearnedFrom::Nothing, |s| {
+            lanes[EXPECTED].learned_until(s).fold(LearnedFrom::Nothing, LearnedFrom::and)
+        });
         // The early plan runs out of ends only when those it waits for may come now (a job
         // that outran every learned run may end at once): then it may start at any moment.
-        let earliest = start.map(|s| planned[EARLY].map_or_else(|| clock.now(), |(t, _)| t).min(s));
-        let latest = start.map(|s| planned[LATE].map_or(s, |(t, _)| t.max(s)));
+        let earliest = start.map(|s| planned[EARLY].unwrap_or_else(|| clock.now()).min(s));
+        let latest = start.map(|s| planned[LATE].map_or(s, |t| t.max(s)));
         out[j] = Some(Forecast {
             queue_position: in_queue[job.queue],
             position: i as u32 + 1,
             start,
             earliest,
             latest,
-            basis: planned[EXPECTED].map_or(Basis::Unknown, |(_, from)| from.basis(namespaces[j])),
+            basis: if start.is_some() { learned.basis(namespaces[j]) } else { Basis::Unknown },
         });
     }
     out
