@@ -14,7 +14,7 @@
 //! - writing Job or PodGroup status;
 //! - joining team B's gang with a pod of team A's namespace;
 //! - evicting or deleting team B's pods, directly or through a higher-priority job;
-//! - bypassing Drover with GPU pods for another scheduler or with `spec.nodeName` (the
+//! - bypassing Drover with pods for another scheduler or with `spec.nodeName`, GPU or not (the
 //!   chart's admission policy), and stalling everyone's Jobs with an unreadable pod template.
 //!
 //! A last test checks the chart's aggregation into `view`: a ServiceAccount bound to `view`
@@ -261,10 +261,12 @@ async fn evicting_or_deleting_another_teams_pods_is_refused_directly_and_through
     assert_eq!(running_uids(&b_pods, "b-work").await, b_running, "team B's pods were evicted (logs in {})", t.logs);
 }
 
-/// Pods that would bypass Drover (GPUs from another scheduler, or a node named up front) are
-/// refused by the chart's admission policy; a pod without GPUs may use another scheduler.
+/// Pods that would bypass Drover (from another scheduler, or with a node named up front) are
+/// refused by the chart's admission policy whatever they request: a pod with no GPU but a
+/// node's CPU, put on a GPU node, would idle its GPUs for every team. A CPU-only pod for
+/// Drover is admitted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn gpu_pods_that_would_bypass_drover_are_refused() {
+async fn pods_that_would_bypass_drover_are_refused_whatever_they_request() {
     let Some(t) = Tenancy::start(Drover::Off).await else { return };
     let pods: Api<Pod> = t.alice_api("team-a");
     let mut other_scheduler = plain_pod("team-a", "elsewhere", "1");
@@ -282,9 +284,20 @@ async fn gpu_pods_that_would_bypass_drover_are_refused() {
     pinned["spec"]["nodeName"] = json!("node-0");
     let refused = create(&pods, pinned).await.expect_err("a GPU pod with spec.nodeName");
     assert!(refused.to_string().contains("may not set spec.nodeName"), "{refused}");
-    let cpu_only = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "cpu-only", "namespace": "team-a"},
-        "spec": {"containers": [{"name": "main", "image": "tool", "resources": {"requests": {"cpu": "1"}}}]}});
-    create(&pods, cpu_only).await.expect("a pod without GPUs may use another scheduler");
+    let cpu = |name: &str| {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "team-a"},
+            "spec": {"containers": [{"name": "main", "image": "tool", "resources": {"requests": {"cpu": "62"}}}]}})
+    };
+    let refused = create(&pods, cpu("cpu-elsewhere")).await.expect_err("a CPU-only pod for kube-scheduler");
+    assert!(refused.to_string().contains("must set spec.schedulerName: drover"), "{refused}");
+    let mut cpu_pinned = cpu("cpu-pinned");
+    cpu_pinned["spec"]["schedulerName"] = json!("drover");
+    cpu_pinned["spec"]["nodeName"] = json!("node-0");
+    let refused = create(&pods, cpu_pinned).await.expect_err("a CPU-only pod with spec.nodeName");
+    assert!(refused.to_string().contains("may not set spec.nodeName"), "{refused}");
+    let mut for_drover = cpu("cpu-for-drover");
+    for_drover["spec"]["schedulerName"] = json!("drover");
+    create(&pods, for_drover).await.expect("a CPU-only pod for Drover is admitted");
 }
 
 /// A Job whose template is not a pod template (the CRD keeps templates as written) is refused

@@ -13,7 +13,8 @@
 //! - changing a running group's `spec.queue` (to a missing queue, to `default`) or its
 //!   `priorityClassName` (to a missing class);
 //! - raising a running group's priority to a non-preemptible class to keep borrowed GPUs;
-//! - placing work in a Department's queue, or in `default` from a Project's namespace.
+//! - placing work in a Department's queue, or in `default` from a Project's namespace;
+//! - feeding team B's learned run times with a group that names team B's queue.
 //!
 //! Each test also shows what alice may still do (her edits are accepted, her work in her own
 //! queue runs once her quota allows) and checks what a user would notice: which pods are
@@ -365,4 +366,46 @@ async fn a_departments_queue_and_default_are_closed_to_project_work() {
     let refusal = t.group_refusal("loose").await;
     assert_eq!(refusal.reason, "QueueNotAllowed", "{refusal:?}");
     t.assert_never_bound(&[("team-a", "side-0"), ("team-a", "loose-0")], "project work ran outside its queues").await;
+}
+
+/// Team B's learned run times are team B's: alice's group naming team B's queue is refused
+/// (`QueueNotAllowed`), and when its pod, put on the node by name in a namespace the admin
+/// exempted from the admission policy, completes, team B's queue learns nothing; her group in
+/// her own queue, bound by Drover, is recorded there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_groups_run_teaches_no_queue() {
+    let Some(t) = Tenancy::start_exempting(Drover::Running, "team-a").await else { return };
+    let groups: Api<PodGroup> = t.alice_api("team-a");
+    let pods: Api<Pod> = t.alice_api("team-a");
+    create(&groups, pod_group("team-a", "steal", "team-b", 1)).await.expect("alice's group");
+    let mut pinned = pod("team-a", "steal-0", "steal", "1");
+    pinned["metadata"]["annotations"]["sim.drover.dev/duration"] = json!("1");
+    pinned["spec"]["nodeName"] = json!("node-0");
+    create(&pods, pinned).await.expect("a pinned pod in an exempt namespace");
+    create(&groups, pod_group("team-a", "own", "team-a", 1)).await.expect("alice's group");
+    let mut own = pod("team-a", "own-0", "own", "1");
+    own["metadata"]["annotations"]["sim.drover.dev/duration"] = json!("1");
+    create(&pods, own).await.expect("alice's pod");
+    let refusal = t.group_refusal("steal").await;
+    assert_eq!(refusal.reason, "QueueNotAllowed", "{refusal:?}");
+    let queues: Api<Queue> = Api::all(t.admin());
+    let learned = |queue: &Queue| queue.status.as_ref().map_or(0, |s| s.run_times.len());
+    eventually(60, &format!("alice's own run recorded in team-a (logs in {})", t.logs), || async {
+        (learned(&queues.get("team-a").await.ok()?) > 0).then_some(())
+    })
+    .await;
+    let admin_pods: Api<Pod> = t.admin_api("team-a");
+    eventually(30, "the pinned pod finished", || async {
+        let phase = admin_pods.get("steal-0").await.ok()?.status?.phase?;
+        (phase == "Succeeded").then_some(())
+    })
+    .await;
+    eventually(30, &format!("the refused group completed (logs in {})", t.logs), || async {
+        let phase = t.admin_api::<PodGroup>("team-a").get("steal").await.ok()?.status?.phase;
+        (phase == drover_api::crd::podgroup::PodGroupPhase::Completed).then_some(())
+    })
+    .await;
+    tokio::time::sleep(support::CYCLES).await;
+    let b = queues.get("team-b").await.expect("team B's queue");
+    assert_eq!(learned(&b), 0, "alice's refused group fed team B's history: {:?}", b.status.map(|s| s.run_times));
 }

@@ -5,8 +5,11 @@
 //! is from its earliest pod's `status.startTime` to its latest succeeded pod's containers'
 //! `state.terminated.finishedAt`: both written by the kubelet through `pods/status`, which
 //! tenants cannot write, so a team cannot make its jobs look shorter than they ran. It is
-//! recorded in the history of the queue its pods were charged to (their charge record, else
-//! the group's queue), in that Queue's `status.runTimes`: read fresh, fed, and written back
+//! recorded in the history of the queue its succeeded pods were charged to as members of it
+//! (their charge record, which only the scheduler's binding writes), in that Queue's
+//! `status.runTimes`; never from the group's `spec.queue`, which the tenant writes, so a group
+//! the scheduler refused or never bound (its pods placed by another scheduler) teaches no
+//! queue anything, and no team can feed another team's history. It is read fresh, fed, and written back
 //! carrying the resourceVersion it was read at, so a concurrent writer makes it try again
 //! next cycle rather than lose a run. Then the group's `status.recordedRunTimeSeconds` says
 //! it was recorded, and groups that say so are never recorded again, whichever scheduler
@@ -25,10 +28,10 @@ use kube::api::{ListParams, Patch, PatchParams};
 use kube::Api;
 use serde_json::json;
 
-use super::cache::{key_of, Overlay};
+use super::cache::{key_of, Key, Overlay};
 use super::Writer;
 use crate::charge::Charge;
-use crate::convert::{gpus_requested, Converted, ObjectLists, DEFAULT_QUEUE};
+use crate::convert::{gpus_requested, Converted, ObjectLists};
 use crate::run_times;
 
 /// Completed groups recorded per cycle at most, so that the groups of a whole history found
@@ -77,26 +80,20 @@ pub(super) async fn record(
     let queues: HashSet<&str> = g.queues.iter().filter_map(|q| q.metadata.name.as_deref()).collect();
     let mut marks: Vec<(&Arc<PodGroup>, i64)> = Vec::new();
     let mut runs: BTreeMap<String, Vec<Run>> = BTreeMap::new();
-    for group in completed.into_iter().take(PER_CYCLE) {
-        if let Some(&seconds) = unmarked.0.get(&uid(group)) {
-            marks.push((group, seconds));
-            continue;
+    // Groups that cannot be recorded are passed over before the cap, so that no number of
+    // them holds back the runs of others.
+    let recordable = completed.into_iter().filter_map(|group| match unmarked.0.get(&uid(group)) {
+        Some(&seconds) => Some(Err((group, seconds))),
+        None => {
+            let (queue, run) = run_of(group, converted, &pods)?;
+            queues.contains(queue.as_str()).then_some(Ok((queue, run)))
         }
-        let Some(facts) = converted.groups.get(&key_of(&group.metadata)) else { continue };
-        let members: Vec<&Pod> = facts
-            .members
-            .values()
-            .filter_map(|m| pods.get(&(m.pod.namespace.clone(), m.pod.name.clone())).map(|p| p.as_ref()))
-            .collect();
-        let Some((seconds, finished)) = finished_run(&members) else { continue };
-        let charged = members.iter().filter(|p| phase(p) == Some("Succeeded")).find_map(|p| Charge::of(p));
-        let queue = charged.map(|c| c.queue).or_else(|| group.spec.queue.clone().filter(|q| !q.is_empty()));
-        let queue = queue.unwrap_or_else(|| DEFAULT_QUEUE.to_string());
-        if !queues.contains(queue.as_str()) {
-            continue;
+    });
+    for found in recordable.take(PER_CYCLE) {
+        match found {
+            Err(mark) => marks.push(mark),
+            Ok((queue, run)) => runs.entry(queue).or_default().push(run),
         }
-        let gpus = members.iter().map(|p| gpus_requested(p)).sum();
-        runs.entry(queue).or_default().push(Run { group, name: facts.job_name.clone(), gpus, seconds, finished });
     }
     let mut tried = runs.len();
     let api: Api<Queue> = Api::all(writer.client.clone());
@@ -128,6 +125,31 @@ pub(super) async fn record(
         }
     }
     tried
+}
+
+/// The completed run of `group` and the queue to record it in: the queue its succeeded pods
+/// were charged to as its members. None when no such pod carries a charge record (the
+/// scheduler never bound it as this group's) or the run's start or end is unknown.
+fn run_of<'g>(
+    group: &'g Arc<PodGroup>,
+    converted: &Converted,
+    pods: &HashMap<Key, &Arc<Pod>>,
+) -> Option<(String, Run<'g>)> {
+    let facts = converted.groups.get(&key_of(&group.metadata))?;
+    let members: Vec<&Pod> = facts
+        .members
+        .values()
+        .filter_map(|m| pods.get(&(m.pod.namespace.clone(), m.pod.name.clone())).map(|p| p.as_ref()))
+        .collect();
+    let (seconds, finished) = finished_run(&members)?;
+    let name = group.metadata.name.as_deref()?;
+    let charge = members
+        .iter()
+        .filter(|p| phase(p) == Some("Succeeded"))
+        .filter_map(|p| Charge::of(p))
+        .find(|c| c.group == name)?;
+    let gpus = members.iter().map(|p| gpus_requested(p)).sum();
+    Some((charge.queue, Run { group, name: facts.job_name.clone(), gpus, seconds, finished }))
 }
 
 /// Feeds `runs` into queue `name`'s history, read fresh and written back at the version read.

@@ -67,22 +67,19 @@ impl Profile {
             return None;
         }
         let mut i = self.steps.partition_point(|s| s.0 <= at_least).max(1) - 1;
-        let start = 'search: loop {
+        let start = loop {
             let start = self.steps[i].0.max(at_least);
             let end = run.map(|r| start.saturating_add(r));
-            for j in i..self.steps.len() {
-                if end.is_some_and(|e| self.steps[j].0 >= e) {
-                    break;
-                }
-                if self.steps[j].1 < need {
-                    i = j + 1;
+            let mut window = self.steps[i..].iter().take_while(|s| end.is_none_or(|e| s.0 < e));
+            match window.position(|s| s.1 < need) {
+                None => break start,
+                Some(short) => {
+                    i += short + 1;
                     if i == self.steps.len() {
                         return None;
                     }
-                    continue 'search;
                 }
             }
-            break start;
         };
         let end = run.map(|r| start.saturating_add(r));
         let from = self.split(start);

@@ -65,6 +65,22 @@ impl Tenancy {
 
     /// [`Tenancy::start`] with the Queue manifests `queues` instead of the usual three.
     pub async fn start_with(drover: Drover, queues: &[Value]) -> Option<Tenancy> {
+        Tenancy::start_with_values(drover, queues, "").await
+    }
+
+    /// [`Tenancy::start`] with `namespace` exempted from the chart's admission policy (an
+    /// admin's choice), so that its pods may be put on a node by name.
+    pub async fn start_exempting(drover: Drover, namespace: &str) -> Option<Tenancy> {
+        let queues = [
+            queue("team-a", "team-a", "4", None),
+            queue("team-a-small", "team-a", "1", Some("1")),
+            queue("team-b", "team-b", "4", None),
+        ];
+        let values = format!("admissionPolicy:\n  exemptNamespaces: [{namespace}]\n");
+        Tenancy::start_with_values(drover, &queues, &values).await
+    }
+
+    async fn start_with_values(drover: Drover, queues: &[Value], values_yaml: &str) -> Option<Tenancy> {
         if !drover_envtest::tools::helm_available() {
             return None;
         }
@@ -72,7 +88,7 @@ impl Tenancy {
         let admin = cluster.client.clone();
         let logs = cluster.logs().display().to_string();
         let values = cluster.logs().join("values.yaml");
-        std::fs::write(&values, "priorityClasses:\n  enabled: true\n").expect("values written");
+        std::fs::write(&values, format!("priorityClasses:\n  enabled: true\n{values_yaml}")).expect("values written");
         helm(&cluster.server().kubeconfig(), HelmAction::Install(Some(&values))).expect("helm install");
         let mut processes = Vec::new();
         if drover == Drover::Running {
