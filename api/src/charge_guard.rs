@@ -15,6 +15,11 @@ pub const NAME: &str = "drover-charge-guard";
 
 const MANIFEST: &str = include_str!("../../charts/drover/templates/charge-guard.yaml");
 
+/// The policy and its binding as the chart's YAML, for `kubectl apply` without the chart.
+pub fn manifest() -> &'static str {
+    MANIFEST
+}
+
 /// The policy and its binding as the chart installs them.
 pub fn objects() -> (ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding) {
     let mut docs = MANIFEST.split("\n---\n");

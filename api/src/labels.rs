@@ -26,3 +26,7 @@ pub const CHARGE_ANNOTATION: &str = "scheduling.drover.dev/charge";
 /// Label naming a Project, set by the controllers on the Project's namespaces and on the
 /// Queues made from it.
 pub const PROJECT_LABEL: &str = "scheduling.drover.dev/project";
+
+/// Queue label: the node pool a Queue made from a Project or Department is for (set by the
+/// controllers with the queue).
+pub const NODE_POOL_LABEL: &str = "scheduling.drover.dev/node-pool";

@@ -153,7 +153,13 @@ async fn crds_and_samples_are_admitted_silently_and_bad_objects_are_refused_with
 
     tokio::task::spawn_blocking(move || {
         let crds = drover_api::crd::all();
-        let out = k.silently(&["apply", "--server-side", "-f", "-"], &drover_api::crd::all_yaml());
+        // `drover manifests`: the CRDs and the charge guard, all `kubectl apply` needs.
+        let out = k.silently(&["apply", "--server-side", "-f", "-"], &drover_api::crd::manifests_yaml());
+        let guard = drover_api::charge_guard::NAME;
+        for kind in ["validatingadmissionpolicy", "validatingadmissionpolicybinding"] {
+            let line = format!("{kind}.admissionregistration.k8s.io/{guard} serverside-applied");
+            assert!(out.contains(&line), "{out}");
+        }
         let names: Vec<String> = crds.iter().map(|c| c.metadata.name.clone().unwrap()).collect();
         for name in &names {
             let line = format!("customresourcedefinition.apiextensions.k8s.io/{name} serverside-applied");
@@ -189,6 +195,9 @@ async fn crds_and_samples_are_admitted_silently_and_bad_objects_are_refused_with
 
     // What the server stored, defaults included, reads back into Drover's types.
     let client = server.client();
+    let policy = Api::all(client.clone()).get_opt(drover_api::charge_guard::NAME).await.expect("the guard policy read");
+    let binding = Api::all(client.clone()).get_opt(drover_api::charge_guard::NAME).await.expect("its binding read");
+    assert_eq!(drover_api::charge_guard::check(policy.as_ref(), binding.as_ref()), Ok(()), "applied, the guard holds");
     let lp = ListParams::default();
     let jobs = Api::<Job>::all(client.clone()).list(&lp).await.expect("Jobs read as drover_api Jobs");
     let ddp = jobs.items.iter().find(|j| j.spec.tasks.len() == 2).expect("the DDP job");

@@ -17,11 +17,15 @@ use crate::explain::ForecastFacts;
 const UNKNOWN: &str = "unknown: work it waits for has no known end (its pods declare no activeDeadlineSeconds, and \
                        fewer than 2 earlier runs of jobs like it have completed in its queue)";
 
+/// Why a gang never starts as it is.
+const NEVER: &str = "never, as it is: no place it may use can hold it (its reason says why); it must ask for less";
+
 /// The facts of `job`'s forecast `f` in `snap`, the snapshot `converted` gave.
 pub fn facts(snap: &Snapshot, converted: &Converted, job: JobId, f: &Forecast) -> ForecastFacts {
     let [expected_start, earliest_start, latest_start] =
         [f.start, f.earliest, f.latest].map(|t| t.map(|t| snap.time(t)));
     let start = match (f.start, f.basis) {
+        (_, Basis::Never) => NEVER.to_string(),
         (Some(_), Basis::Unknown) | (None, _) => UNKNOWN.to_string(),
         (Some(t), basis) => {
             let from = match basis {
@@ -102,6 +106,7 @@ pub fn from_status(f: &StatusForecast) -> ForecastFacts {
         (Some(_), ForecastBasis::OtherNamespacesRunTimes) => {
             ("OtherNamespacesRunTimes", said("from learned run times, some of other namespaces"))
         }
+        (_, ForecastBasis::Never) => ("Never", NEVER.to_string()),
         _ => ("Unknown", UNKNOWN.to_string()),
     };
     ForecastFacts {

@@ -35,6 +35,9 @@ enum Command {
     Sim(SimArgs),
     /// Print Drover's CustomResourceDefinitions as YAML (for `kubectl apply -f -`).
     Crds,
+    /// Print everything the cluster needs before the binaries can schedule (the CRDs and the
+    /// charge guard) as YAML, for `kubectl apply --server-side -f -`.
+    Manifests,
     /// Run the scheduler against the cluster of the kubeconfig (or in-cluster config).
     Scheduler(cluster::SchedulerArgs),
     /// Run the controllers (Jobs, queue tree, pod groups, queue status).
@@ -226,6 +229,10 @@ fn main() -> ExitCode {
         Command::Sim(args) => sim(args),
         Command::Crds => {
             print!("{}", drover_api::crd::all_yaml());
+            ExitCode::SUCCESS
+        }
+        Command::Manifests => {
+            print!("{}", drover_api::crd::manifests_yaml());
             ExitCode::SUCCESS
         }
         Command::Scheduler(args) => serve(cluster::scheduler(args)),

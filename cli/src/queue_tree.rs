@@ -16,6 +16,9 @@ use crate::output::columns;
 /// The tree in display order (each queue after its parent, siblings by name).
 #[derive(Serialize, Debug)]
 pub struct QueueTree {
+    /// Why the scheduler schedules nothing, while it does not (any Queue's `status.halted`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub halted: Option<String>,
     /// The queues, depth first.
     pub queues: Vec<QueueRow>,
 }
@@ -100,7 +103,8 @@ pub fn build(queues: &[Queue]) -> QueueTree {
             stack.push((child.clone(), depth + 1));
         }
     }
-    QueueTree { queues: rows }
+    let halted = queues.iter().find_map(|q| q.status.as_ref()?.halted.clone());
+    QueueTree { halted, queues: rows }
 }
 
 fn row(q: &Queue, depth: usize, by_name: &BTreeMap<String, &Queue>) -> QueueRow {
@@ -155,8 +159,9 @@ fn row(q: &Queue, depth: usize, by_name: &BTreeMap<String, &Queue>) -> QueueRow 
 
 /// The tree as a table: one line per queue and resource, names indented by depth.
 pub fn table(tree: &QueueTree) -> String {
+    let halted = tree.halted.as_ref().map(|why| format!("SCHEDULING HALTED: {why}\n")).unwrap_or_default();
     if tree.queues.is_empty() {
-        return "No queues.\n".to_string();
+        return halted + "No queues.\n";
     }
     let mut rows = Vec::new();
     let mut notes = String::new();
@@ -199,7 +204,7 @@ pub fn table(tree: &QueueTree) -> String {
         "FAIR SHARE",
         "LIMIT",
     ];
-    columns(&header, &rows) + &notes
+    halted + &columns(&header, &rows) + &notes
 }
 
 #[cfg(test)]
@@ -238,5 +243,15 @@ mod tests {
         let text = table(&tree);
         assert!(text.contains("  vision"), "{text}");
         assert!(text.contains("queue lost: parent queue \"gone\" does not exist"), "{text}");
+        assert!(!text.contains("HALTED"), "{text}");
+    }
+
+    #[test]
+    fn a_halted_scheduler_heads_the_tree() {
+        let mut q = queue("research", None, ("0", "8", "8"));
+        q.status.as_mut().expect("a status").halted = Some("the charge guard is missing".into());
+        let tree = build(&[q]);
+        assert_eq!(tree.halted.as_deref(), Some("the charge guard is missing"));
+        assert!(table(&tree).starts_with("SCHEDULING HALTED: the charge guard is missing\n"), "{}", table(&tree));
     }
 }

@@ -42,6 +42,9 @@
 //!    reason changes, rate-limited (`scheduler/waiting.rs`), so `kubectl describe pod`, the
 //!    cluster autoscaler and Karpenter see them.
 //!
+//! Forecast-only PodGroup writes are paced and Events emitted once per state
+//! (`scheduler/pace.rs`), so that no tenant's waiting work floods the API server.
+//!
 //! **Cycles that would repeat.** A cycle that decided nothing, found every status and pod
 //! mark current and saw no bind intent would be repeated exactly by the next one, unless an
 //! object changed or the time reached something its answers depended on (a loan's end, a
@@ -58,7 +61,9 @@
 //!
 //! **The charge guard.** The leader schedules only while the admission policy that keeps each
 //! pod's charge record as its binding wrote it is installed as the chart ships it
-//! (`scheduler/guard.rs`); otherwise it runs no cycle and logs why.
+//! (`scheduler/guard.rs`); otherwise it runs no cycle, and says why in its log, on every
+//! pending pod (`PodScheduled=False`, reason `SchedulingHalted`, one Event) and in every
+//! Queue's `status.halted` (`scheduler/halted.rs`), as it does when it cannot build a snapshot.
 //!
 //! **Taking over.** A process that has followed another leader waits, before its first cycle
 //! as leader, until its Pod and PodGroup watches have reached the API server's revision of
@@ -78,9 +83,12 @@ mod catch_up;
 mod evict;
 mod forecast;
 mod guard;
+mod halted;
 mod intents;
 mod learn;
+mod pace;
 mod placement;
+mod queue_status;
 mod recovery;
 mod status;
 mod waiting;
@@ -211,6 +219,8 @@ async fn schedule(
         overlay: Overlay::default(),
         intents: Intents::default(),
         marked: waiting::Marked::default(),
+        group_pace: status::GroupPace::default(),
+        halted: halted::Halted::default(),
         reported: BTreeSet::new(),
         unmarked: learn::Unmarked::default(),
         reuse: convert::Reuse::default(),
@@ -238,6 +248,9 @@ async fn schedule(
             guard.forget();
         }
         if !guard.holds(&client).await {
+            let why = guard.why_not().unwrap_or_default();
+            state.quiet = None;
+            state.halted.report(&client, &options.scheduler_name, &cache, &mut state.overlay, &why).await;
             continue;
         }
         state.cycle(&client, &options, &cache, &is_leader, observer.as_ref()).await;
@@ -249,6 +262,10 @@ struct State {
     intents: Intents,
     /// When the pods of each waiting group were last marked.
     marked: waiting::Marked,
+    /// The forecast-write budget and the Events emitted on PodGroups.
+    group_pace: status::GroupPace,
+    /// What a halt of scheduling has told the pods and Queues.
+    halted: halted::Halted,
     /// The conversion's problems of the last cycle, so that each is logged once.
     reported: BTreeSet<convert::Problem>,
     /// Completed runs recorded in their queue's learned run times, their group not marked yet.
@@ -316,6 +333,8 @@ impl State {
             Ok(s) => s,
             Err(e) => {
                 tracing::error!(error = %e, "could not build the snapshot; skipping the cycle");
+                let why = format!("it cannot build its snapshot of the cluster: {e}");
+                self.halted.report(client, &options.scheduler_name, cache, &mut self.overlay, &why).await;
                 return;
             }
         };
@@ -364,11 +383,13 @@ impl State {
             if binds > 0 || evictions > 0 {
                 g = cache.gather(&mut self.overlay);
             }
-            outstanding += status::write_groups(&writer, &mut self.overlay, &g, &snap, &converted, &outcome).await;
+            let (overlay, pace) = (&mut self.overlay, &mut self.group_pace);
+            outstanding += status::write_groups(&writer, overlay, pace, &g, &snap, &converted, &outcome).await;
             outstanding += learn::record(&writer, &mut self.unmarked, &mut self.overlay, &g, &converted).await;
-            outstanding += status::write_queues(&writer, &g, &snap, &outcome, ledger.as_ref()).await;
+            outstanding += queue_status::write_queues(&writer, &g, &snap, &outcome, ledger.as_ref()).await;
             outstanding +=
                 waiting::mark(&writer, &mut self.marked, &mut self.overlay, &g, &snap, &converted, &outcome).await;
+            self.halted.resumed(client, &options.scheduler_name, cache, &mut self.overlay).await;
             let report = CycleReport {
                 duration: started.elapsed(),
                 actions: &actions,

@@ -211,6 +211,7 @@ fn a_cycle_is_recorded() {
         reclaimable: true,
         strategy: QueueingStrategy::default(),
         bounds: QueueBounds::default(),
+        owner: None,
     }];
     let job = |name: &str, pods: usize, cpu: i64| JobInput {
         name: name.into(),

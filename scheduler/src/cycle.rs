@@ -118,7 +118,7 @@ fn close(
                 _ => "",
             };
             let (why, by) = match (why, ssn.gang_shortfall(j)) {
-                ("", Some(short)) => (short, None),
+                ("", Some((short, by))) => (short, Some(by)),
                 ("", None) => blocker(fw, &ssn, j),
                 (why, _) => (why.to_string(), None),
             };

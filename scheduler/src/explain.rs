@@ -124,32 +124,43 @@ fn advice(snap: &Snapshot, by: Option<Blocker>, need: &Res, forbidden: Option<&F
         None => "room on nodes its pods fit: running pods finish or are evicted for it, or nodes are added".to_string(),
     };
     if let Some(Blocker { rule: Rule::RegrowDelay, subject: Subject::Job(j), .. }) = by {
-        let since = snap.jobs[j].preempted_at.map_or(0, |t| snap.clock.now() - t);
-        let left = (crate::plugins::regrow::REGROW_DELAY_SECONDS - since).max(0);
-        return format!("time: its elastic pods may grow again in {left} s, if the other rules then allow");
+        let lost = snap.jobs[j].preempted_at.unwrap_or(snap.clock.now());
+        let grows = snap.time(lost.saturating_add(crate::plugins::regrow::REGROW_DELAY_SECONDS));
+        return format!("time: its elastic pods may grow again at {grows}, if the other rules then allow");
     }
     let Some(Blocker { rule, subject, excess: Some(e) }) = by else { return nodes };
     let (r, amount, freed) = (&snap.resources[e.resource], snap.amount(e.resource, e.amount), e.amount - e.bound);
-    let q = match subject {
-        Subject::Queue(q) => &snap.queues[q].name,
-        _ => "",
+    let (q, limit, deserved) = match subject {
+        Subject::Queue(id) => {
+            let [limit, deserved] = [true, false].map(|limit| setting(snap, id, e.resource, limit));
+            (snap.queues[id].name.as_str(), limit, deserved)
+        }
+        _ => ("", String::new(), String::new()),
     };
     match rule {
         Rule::Limit | Rule::LimitForGang if freed > e.amount - need[e.resource] => {
-            format!("raise queue {q}'s limit of {r} to at least {amount}: the request alone exceeds it")
+            format!("raise {limit} to at least {amount}: the request alone exceeds it")
         }
         Rule::Limit | Rule::LimitForGang => format!(
-            "raise queue {q}'s limit of {r} to at least {amount}, or wait until {} of {r} is freed in it",
+            "raise {limit} to at least {amount}, or wait until {} of {r} is freed in queue {q}",
             snap.amount(e.resource, freed)
         ),
+        Rule::GangShortOfPods => {
+            let more = e.bound - e.amount;
+            format!(
+                "{more} more pod{} of it (a controller may still be making them), or a gang minimum of at most {}",
+                if more == 1 { "" } else { "s" },
+                e.amount
+            )
+        }
         Rule::UsableShare => format!(
             "wait until free capacity that one of queue {q}'s waiting gangs can start on brings its fair share of {r} to {amount}"
         ),
         Rule::FairShare | Rule::OverFairShare => format!(
-            "wait until queue {q}'s fair share of {r} reaches {amount} (other queues' demand falls) or raise its deserved quota"
+            "wait until queue {q}'s fair share of {r} reaches {amount} (other queues' demand falls) or raise {deserved}"
         ),
         Rule::NonPreemptibleDeserved | Rule::NonPreemptibleGangDeserved => {
-            format!("use a preemptible priority class or raise queue {q}'s deserved {r} to {amount}")
+            format!("use a preemptible priority class or raise {deserved} to {amount}")
         }
         Rule::ClusterCapacity => format!("the gang needs more {r} than the cluster has: shrink it"),
         Rule::LargerThanAnyNode => {
@@ -160,6 +171,28 @@ fn advice(snap: &Snapshot, by: Option<Blocker>, need: &Res, forbidden: Option<&F
             snap.amount(e.resource, e.bound)
         ),
         _ => nodes,
+    }
+}
+
+/// The setting that governs queue `q`'s limit (`limit`) or deserved quota of `resource`, as
+/// advice names it: the node pool field of the Project or Department the queue is made from
+/// (the controllers put back any edit of the queue itself), else the queue's own.
+fn setting(snap: &Snapshot, q: crate::snapshot::QueueId, resource: usize, limit: bool) -> String {
+    let queue = &snap.queues[q];
+    let r = &snap.resources[resource];
+    let field = match (limit, Some(resource) == snap.gpu, r.as_str()) {
+        (true, true, _) => Some("gpuLimit"),
+        (false, true, _) => Some("gpu"),
+        (false, false, "cpu") => Some("cpu"),
+        (false, false, "memory") => Some("memory"),
+        _ => None,
+    };
+    match (&queue.owner, field) {
+        (Some(o), Some(field)) => {
+            format!("{} {}'s node pool {} {field} (queue {} is made from it)", o.kind, o.name, o.pool, queue.name)
+        }
+        _ if limit => format!("queue {}'s limit of {r}", queue.name),
+        _ => format!("queue {}'s deserved {r}", queue.name),
     }
 }
 

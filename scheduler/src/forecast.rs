@@ -44,6 +44,9 @@ pub enum Basis {
     OtherNamespaces,
     /// Something it waits for has no known end: no start can be given.
     Unknown,
+    /// It can never start as it is: a refusal no end of running work lifts holds it
+    /// ([`crate::plugin::Rule::holds_forever`]); its reason says which.
+    Never,
 }
 
 impl Basis {
@@ -54,6 +57,7 @@ impl Basis {
             Basis::Learned => "LearnedRunTimes",
             Basis::OtherNamespaces => "OtherNamespacesRunTimes",
             Basis::Unknown => "Unknown",
+            Basis::Never => "Never",
         }
     }
 }
@@ -166,6 +170,14 @@ pub fn plan(fw: &Framework, ssn: &Session, reservations: &[Reservation]) -> TiVe
     for (i, &j) in waiting.iter().enumerate() {
         let job = &snap.jobs[j];
         in_queue[job.queue] += 1;
+        if ssn.blocked_by[j].is_some_and(|by| by.rule.holds_forever()) {
+            // It takes no capacity in the plan: it never starts.
+            let (queue_position, position) = (in_queue[job.queue], i as u32 + 1);
+            let never =
+                Forecast { queue_position, position, start: None, earliest: None, latest: None, basis: Basis::Never };
+            out[j] = Some(never);
+            continue;
+        }
         let r = resource(j);
         let need: i64 = job.tasks.iter().map(|t| t.requests[r] * t.pods.len() as i64).sum();
         let reserved = reservations.iter().find(|res| res.job == j).map(|res| res.start);

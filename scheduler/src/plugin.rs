@@ -79,6 +79,9 @@ pub enum Rule {
     RunningPods,
     /// Eviction: the job has not yet run its queue's minimum run time.
     MinRuntime,
+    /// Gang: the job has fewer pods than its gang minimum (overall or of a task), so no
+    /// placement can start it until more are created.
+    GangShortOfPods,
 }
 
 impl Rule {
@@ -99,6 +102,18 @@ impl Rule {
                 | Rule::NvlinkBelowMinimum
                 | Rule::RunningJobs
                 | Rule::RunningPods
+                | Rule::GangShortOfPods
+        )
+    }
+
+    /// Whether this refusal holds for as long as the gang is as it is: it asks more than any
+    /// place it may use has (the cluster, its largest node or domain) or fewer GPUs than its
+    /// own NVLink minimum. No end of running work, eviction or wait lifts it, so it can never
+    /// start as it is.
+    pub fn holds_forever(self) -> bool {
+        matches!(
+            self,
+            Rule::ClusterCapacity | Rule::LargerThanAnyNode | Rule::LargerThanAnyDomain | Rule::NvlinkBelowMinimum
         )
     }
 }
@@ -263,14 +278,31 @@ impl fmt::Display for Why<'_> {
                 let Subject::Job(j) = self.subject else {
                     return write!(f, "no elastic pods grow until {delay} s after a preemption");
                 };
-                let ago = snap.jobs[j].preempted_at.map_or(0, |t| snap.clock.now() - t);
-                write!(f, "job {s} lost pods to preemption or reclaim {ago} s ago and grows no elastic pods until {delay} s after it")
+                // Absolute times: a reason that counts seconds would change every cycle.
+                let Some(at) = snap.jobs[j].preempted_at else {
+                    return write!(f, "job {s} grows no elastic pods until {delay} s after it lost pods to preemption");
+                };
+                let (lost, grows) = (snap.time(at), snap.time(at.saturating_add(delay)));
+                write!(
+                    f,
+                    "job {s} lost pods to preemption or reclaim at {lost} and grows no elastic pods until {grows}"
+                )
             }
             Rule::RunningJobs | Rule::RunningPods => {
                 let what = if self.rule == Rule::RunningJobs { "job" } else { "pod" };
                 let Some(e) = self.excess else { return write!(f, "queue {s} is at its limit of running {what}s") };
                 let plural = if e.bound == 1 { "" } else { "s" };
                 return write!(f, "queue {s} at its limit of {} running {what}{plural}", e.bound);
+            }
+            Rule::GangShortOfPods => {
+                let Some(e) = self.excess else { return write!(f, "job {s} has fewer pods than its gang minimum") };
+                let more = e.bound - e.amount;
+                let plural = if more == 1 { "" } else { "s" };
+                return write!(
+                    f,
+                    "job {s} has {} of the {} pods its gang minimum needs: {more} more pod{plural} must be created",
+                    e.amount, e.bound
+                );
             }
             Rule::MinRuntime => match self.until {
                 Some(t) => {

@@ -7,7 +7,7 @@
 use crate::domain_index::DomainIndex;
 use crate::ids::{ti_vec, TiVec};
 use crate::node_index::{Class, NodeIndex};
-use crate::plugin::Blocker;
+use crate::plugin::{Blocker, Rule, Subject, Why};
 use crate::res::Res;
 use crate::snapshot::{JobId, JobPhase, NodeId, PodId, PodPhase, QueueId, Snapshot};
 
@@ -526,29 +526,26 @@ impl<'s> Session<'s> {
     }
 
     /// Why the job's pods cannot reach its gang minimum even if all were placed: the pods it
-    /// has (running or pending) against the minimum, overall or of the first task short of
-    /// its own; `None` when they can. Pods still terminating count as missing.
-    pub fn gang_shortfall(&self, job: JobId) -> Option<String> {
+    /// has (running or pending) against the minimum, overall (`minMember`) or of the first
+    /// task short of its own (`minAvailable`), as a [`Rule::GangShortOfPods`] refusal with
+    /// the minimum named; `None` when they can. Pods still terminating count as missing.
+    pub fn gang_shortfall(&self, job: JobId) -> Option<(String, Blocker)> {
         let j = &self.snap.jobs[job];
+        let refusal = |have: u32, need: u32, which: String| {
+            let e = (self.snap.pods_resource, i64::from(have), i64::from(need));
+            let why = Why::exceeding(self.snap, Rule::GangShortOfPods, Subject::Job(job), e);
+            (format!("{why} ({which})"), Blocker::from(why))
+        };
         let mut total = 0;
         for (t, task) in j.tasks.iter().enumerate() {
             let pending = task.pods.iter().filter(|&&p| self.pod_state[p] == PodState::Pending).count() as u32;
             let have = self.task_running[job][t] + pending;
             if have < task.min_available {
-                let need = task.min_available;
-                return Some(format!(
-                    "task {} has {have} of the {need} pods its gang minimum needs; waiting for the rest to be created",
-                    task.name
-                ));
+                return Some(refusal(have, task.min_available, format!("task {}'s minimum", task.name)));
             }
             total += have;
         }
-        (total < j.min_member).then(|| {
-            format!(
-                "the gang has {total} of the {} pods it needs to start (minMember); waiting for the rest to be created",
-                j.min_member
-            )
-        })
+        (total < j.min_member).then(|| refusal(total, j.min_member, "minMember".into()))
     }
 
     /// Whether the job's pending pods, with its running ones, can reach its gang minimum

@@ -75,6 +75,8 @@ pub struct Queue {
     /// evicted: the minimum run times are those in force (its own, else its nearest
     /// ancestor's); the running limits are its own, each bounding its whole subtree.
     pub bounds: QueueBounds,
+    /// The object whose spec the queue's is made from, if another object manages it.
+    pub owner: Option<QueueOwner>,
 }
 
 /// What a queue bounds besides resources: the jobs and pods its subtree runs at once, and
@@ -474,6 +476,20 @@ pub struct QueueInput {
     pub strategy: QueueingStrategy,
     /// Running limits and minimum run times (as declared: inheritance is the builder's).
     pub bounds: QueueBounds,
+    /// The object whose spec the queue's is made from, if another object manages it.
+    pub owner: Option<QueueOwner>,
+}
+
+/// The object a managed queue is made from (a Project's or Department's node pool): the one
+/// to edit, which advice names instead of the queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueOwner {
+    /// `Project` or `Department`.
+    pub kind: String,
+    /// Its name.
+    pub name: String,
+    /// The node pool of its `spec.nodePools` the queue is for.
+    pub pool: String,
 }
 
 /// A node as handed to the builder.
@@ -639,6 +655,7 @@ fn build_queues(
         reclaimable: true,
         strategy: QueueingStrategy::BestEffortFifo,
         bounds: QueueBounds::default(),
+        owner: None,
     }];
     let mut by_name: HashMap<&str, QueueId> = HashMap::new();
     for q in &sorted {
@@ -664,6 +681,7 @@ fn build_queues(
             reclaimable: q.reclaimable,
             strategy: q.strategy,
             bounds: q.bounds,
+            owner: q.owner.clone(),
         });
     }
     for (i, q) in sorted.iter().enumerate() {

@@ -30,6 +30,7 @@ pub fn queue(name: &str, parent: Option<&str>, deserved: ResourceList) -> QueueI
         reclaimable: true,
         strategy: QueueingStrategy::BestEffortFifo,
         bounds: QueueBounds::default(),
+        owner: None,
     }
 }
 

@@ -168,6 +168,7 @@ mod tests {
             reclaimable: true,
             strategy: QueueingStrategy::BestEffortFifo,
             bounds: QueueBounds::default(),
+            owner: None,
         };
         let pod = if running { PodPhaseInput::Bound("n".into()) } else { PodPhaseInput::Pending };
         let job = JobInput {

@@ -66,6 +66,7 @@ fn run(jobs: Vec<JobInput>) -> (snapshot::Snapshot, CycleOutcome) {
         reclaimable: true,
         strategy: QueueingStrategy::BestEffortFifo,
         bounds: QueueBounds::default(),
+        owner: None,
     };
     let snap = snapshot::build(&[node], &[team], &jobs).expect("a valid cluster");
     let out = run_cycle(&snap, &SchedulerConfig::default());

@@ -66,6 +66,7 @@ fn queue(name: &str, deserved: ResourceList, weight: u32) -> QueueInput {
         reclaimable: true,
         strategy: QueueingStrategy::BestEffortFifo,
         bounds: QueueBounds::default(),
+        owner: None,
     }
 }
 

@@ -81,6 +81,7 @@ fn cluster() -> Snapshot {
         reclaimable: true,
         strategy: QueueingStrategy::BestEffortFifo,
         bounds: QueueBounds::default(),
+        owner: None,
     };
     let tainted = Taint { key: "dedicated".into(), value: "x".into(), effect: TaintEffect::NoSchedule };
     let nodes = [node("n0", 4000, 4, vec![]), node("n1", 4000, 4, vec![]), node("n2", 2000, 0, vec![tainted])];

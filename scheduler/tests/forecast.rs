@@ -80,6 +80,7 @@ fn queue(name: &str) -> QueueInput {
         reclaimable: true,
         strategy: QueueingStrategy::BestEffortFifo,
         bounds: QueueBounds::default(),
+        owner: None,
     }
 }
 
@@ -132,9 +133,15 @@ fn a_gang_behind_work_with_no_known_end_has_no_start_and_says_so() {
 }
 
 #[test]
-fn a_gang_larger_than_the_cluster_is_never_given_a_start() {
-    let f = forecasts(&[job("huge", "a", 16, NOW - 60, None, false)]);
-    assert_eq!((f["huge"].start, f["huge"].basis), (None, Basis::Unknown));
+fn a_gang_larger_than_the_cluster_is_told_it_never_starts_and_takes_nothing_from_the_plan() {
+    let f = forecasts(&[
+        job("huge", "a", 16, NOW - 120, None, false),
+        job("running", "a", 8, NOW - 600, Some(RunTime::Declared(1600)), true),
+        job("next", "a", 8, NOW - 60, None, false),
+    ]);
+    assert_eq!((f["huge"].start, f["huge"].basis), (None, Basis::Never));
+    assert_eq!(f["huge"].position, 1, "it keeps its place in the order");
+    assert_eq!(f["next"].start, Some(NOW + 1000), "the gang behind it starts when the GPUs free");
 }
 
 /// Two 8-GPU nodes; `big` (16 GPUs) waits behind `long` (8 GPUs, declared to end at NOW +

@@ -280,6 +280,7 @@ fn queue() -> impl Strategy<Value = (Index, QueueInput)> {
                 reclaimable,
                 strategy: if strict { QueueingStrategy::StrictFifo } else { QueueingStrategy::BestEffortFifo },
                 bounds: QueueBounds::default(),
+                owner: None,
             };
             (parent, queue)
         },
@@ -1264,6 +1265,7 @@ fn tiny_case() -> Case {
             reclaimable: true,
             strategy: QueueingStrategy::BestEffortFifo,
             bounds: QueueBounds::default(),
+            owner: None,
         }],
         jobs: vec![JobInput {
             name: "j0".into(),

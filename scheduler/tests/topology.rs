@@ -94,6 +94,7 @@ fn build(nodes: &[NodeInput], jobs: &[JobInput]) -> Snapshot {
         reclaimable: true,
         strategy: QueueingStrategy::BestEffortFifo,
         bounds: QueueBounds::default(),
+        owner: None,
     };
     snapshot::build_with_topologies(nodes, &[team], &[topology()], jobs).expect("a valid cluster")
 }

@@ -88,8 +88,14 @@ fn a_job_held_by_its_queue_limit_is_told_which_limit_to_raise() {
         explain(snap, &config, j).to_start
     };
     let raise = "raise queue proj-capped's limit of nvidia.com/gpu to at least";
-    assert_eq!(advice("second"), [format!("{raise} 5, or wait until 1 of nvidia.com/gpu is freed in it")]);
-    assert_eq!(advice("elastic"), [format!("{raise} 5, or wait until 1 of nvidia.com/gpu is freed in it")]);
+    assert_eq!(
+        advice("second"),
+        [format!("{raise} 5, or wait until 1 of nvidia.com/gpu is freed in queue proj-capped")]
+    );
+    assert_eq!(
+        advice("elastic"),
+        [format!("{raise} 5, or wait until 1 of nvidia.com/gpu is freed in queue proj-capped")]
+    );
     assert!(advice("first").is_empty());
 }
 

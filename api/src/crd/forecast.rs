@@ -12,14 +12,16 @@ use serde::{Deserialize, Serialize};
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Forecast {
-    /// 1 for the gang its queue serves first.
+    /// 1 for the gang its queue serves first. Rewritten when it enters a new step (each of 1
+    /// to 10, then 20, 50, 100, 200, 500, ...), so it may lag behind further back.
     #[schemars(range(min = 1))]
     pub queue_position: u32,
-    /// 1 for the gang the scheduler serves first, counting every queue's waiting gangs.
+    /// 1 for the gang the scheduler serves first, counting every queue's waiting gangs;
+    /// rewritten as `queuePosition` is.
     #[schemars(range(min = 1))]
     pub position: u32,
     /// When it is expected to start; absent when that is unknown. Moves only when it moves by
-    /// more than a scheduler period (or a tenth of the time left), so that status is not
+    /// more than a scheduler period (or a quarter of the time left), so that status is not
     /// rewritten every cycle.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected_start: Option<Time>,
@@ -62,6 +64,10 @@ pub enum ForecastBasis {
     /// Something it waits for has no known end: no start can be given.
     #[default]
     Unknown,
+    /// It can never start as it is: it asks more than any place it may use has (the cluster,
+    /// its largest node or topology domain), or fewer GPUs than its own NVLink minimum. Its
+    /// `Unschedulable` condition says which; the gang must change.
+    Never,
 }
 
 /// How the `ETA` column prints a start and its range: the expected start, then the earliest

@@ -53,6 +53,13 @@ pub fn all_yaml() -> String {
     all().iter().map(|crd| serde_yaml::to_string(crd).expect("CRDs serialize")).collect::<Vec<_>>().join("---\n")
 }
 
+/// Everything the cluster needs before Drover's binaries can schedule, as `drover manifests`
+/// prints it for `kubectl apply --server-side -f -`: the CRDs and the charge guard
+/// ([`crate::charge_guard`]), without which the scheduler schedules nothing.
+pub fn manifests_yaml() -> String {
+    format!("{}---\n{}", all_yaml(), crate::charge_guard::manifest())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -146,7 +153,7 @@ mod tests {
             let basis = &forecast["properties"]["basis"]["enum"];
             assert_eq!(
                 basis,
-                &serde_json::json!(["DeclaredRunTimes", "LearnedRunTimes", "OtherNamespacesRunTimes", "Unknown"]),
+                &serde_json::json!(["DeclaredRunTimes", "LearnedRunTimes", "OtherNamespacesRunTimes", "Unknown", "Never"]),
                 "{kind}"
             );
             for field in ["expectedStart", "earliestStart", "latestStart"] {
@@ -163,6 +170,17 @@ mod tests {
         let rules = run_times["items"]["x-kubernetes-validations"].to_string();
         assert!(rules.contains("!(has(self.name) && has(self.gpus))"), "{rules}");
         assert!(queue["properties"].get("spec").is_some_and(|s| s["properties"].get("runTimes").is_none()));
+    }
+
+    #[test]
+    fn the_manifests_are_the_crds_and_the_charge_guard() {
+        let kinds: Vec<String> = manifests_yaml()
+            .split("\n---\n")
+            .map(|doc| serde_yaml::from_str::<Value>(doc).expect("each document parses")["kind"].to_string())
+            .collect();
+        let crds = kinds.iter().filter(|k| k.contains("CustomResourceDefinition")).count();
+        assert_eq!(crds, all().len());
+        assert_eq!(kinds[crds..], ["\"ValidatingAdmissionPolicy\"", "\"ValidatingAdmissionPolicyBinding\""]);
     }
 
     #[test]

@@ -32,6 +32,7 @@ use serde::{Deserialize, Serialize};
     printcolumn(name = "Running", type_ = "integer", json_path = ".status.podGroups.running"),
     printcolumn(name = "Pending", type_ = "integer", json_path = ".status.podGroups.pending"),
     printcolumn(name = "Inqueue", type_ = "integer", json_path = ".status.podGroups.inqueue", priority = 1),
+    printcolumn(name = "Halted", type_ = "string", json_path = ".status.halted", priority = 1),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[x_kube(validation = Rule::new("!has(self.parent) || self.parent != ''").message("parent must be a queue name or absent"))]
@@ -168,6 +169,11 @@ pub struct QueueStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = MAX_KINDS))]
     pub run_times: Vec<RunTimeSamples>,
+    /// Why the scheduler schedules nothing at all, while it does not (the charge guard missing
+    /// or weakened, say): written on every Queue when it stops, removed when it schedules again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    pub halted: Option<String>,
 }
 
 /// A queue's decayed past usage as of one tick.

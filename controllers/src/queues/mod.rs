@@ -36,7 +36,10 @@
 //! running limits and minimum run times (`maxRunningJobs`, `maxRunningPods`,
 //! `preemptMinRuntimeSeconds`, `reclaimMinRuntimeSeconds`, as the pool gives them); it sets
 //! `reclaimable: true` when it creates a queue and then leaves `reclaimable`,
-//! `queueingStrategy` and `state` to the administrator.
+//! `queueingStrategy` and `state` to the administrator. An edit of the fields it owns is put
+//! back with a Warning Event `ManagedQueue` on the Queue naming the object to edit instead
+//! (the queue records the owner generation it was made from, so an edit of the queue is told
+//! apart from a change of its owner); the scheduler's advice names the owner's field too.
 //!
 //! A queue admits only the namespaces of the projects it is for (its `namespaceSelector`):
 //! `x.p` the namespaces labelled [`LABEL_PROJECT`]`=x`, `d.p` those of the department's
@@ -86,11 +89,11 @@ use drover_api::crd::{podgroup::PodGroup, queue::Queue};
 
 /// Queue and Namespace label: the Project the queue was made for, or the Project a namespace
 /// belongs to (set by the queue-tree controller).
-pub const LABEL_PROJECT: &str = "scheduling.drover.dev/project";
+pub const LABEL_PROJECT: &str = drover_api::labels::PROJECT_LABEL;
 /// Queue label: the Department the queue was made for.
 pub const LABEL_DEPARTMENT: &str = "scheduling.drover.dev/department";
 /// Queue label: the node pool of the queue.
-pub const LABEL_NODE_POOL: &str = "scheduling.drover.dev/node-pool";
+pub const LABEL_NODE_POOL: &str = drover_api::labels::NODE_POOL_LABEL;
 pub use drover_api::labels::{
     JOB_NAME_LABEL as LABEL_JOB_NAME, POD_GROUP_ANNOTATION as ANNOTATION_POD_GROUP,
     QUEUE_ANNOTATION as ANNOTATION_QUEUE,
@@ -122,6 +125,8 @@ pub mod reasons {
     pub const NAMESPACE_CLAIMED: &str = "NamespaceClaimed";
     /// A queue name the object needs belongs to another object.
     pub const QUEUE_NAME_CONFLICT: &str = "QueueNameConflict";
+    /// Warning on a Queue made from a Project or Department: its edit was put back.
+    pub const MANAGED_QUEUE: &str = "ManagedQueue";
     /// A node pool name is not a DNS label, or the queue name would be too long.
     pub const INVALID_QUEUE_NAME: &str = "InvalidQueueName";
     /// The project name is longer than a label value (63), so namespaces cannot be labelled.

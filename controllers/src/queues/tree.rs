@@ -156,6 +156,8 @@ async fn run_departments(client: Client, shutdown: Shutdown) {
 struct Owner {
     kind: String,
     name: String,
+    /// Its `metadata.generation`, which its queues record ([`MADE_FROM_GENERATION`]).
+    generation: String,
     reference: OwnerReference,
     /// [`LABEL_PROJECT`] or [`LABEL_DEPARTMENT`].
     label: &'static str,
@@ -196,7 +198,8 @@ impl Owner {
         let reference = obj
             .controller_owner_ref(&())
             .ok_or_else(|| Error::Retry(format!("{} {} has no uid yet", K::kind(&()), obj.name_any())))?;
-        Ok(Owner { kind: K::kind(&()).into_owned(), name: obj.name_any(), reference, label })
+        let generation = obj.meta().generation.unwrap_or_default().to_string();
+        Ok(Owner { kind: K::kind(&()).into_owned(), name: obj.name_any(), generation, reference, label })
     }
 
     /// The namespaces a Project's queues admit: the project's, by the label the controllers
@@ -216,6 +219,16 @@ impl Owner {
     }
 }
 
+/// Queue annotation: the generation of the Project or Department the queue was last made
+/// from, so that a difference from it while the owner is unchanged is known as an edit of
+/// the queue itself.
+const MADE_FROM_GENERATION: &str = "scheduling.drover.dev/made-from-generation";
+
+/// The owner generation the queue was last made from.
+fn made_from(q: &Queue) -> Option<&str> {
+    q.metadata.annotations.as_ref()?.get(MADE_FROM_GENERATION).map(String::as_str)
+}
+
 fn controller_of(meta: &ObjectMeta) -> Option<&OwnerReference> {
     meta.owner_references.iter().flatten().find(|r| r.controller == Some(true))
 }
@@ -233,6 +246,8 @@ struct Desired {
 impl Desired {
     /// Sets the fields the controller owns.
     fn apply(&self, q: &mut Queue, owner: &Owner) {
+        let annotations = q.metadata.annotations.get_or_insert_with(BTreeMap::new);
+        annotations.insert(MADE_FROM_GENERATION.to_string(), owner.generation.clone());
         let labels = q.metadata.labels.get_or_insert_with(BTreeMap::new);
         labels.insert(LABEL_NODE_POOL.to_string(), self.pool.clone());
         labels.insert(owner.label.to_string(), owner.name.clone());
@@ -392,6 +407,16 @@ async fn sync_queues(
         if updated.metadata != live.metadata || updated.spec != live.spec {
             api.replace(&d.name, &PostParams::default(), &updated).await?;
             tracing::info!(queue = %d.name, owner = %owner.name, "updated queue");
+            if updated.spec != live.spec && made_from(&live) == Some(owner.generation.as_str()) {
+                // The owner is as the queue was made from it: someone edited the queue.
+                let message = format!(
+                    "queue {} is made from {} {}'s node pool {}, so its edit was put back: edit the {}'s \
+                     spec.nodePools instead",
+                    d.name, owner.kind, owner.name, d.pool, owner.kind
+                );
+                events::publish(client, CONTROLLER, &updated, EventType::Warning, reasons::MANAGED_QUEUE, &message)
+                    .await;
+            }
         }
         ensured.push(d.name.clone());
     }

@@ -7,6 +7,7 @@
 //! is skipped (a failure in CI, see drover-envtest).
 
 pub mod chart;
+pub mod flood;
 mod replica;
 
 use std::collections::BTreeMap;

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use drover_api::crd::queue::{implicit_default_selector, is_department_queue, Queue, QueueOpenState, QueueingStrategy};
 use drover_api::label_selector;
 use drover_api::ResourceList;
-use drover_scheduler::snapshot::{QueueBounds, QueueInput};
+use drover_scheduler::snapshot::{QueueBounds, QueueInput, QueueOwner};
 use drover_scheduler::usage::{QueueUsage, UsageLedger};
 
 use super::{declared_amounts, Problem, DEFAULT_QUEUE};
@@ -177,6 +177,7 @@ pub(super) fn convert(
                 preempt_min_runtime: q.spec.run_bounds.preempt_min_runtime_seconds,
                 reclaim_min_runtime: q.spec.run_bounds.reclaim_min_runtime_seconds,
             },
+            owner: owner_of(q),
         });
     }
     if !by_name.contains_key(DEFAULT_QUEUE) {
@@ -191,6 +192,19 @@ pub(super) fn convert(
     (inputs, state)
 }
 
+/// The Project or Department a queue is made from: its controller reference, with the node
+/// pool its label names (both written by the controllers; Queues are cluster-scoped, so no
+/// tenant writes them).
+fn owner_of(q: &Queue) -> Option<QueueOwner> {
+    let controller = q.metadata.owner_references.iter().flatten().find(|r| r.controller == Some(true))?;
+    let ours = controller.api_version.starts_with("scheduling.drover.dev/");
+    if !ours || !matches!(controller.kind.as_str(), "Project" | "Department") {
+        return None;
+    }
+    let pool = q.metadata.labels.as_ref()?.get(drover_api::labels::NODE_POOL_LABEL)?;
+    Some(QueueOwner { kind: controller.kind.clone(), name: controller.name.clone(), pool: pool.clone() })
+}
+
 /// The queue added when no Queue named `default` exists.
 fn implicit_default() -> QueueInput {
     QueueInput {
@@ -202,6 +216,7 @@ fn implicit_default() -> QueueInput {
         reclaimable: true,
         strategy: QueueingStrategy::BestEffortFifo,
         bounds: QueueBounds::default(),
+        owner: None,
     }
 }
 

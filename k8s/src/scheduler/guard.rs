@@ -3,7 +3,8 @@
 //! Without it a tenant could rewrite what its pods are charged to, so the leader checks the
 //! policy and its binding when it starts leading and again every [`RECHECK`] (every
 //! [`RECHECK_MISSING`] while they do not hold), and while they are missing or weakened it
-//! schedules nothing and logs why.
+//! schedules nothing and says why: in its log, and on the waiting pods and the Queues
+//! (`halted.rs`).
 
 use std::time::{Duration, Instant};
 
@@ -29,6 +30,15 @@ impl Guard {
         self.last = None;
     }
 
+    /// Why the guard does not hold, as the last check found it, for the pods and Queues that
+    /// wait (`halted.rs`); `None` while it holds or before the first check.
+    pub(super) fn why_not(&self) -> Option<String> {
+        match &self.last {
+            Some((_, Err(why))) => Some(explained(why)),
+            _ => None,
+        }
+    }
+
     /// Whether the guard holds, as read from the API server at most [`RECHECK`] (or
     /// [`RECHECK_MISSING`]) ago. A change of the answer is logged: an error saying why the
     /// scheduler does not schedule.
@@ -44,17 +54,21 @@ impl Guard {
         if changed {
             match &found {
                 Ok(()) => tracing::info!(policy = NAME, "the charge guard holds; scheduling"),
-                Err(why) => tracing::error!(
-                    policy = NAME,
-                    "not scheduling: {why}; without it tenants could rewrite what their bound pods are charged to \
-                     (install it with the chart: templates/charge-guard.yaml)"
-                ),
+                Err(why) => tracing::error!(policy = NAME, "not scheduling: {}", explained(why)),
             }
         }
         let holds = found.is_ok();
         self.last = Some((Instant::now(), found));
         holds
     }
+}
+
+/// Why nothing is scheduled, for people: what the check found and what to do.
+fn explained(why: &str) -> String {
+    format!(
+        "{why}; without it tenants could rewrite what their bound pods are charged to \
+         (apply it with `drover manifests | kubectl apply --server-side -f -`, or install the chart)"
+    )
 }
 
 /// The guard as the cluster holds it, checked against the chart's.

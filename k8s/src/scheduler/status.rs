@@ -1,33 +1,31 @@
-//! PodGroup and Queue status, written with merge patches on `/status` only when it differs
-//! from what the object already has.
+//! PodGroup status, written with merge patches on `/status` only when it differs from what
+//! the group already has, and the Events its changes deserve; forecast-only writes and Events
+//! are paced (`pace.rs`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use drover_api::crd::conditions;
 use drover_api::crd::elasticity::ResizeStatus;
 use drover_api::crd::forecast::Forecast;
 use drover_api::crd::podgroup::{Admission, Nomination, PodGroup, PodGroupPhase, PodGroupStatus, ReservationStatus};
-use drover_api::crd::queue::{summary as queue_summary, Queue, QueueUsage as QueueUsageStatus};
 use drover_api::crd::topology::TopologyPlacement;
 use drover_kubeutil::events::{self, EventType};
 use drover_scheduler::cycle::CycleOutcome;
 use drover_scheduler::ids::{ti_vec, TiVec};
 use drover_scheduler::plugin::Reservation;
-use drover_scheduler::res::Res;
 use drover_scheduler::session::JobResize;
-use drover_scheduler::snapshot::{JobId, JobPhase, NodeId, PodPhase, QueueId, Snapshot};
-use drover_scheduler::usage::{QueueUsage, UsageLedger};
+use drover_scheduler::snapshot::{JobId, JobPhase, NodeId, PodPhase, Snapshot};
 use futures::StreamExt;
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Patch, PatchParams};
 use kube::Api;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use super::cache::{key_of, Key, Overlay};
 use super::forecast;
+use super::pace::{EventMemory, ForecastBudget};
 use super::placement::placement;
 use super::Writer;
 use crate::convert::{Converted, ObjectLists, PodCounts, Problem};
@@ -286,61 +284,103 @@ fn group_patch(group: &PodGroup, want: &PodGroupStatus) -> Option<Value> {
     Some(json!({"metadata": {"resourceVersion": group.metadata.resource_version}, "status": status}))
 }
 
-/// Writes one group's status; returns the group with the result.
+/// An Event a group's status change deserves.
+struct GroupEvent {
+    kind: EventType,
+    reason: String,
+    message: String,
+}
+
+/// Writes one group's status, then its Events; returns the group, the Events and the result.
 async fn write_group(
     writer: &Writer<'_>,
     group: Arc<PodGroup>,
     patch: Value,
-    want: PodGroupStatus,
-) -> (Arc<PodGroup>, kube::Result<PodGroup>) {
-    let result = write_group_status(writer, &group, &want, &patch).await;
-    (group, result)
-}
-
-/// Writes one group's status, and the Events its change deserves.
-async fn write_group_status(
-    writer: &Writer<'_>,
-    group: &PodGroup,
-    want: &PodGroupStatus,
-    patch: &Value,
-) -> kube::Result<PodGroup> {
+    events: Vec<GroupEvent>,
+) -> (Arc<PodGroup>, Vec<GroupEvent>, kube::Result<PodGroup>) {
     let (namespace, name) = key_of(&group.metadata);
     let api: Api<PodGroup> = Api::namespaced(writer.client.clone(), &namespace);
-    let new = api.patch_status(&name, &PatchParams::default(), &Patch::Merge(patch)).await?;
+    let result = api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await;
+    if result.is_ok() {
+        for e in &events {
+            events::publish(writer.client, "drover-scheduler", group.as_ref(), e.kind, &e.reason, &e.message).await;
+        }
+    }
+    (group, events, result)
+}
+
+/// The Events a group's change from its status to `want` deserves that `memory` has not seen:
+/// a new resize, and a condition that turned bad (`newly_failing`).
+fn group_events(group: &PodGroup, want: &PodGroupStatus, memory: &EventMemory, now: Instant) -> Vec<GroupEvent> {
+    let mut out = Vec::new();
     if let Some(resize) = want.resize.as_ref().filter(|r| Some(*r) != current_resize(group)) {
         let (from, to) = (resize.from, resize.replicas);
         let message = format!("restart with {to} pods instead of {from}: {}", resize.reason);
-        events::publish(writer.client, "drover-scheduler", group, EventType::Normal, "Resized", &message).await;
+        out.push(GroupEvent { kind: EventType::Normal, reason: "Resized".into(), message });
     }
     if let Some((reason, message)) = newly_failing(group.status.as_ref(), want) {
-        events::publish(writer.client, "drover-scheduler", group, EventType::Warning, &reason, &message).await;
+        out.push(GroupEvent { kind: EventType::Warning, reason, message });
     }
-    Ok(new)
+    let key = key_of(&group.metadata);
+    out.retain(|e| memory.is_new("PodGroup", &key, &e.reason, &e.message, now));
+    out
 }
 
-/// Writes every PodGroup status that changed, `writer.concurrency` at a time. Returns the
-/// number that had changed, written or not (none: the statuses are current).
+/// Whether `want` differs from the group's status in its forecast alone.
+fn forecast_only(group: &PodGroup, want: &PodGroupStatus) -> bool {
+    let mut current = group.status.clone().unwrap_or_default();
+    current.forecast.clone_from(&want.forecast);
+    current == *want
+}
+
+/// What pacing the group writes keeps from cycle to cycle (`pace.rs`).
+#[derive(Debug, Default)]
+pub(super) struct GroupPace {
+    forecasts: ForecastBudget,
+    events: EventMemory,
+}
+
+/// Writes every PodGroup status that changed, `writer.concurrency` at a time; forecast-only
+/// changes as `pace`'s budget allows, the gangs nearest the front first. Returns the number
+/// that had changed, written or not (none: the statuses are current).
 pub(super) async fn write_groups(
     writer: &Writer<'_>,
     overlay: &mut Overlay,
+    pace: &mut GroupPace,
     g: &ObjectLists,
     snap: &Snapshot,
     converted: &Converted,
     outcome: &CycleOutcome,
 ) -> usize {
-    let writes: Vec<_> = wanted_group_statuses(&g.pod_groups, snap, converted, outcome, writer.period)
+    let now = Instant::now();
+    pace.events.forget_expired(now);
+    let (mut forecasts, mut writes): (Vec<_>, Vec<_>) =
+        wanted_group_statuses(&g.pod_groups, snap, converted, outcome, writer.period)
+            .into_iter()
+            .partition(|(group, want)| forecast_only(group, want));
+    let wanted = writes.len() + forecasts.len();
+    forecasts.sort_by_key(|(_, want)| want.forecast.as_ref().map_or(u32::MAX, |f| f.position));
+    forecasts.truncate(pace.forecasts.take(forecasts.len(), now));
+    writes.append(&mut forecasts);
+    let writes: Vec<_> = writes
         .into_iter()
-        .filter_map(|(group, want)| Some((group.clone(), group_patch(group, &want)?, want)))
+        .filter_map(|(group, want)| {
+            let events = group_events(group, &want, &pace.events, now);
+            Some((group.clone(), group_patch(group, &want)?, events))
+        })
         .collect();
-    let wanted = writes.len();
     let results: Vec<_> = futures::stream::iter(writes)
-        .map(|(group, patch, want)| write_group(writer, group, patch, want))
+        .map(|(group, patch, events)| write_group(writer, group, patch, events))
         .buffer_unordered(writer.concurrency)
         .collect()
         .await;
-    for (group, result) in results {
+    for (group, events, result) in results {
         match result {
             Ok(new) => {
+                let key = key_of(&group.metadata);
+                for e in &events {
+                    pace.events.emitted("PodGroup", &key, &e.reason, &e.message, now);
+                }
                 overlay.group_written(group.metadata.resource_version.clone(), new);
             }
             Err(e) => {
@@ -366,129 +406,19 @@ fn reservation_status(snap: &Snapshot, r: &Reservation) -> ReservationStatus {
 
 /// The Warning a status change deserves: a condition (`Unschedulable` or `Valid`) that turned
 /// bad, or whose message changed while bad. Reasons repeat in status every cycle; Events only
-/// when something changed, so `kubectl describe` stays readable.
+/// when something changed, so `kubectl describe` stays readable. A group that runs is not
+/// warned that it is `Unschedulable`: that is about pods beyond its minimum, which it does
+/// not need (its condition still says why they wait).
 fn newly_failing(old: Option<&PodGroupStatus>, new: &PodGroupStatus) -> Option<(String, String)> {
-    let bad =
-        |c: &Condition| (c.type_ == UNSCHEDULABLE && c.status == "True") || (c.type_ == VALID && c.status == "False");
+    let runs = new.phase == PodGroupPhase::Running;
+    let bad = |c: &Condition| {
+        (c.type_ == UNSCHEDULABLE && c.status == "True" && !runs) || (c.type_ == VALID && c.status == "False")
+    };
     new.conditions.iter().filter(|c| bad(c)).find_map(|c| {
         let before = old.and_then(|o| o.conditions.iter().find(|p| p.type_ == c.type_));
         let changed = before.is_none_or(|p| !bad(p) || p.message != c.message);
         changed.then(|| (c.reason.clone(), c.message.clone()))
     })
-}
-
-/// A queue's figures as the status shows them: `pods` only where the queue declares it.
-pub(super) fn queue_lists(snap: &Snapshot, outcome: &CycleOutcome, q: QueueId) -> [BTreeMap<String, i64>; 3] {
-    let queue = &snap.queues[q];
-    let shown = |r: usize| r != snap.pods_resource || queue.deserved_declared[r];
-    let list = |res: &Res| -> BTreeMap<String, i64> {
-        snap.to_list(res)
-            .0
-            .into_iter()
-            .filter(|(name, _)| name != &snap.resources[snap.pods_resource] || shown(snap.pods_resource))
-            .collect()
-    };
-    let allocated = list(&outcome.queues[q].allocated);
-    let fair_share = list(&outcome.queues[q].fair_share);
-    let deserved = (0..snap.resources.len())
-        .filter(|&r| queue.deserved_declared[r])
-        .map(|r| (snap.resources[r].clone(), queue.deserved[r]))
-        .collect();
-    [allocated, deserved, fair_share]
-}
-
-/// The merge-patch value turning `current` into `want`: changed entries, and `null` for
-/// entries that are gone. `None` when nothing changes.
-fn map_patch(current: &BTreeMap<String, Quantity>, want: &BTreeMap<String, String>) -> Option<Value> {
-    let mut m = Map::new();
-    for (k, v) in want {
-        if current.get(k).map(|q| &q.0) != Some(v) {
-            m.insert(k.clone(), Value::String(v.clone()));
-        }
-    }
-    for k in current.keys() {
-        if !want.contains_key(k) {
-            m.insert(k.clone(), Value::Null);
-        }
-    }
-    (!m.is_empty()).then_some(Value::Object(m))
-}
-
-/// The merge-patch value turning the status's `usage` into the ledger's entry for the
-/// queue; `None` when they agree (or the queue has no entry).
-fn usage_patch(current: Option<&QueueUsageStatus>, want: Option<&QueueUsage>) -> Option<Value> {
-    let want = want?;
-    let unchanged = current.is_some_and(|c| c.tick.0.as_second() == want.at && c.resources == want.resources);
-    if unchanged {
-        return None;
-    }
-    let mut resources: Map<String, Value> = want.resources.iter().map(|(k, &v)| (k.clone(), json!(v))).collect();
-    for k in current.iter().flat_map(|c| c.resources.keys()) {
-        resources.entry(k.clone()).or_insert(Value::Null);
-    }
-    let tick = jiff::Timestamp::from_second(want.at).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
-    Some(json!({ "tick": Time(tick), "resources": resources }))
-}
-
-/// Writes the scheduler's fields of every Queue status that changed (`allocated`,
-/// `deserved`, `fairShare`, `queueState`, their `summary` for people and, with time-based
-/// fair share, `usage` from `ledger`). Returns the number that had changed, written or not.
-pub(super) async fn write_queues(
-    writer: &Writer<'_>,
-    g: &ObjectLists,
-    snap: &Snapshot,
-    outcome: &CycleOutcome,
-    ledger: Option<&UsageLedger>,
-) -> usize {
-    let ids: HashMap<&str, QueueId> =
-        snap.queues.iter_enumerated().skip(1).map(|(i, q)| (q.name.as_str(), i)).collect();
-    let api: Api<Queue> = Api::all(writer.client.clone());
-    let mut wanted = 0;
-    for queue in &g.queues {
-        let Some(name) = queue.metadata.name.as_deref() else { continue };
-        let Some(&q) = ids.get(name) else { continue };
-        let current = queue.status.clone().unwrap_or_default();
-        let text = |m: BTreeMap<String, i64>| -> BTreeMap<String, String> {
-            m.into_iter()
-                .map(|(k, v)| {
-                    let s = drover_api::format_amount(&k, v);
-                    (k, s)
-                })
-                .collect()
-        };
-        let lists = queue_lists(snap, outcome, q);
-        let summary = queue_summary(&lists[0], &lists[1], &snap.to_list(&snap.queues[q].limit).0);
-        let [allocated, deserved, fair_share] = lists.map(text);
-        let state = outcome.queues[q].state.as_str();
-        let mut status = Map::new();
-        for (field, cur, want) in [
-            ("allocated", &current.allocated, &allocated),
-            ("deserved", &current.deserved, &deserved),
-            ("fairShare", &current.fair_share, &fair_share),
-        ] {
-            if let Some(v) = map_patch(cur, want) {
-                status.insert(field.into(), v);
-            }
-        }
-        if current.queue_state.as_deref() != Some(state) {
-            status.insert("queueState".into(), Value::String(state.into()));
-        }
-        if current.summary.as_deref() != Some(summary.as_str()) {
-            status.insert("summary".into(), Value::String(summary));
-        }
-        if let Some(usage) = usage_patch(current.usage.as_ref(), ledger.and_then(|l| l.queues.get(name))) {
-            status.insert("usage".into(), usage);
-        }
-        if status.is_empty() {
-            continue;
-        }
-        let patch = json!({ "status": status });
-        wanted += 1;
-        if let Err(e) = api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
-            tracing::debug!(queue = name, error = %e, "queue status not written; retrying next cycle");
-        }
-    }
-    wanted
 }
 
 #[cfg(test)]
@@ -532,25 +462,6 @@ mod tests {
         assert_eq!(again.phase, PodGroupPhase::Pending, "a restarted job's group is live again");
         let unschedulable = again.conditions.iter().find(|c| c.type_ == UNSCHEDULABLE).expect("a condition");
         assert_eq!((unschedulable.status.as_str(), unschedulable.message.as_str()), ("True", "waiting"));
-    }
-
-    #[test]
-    fn the_usage_patch_writes_a_moved_entry_whole_and_clears_resources_gone() {
-        let entry = QueueUsage { at: 120, resources: BTreeMap::from([("nvidia.com/gpu".into(), 960.5)]) };
-        let written: QueueUsageStatus = serde_json::from_value(json!({
-            "tick": "1970-01-01T00:02:00Z", "resources": {"nvidia.com/gpu": 960.5}
-        }))
-        .expect("a usage status");
-        assert_eq!(usage_patch(Some(&written), Some(&entry)), None, "the same tick and figures: nothing to write");
-        assert_eq!(usage_patch(Some(&written), None), None, "no ledger: the status is left alone");
-        let stale: QueueUsageStatus = serde_json::from_value(json!({
-            "tick": "1970-01-01T00:01:00Z", "resources": {"nvidia.com/gpu": 480.0, "cpu": 1000.0}
-        }))
-        .expect("a usage status");
-        let patch = usage_patch(Some(&stale), Some(&entry)).expect("a moved entry is written");
-        assert_eq!(patch, json!({"tick": "1970-01-01T00:02:00Z", "resources": {"nvidia.com/gpu": 960.5, "cpu": null}}));
-        let first = usage_patch(None, Some(&entry)).expect("a first entry is written");
-        assert_eq!(first["resources"], json!({"nvidia.com/gpu": 960.5}));
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! The pods of groups that cannot start, marked where Kubernetes users and tools look, as
 //! kube-scheduler marks the pods it cannot place: the condition `PodScheduled=False` with the
 //! core's reason for the group as its message (the text of the PodGroup's `Unschedulable`
-//! condition), and a `FailedScheduling` Warning Event on the pod when that message changes.
+//! condition), and a `FailedScheduling` Warning Event on the pod when that message changes to
+//! one the pod was not told within the hour (`pace.rs`), unless its group runs: a running
+//! group's pending pods are beyond its minimum, and their condition says why they wait.
 //!
 //! **Which pods.** Every pending pod (no node, not being deleted) of a job that the core gives
 //! a reason and for which the cycle placed nothing (not even on capacity being freed), whether
@@ -10,7 +12,8 @@
 //! cluster autoscaler and Karpenter scale up for, or [`WAITING_FOR_QUOTA`] when the group's
 //! queue's own quota holds it (its limit, or the deserved quota non-preemptible work must
 //! stay within) or its elastic pods wait out the regrow delay after a preemption, which they
-//! ignore: nodes added for it would stay empty.
+//! ignore: nodes added for it would stay empty; [`WAITING_FOR_PODS`] when its gang has fewer
+//! pods than its minimum.
 //!
 //! **All or none.** The pods of one group that need a write are written in the same cycle,
 //! so an autoscaler sees a whole gang or none of it.
@@ -30,14 +33,16 @@ use std::time::{Duration, Instant};
 
 use drover_kubeutil::events::EventType;
 use drover_scheduler::cycle::CycleOutcome;
+use drover_scheduler::plugin::Rule;
 use drover_scheduler::session::PodState;
-use drover_scheduler::snapshot::Snapshot;
+use drover_scheduler::snapshot::{JobPhase, Snapshot};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::PodCondition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::api;
 use super::cache::{Key, Overlay};
+use super::pace::EventMemory;
 use super::Writer;
 use crate::convert::{Converted, ObjectLists, PodRef};
 
@@ -47,6 +52,9 @@ pub const POD_SCHEDULED: &str = "PodScheduled";
 pub const POD_UNSCHEDULABLE: &str = "Unschedulable";
 /// The reason of a pod its queue's quota holds: more nodes would not let it start.
 pub const WAITING_FOR_QUOTA: &str = "WaitingForQuota";
+/// The reason of a pod whose gang has fewer pods than its minimum: more must be created, and
+/// more nodes would not help.
+pub const WAITING_FOR_PODS: &str = "WaitingForPods";
 /// The Event reason kube-scheduler uses for a pod it cannot place.
 pub const FAILED_SCHEDULING: &str = "FailedScheduling";
 /// Pods marked per cycle at most.
@@ -54,10 +62,11 @@ pub const PODS_PER_CYCLE: usize = 256;
 /// How often a group's pods are rewritten when only the message changed.
 pub const MESSAGE_REFRESH: Duration = Duration::from_secs(30);
 
-/// When each group's pods were last written, for the rate rule.
+/// When each group's pods were last written, for the rate rule, and the Events emitted.
 #[derive(Debug, Default)]
 pub(super) struct Marked {
     at: HashMap<Key, Instant>,
+    events: EventMemory,
 }
 
 /// One pod to write.
@@ -76,8 +85,17 @@ struct GroupMarks {
     urgent: bool,
 }
 
-/// Every waiting group, with what its pods need.
-fn wanted(g: &ObjectLists, snap: &Snapshot, converted: &Converted, outcome: &CycleOutcome) -> Vec<GroupMarks> {
+/// Every waiting group, with what its pods need; Events only for a group that does not run
+/// (the pods a running group waits for are beyond its minimum) and where `events` has not
+/// seen the same one on the pod.
+fn wanted(
+    g: &ObjectLists,
+    snap: &Snapshot,
+    converted: &Converted,
+    outcome: &CycleOutcome,
+    events: &EventMemory,
+    instant: Instant,
+) -> Vec<GroupMarks> {
     let pods = g.pods_by_key();
     let now = Time(jiff::Timestamp::now());
     let mut out = Vec::new();
@@ -90,9 +108,11 @@ fn wanted(g: &ObjectLists, snap: &Snapshot, converted: &Converted, outcome: &Cyc
             continue;
         }
         let reason = match outcome.blocked_by[j] {
+            Some(by) if by.rule == Rule::GangShortOfPods => WAITING_FOR_PODS,
             Some(by) if !by.rule.more_nodes_help() => WAITING_FOR_QUOTA,
             _ => POD_UNSCHEDULABLE,
         };
+        let runs = outcome.job_phase.get(j).copied().unwrap_or(job.phase) == JobPhase::Running;
         let mut group = GroupMarks { key: (job.namespace.clone(), job.name.clone()), pods: Vec::new(), urgent: false };
         for p in ids.into_iter().filter(|&p| outcome.pod_state[p] == PodState::Pending) {
             let Some(r) = converted.pods.get(p) else { continue }; // a stand-in for a pod not made yet
@@ -120,7 +140,9 @@ fn wanted(g: &ObjectLists, snap: &Snapshot, converted: &Converted, outcome: &Cyc
                 ),
                 ..PodCondition::default()
             };
-            group.pods.push(PodMark { pod: r.clone(), condition, event: !same_message });
+            let pod_key = (r.namespace.clone(), r.name.clone());
+            let event = !same_message && !runs && events.is_new("Pod", &pod_key, FAILED_SCHEDULING, message, instant);
+            group.pods.push(PodMark { pod: r.clone(), condition, event });
         }
         out.push(group);
     }
@@ -161,7 +183,8 @@ pub(super) async fn mark(
     outcome: &CycleOutcome,
 ) -> usize {
     let now = Instant::now();
-    let groups = wanted(g, snap, converted, outcome);
+    marked.events.forget_expired(now);
+    let groups = wanted(g, snap, converted, outcome, &marked.events, now);
     let stale = groups.iter().map(|g| g.pods.len()).sum();
     let waiting: HashSet<&Key> = groups.iter().map(|g| &g.key).collect();
     marked.at.retain(|k, _| waiting.contains(k));
@@ -189,6 +212,11 @@ pub(super) async fn mark(
     for (key, mark, result) in results {
         match result {
             Ok(()) => {
+                if mark.event {
+                    let message = mark.condition.message.as_deref().unwrap_or_default();
+                    let pod_key = (mark.pod.namespace.clone(), mark.pod.name.clone());
+                    marked.events.emitted("Pod", &pod_key, FAILED_SCHEDULING, message, now);
+                }
                 overlay.pod_condition(&mark.pod, mark.condition);
                 marked.at.insert(key, now);
             }

@@ -230,6 +230,7 @@ pub fn gang(runs: usize, config: &SchedulerConfig) -> (f64, f64) {
         reclaimable: true,
         strategy: QueueingStrategy::BestEffortFifo,
         bounds: QueueBounds::default(),
+        owner: None,
     };
     let job = |tasks: Vec<TaskInput>| JobInput {
         name: "gang".into(),

@@ -107,6 +107,7 @@ impl Queue {
                 preempt_min_runtime: self.preempt_min_runtime_seconds,
                 reclaim_min_runtime: self.reclaim_min_runtime_seconds,
             },
+            owner: None,
         }
     }
 }

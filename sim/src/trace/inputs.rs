@@ -128,6 +128,7 @@ pub fn queue_inputs(cluster: &Cluster, policy: Policy) -> Vec<QueueInput> {
             reclaimable: true,
             strategy: policy.strategy(),
             bounds: QueueBounds::default(),
+            owner: None,
         })
         .collect()
 }
