@@ -42,8 +42,9 @@
 //!    reason changes, rate-limited (`scheduler/waiting.rs`), so `kubectl describe pod`, the
 //!    cluster autoscaler and Karpenter see them.
 //!
-//! Forecast-only PodGroup writes are paced and Events emitted once per state
-//! (`scheduler/pace.rs`), so that no tenant's waiting work floods the API server.
+//! PodGroup writes that only report (forecast, a reason's figures) are paced and Events
+//! emitted once per state (`scheduler/pace.rs`), so that no tenant's waiting work floods the
+//! API server.
 //!
 //! **Cycles that would repeat.** A cycle that decided nothing, found every status and pod
 //! mark current and saw no bind intent would be repeated exactly by the next one, unless an

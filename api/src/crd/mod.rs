@@ -153,7 +153,13 @@ mod tests {
             let basis = &forecast["properties"]["basis"]["enum"];
             assert_eq!(
                 basis,
-                &serde_json::json!(["DeclaredRunTimes", "LearnedRunTimes", "OtherNamespacesRunTimes", "Unknown", "Never"]),
+                &serde_json::json!([
+                    "DeclaredRunTimes",
+                    "LearnedRunTimes",
+                    "OtherNamespacesRunTimes",
+                    "Unknown",
+                    "Never"
+                ]),
                 "{kind}"
             );
             for field in ["expectedStart", "earliestStart", "latestStart"] {

@@ -149,13 +149,16 @@ fn changed(before: Option<&PodGroupStatus>, after: Option<&PodGroupStatus>) -> S
                 out.extend(names.into_iter().map(|n| format!("forecast.{n}")));
             }
             "conditions" => {
-                let types = |v: Option<&Value>| -> Vec<Value> { v.and_then(Value::as_array).cloned().unwrap_or_default() };
+                let types =
+                    |v: Option<&Value>| -> Vec<Value> { v.and_then(Value::as_array).cloned().unwrap_or_default() };
                 let (cx, cy) = (types(x), types(y));
                 for c in &cy {
                     let t = c["type"].as_str().unwrap_or_default();
                     let old = cx.iter().find(|o| o["type"] == c["type"]);
                     if old.is_none_or(|o| o["message"] != c["message"] || o["status"] != c["status"]) {
-                        out.push(format!("condition {t}"));
+                        let was = old.and_then(|o| o["message"].as_str()).unwrap_or_default();
+                        let now = c["message"].as_str().unwrap_or_default();
+                        out.push(format!("condition {t} ({was:?} -> {now:?})"));
                     }
                 }
             }

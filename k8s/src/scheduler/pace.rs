@@ -1,14 +1,16 @@
 //! The writes that report rather than decide, paced so that no tenant can make the scheduler
 //! flood the API server for everyone else:
 //!
-//! - **Forecast-only status writes** (a waiting gang whose status changes in nothing but its
-//!   `forecast`) draw on a [`ForecastBudget`]: [`FORECAST_WRITES_PER_SECOND`] on average, at
+//! - **Report-only status writes** (a waiting gang whose status changes in nothing but its
+//!   `forecast` and the figures its `Unschedulable` message quotes) draw on a [`ForecastBudget`]: [`FORECAST_WRITES_PER_SECOND`] on average, at
 //!   most [`FORECAST_BURST`] at once, the gangs nearest the front first. The others keep the
 //!   forecast they show until a later cycle. Every other status change (a phase, a condition,
 //!   an admission) is written at once: those change only when the cluster does.
 //! - **Events** are emitted once per state ([`EventMemory`]): the same reason and message on the
 //!   same object is not emitted again while the first is still in the API (the API server's
-//!   default `--event-ttl`, an hour), even when the object left that state and came back.
+//!   default `--event-ttl`, an hour), even when the object left that state and came back. A
+//!   message that differs only in the figures it quotes (a queue's use, `49 > 48` then
+//!   `50 > 48`) is the same state.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
@@ -89,9 +91,11 @@ impl EventMemory {
     }
 }
 
+/// The state an Event tells: its reason and its message's words, without the figures.
 fn state_hash(reason: &str, message: &str) -> u64 {
     let mut h = DefaultHasher::new();
-    (reason, message).hash(&mut h);
+    reason.hash(&mut h);
+    message.chars().filter(|c| !c.is_ascii_digit()).for_each(|c| c.hash(&mut h));
     h.finish()
 }
 
@@ -122,6 +126,8 @@ mod tests {
         assert!(!memory.is_new("PodGroup", &key, "Unschedulable", "a", now), "back to a state already told");
         assert!(memory.is_new("Pod", &key, "Unschedulable", "a", now), "another object");
         assert!(memory.is_new("PodGroup", &key, "Unschedulable", "c", now), "a new state");
+        memory.emitted("PodGroup", &key, "Unschedulable", "limit (gpu 49 > 48)", now);
+        assert!(!memory.is_new("PodGroup", &key, "Unschedulable", "limit (gpu 50 > 48)", now), "only figures moved");
         let expired = now + EVENT_MEMORY;
         assert!(memory.is_new("PodGroup", &key, "Unschedulable", "a", expired), "the first Event is gone");
         memory.forget_expired(expired);

@@ -326,10 +326,20 @@ fn group_events(group: &PodGroup, want: &PodGroupStatus, memory: &EventMemory, n
     out
 }
 
-/// Whether `want` differs from the group's status in its forecast alone.
-fn forecast_only(group: &PodGroup, want: &PodGroupStatus) -> bool {
+/// Whether `want` differs from the group's status only in what reports rather than decides:
+/// its forecast, and the message of an `Unschedulable` condition whose status and reason stay
+/// (the figures a waiting gang's reason quotes, such as its queue's use, move with every start
+/// and end in the queue).
+fn report_only(group: &PodGroup, want: &PodGroupStatus) -> bool {
     let mut current = group.status.clone().unwrap_or_default();
     current.forecast.clone_from(&want.forecast);
+    let wanted = want.conditions.iter().find(|c| c.type_ == UNSCHEDULABLE);
+    if let (Some(c), Some(w)) = (current.conditions.iter_mut().find(|c| c.type_ == UNSCHEDULABLE), wanted) {
+        if (&c.status, &c.reason) == (&w.status, &w.reason) {
+            c.message.clone_from(&w.message);
+            c.last_transition_time = w.last_transition_time.clone();
+        }
+    }
     current == *want
 }
 
@@ -340,8 +350,8 @@ pub(super) struct GroupPace {
     events: EventMemory,
 }
 
-/// Writes every PodGroup status that changed, `writer.concurrency` at a time; forecast-only
-/// changes as `pace`'s budget allows, the gangs nearest the front first. Returns the number
+/// Writes every PodGroup status that changed, `writer.concurrency` at a time; changes that
+/// only report (`report_only`) as `pace`'s budget allows, the gangs nearest the front first. Returns the number
 /// that had changed, written or not (none: the statuses are current).
 pub(super) async fn write_groups(
     writer: &Writer<'_>,
@@ -357,7 +367,7 @@ pub(super) async fn write_groups(
     let (mut forecasts, mut writes): (Vec<_>, Vec<_>) =
         wanted_group_statuses(&g.pod_groups, snap, converted, outcome, writer.period)
             .into_iter()
-            .partition(|(group, want)| forecast_only(group, want));
+            .partition(|(group, want)| report_only(group, want));
     let wanted = writes.len() + forecasts.len();
     forecasts.sort_by_key(|(_, want)| want.forecast.as_ref().map_or(u32::MAX, |f| f.position));
     forecasts.truncate(pace.forecasts.take(forecasts.len(), now));

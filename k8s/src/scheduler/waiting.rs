@@ -60,7 +60,7 @@ pub const FAILED_SCHEDULING: &str = "FailedScheduling";
 /// Pods marked per cycle at most.
 pub const PODS_PER_CYCLE: usize = 256;
 /// How often a group's pods are rewritten when only the message changed.
-pub const MESSAGE_REFRESH: Duration = Duration::from_secs(30);
+pub const MESSAGE_REFRESH: Duration = Duration::from_secs(300);
 
 /// When each group's pods were last written, for the rate rule, and the Events emitted.
 #[derive(Debug, Default)]
