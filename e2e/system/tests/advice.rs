@@ -120,7 +120,11 @@ async fn advice_names_what_governs_the_number_and_what_a_gang_lacks() {
     // Larger than the cluster: never, as it is.
     gang(&cluster, "default", "huge", None, 2, 2, 8).await;
     let forecast =
-        eventually(30, "huge's forecast", || async { groups.get("huge").await.ok()?.status?.forecast }).await;
+        // Its pods arrive one by one: until both exist it is a gang short of pods.
+        eventually(30, "huge's forecast says never", || async {
+            groups.get("huge").await.ok()?.status?.forecast.filter(|f| f.basis == ForecastBasis::Never)
+        })
+        .await;
     assert_eq!((forecast.basis, forecast.expected_start.clone()), (ForecastBasis::Never, None), "{forecast:?}");
     let explain = std::process::Command::new(drover_e2e::binary("drover").expect("drover is built"))
         .args(["explain", "pg", "default/huge"])
