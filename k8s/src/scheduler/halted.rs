@@ -26,7 +26,7 @@ use super::api;
 use super::cache::{Cache, Overlay};
 use super::pace::EventMemory;
 use super::waiting::{FAILED_SCHEDULING, POD_SCHEDULED};
-use crate::convert::PodRef;
+use crate::convert::{ObjectLists, PodRef};
 
 /// The reason of a pod's `PodScheduled=False` while the scheduler schedules nothing.
 pub const SCHEDULING_HALTED: &str = "SchedulingHalted";
@@ -78,10 +78,10 @@ impl Halted {
     ) {
         self.halted = true;
         let message = format!("{scheduler} schedules nothing: {why}");
-        let what = Mark { reason: SCHEDULING_HALTED, message: &message, every_pod: true };
-        self.mark(client, scheduler, cache, overlay, what).await;
-        let queues: Api<Queue> = Api::all(client.clone());
         let g = cache.gather(overlay);
+        let what = Mark { reason: SCHEDULING_HALTED, message: &message, every_pod: true };
+        self.mark(client, scheduler, &g, overlay, what).await;
+        let queues: Api<Queue> = Api::all(client.clone());
         for queue in &g.queues {
             let Some(name) = queue.metadata.name.as_deref() else { continue };
             if queue.status.as_ref().and_then(|s| s.halted.as_deref()) == Some(why) {
@@ -101,16 +101,16 @@ impl Halted {
             return;
         }
         let message = format!("{scheduler} schedules again; this pod's group has not been placed yet");
+        let g = cache.gather(overlay);
         let what = Mark { reason: SCHEDULING_RESUMED, message: &message, every_pod: false };
-        self.mark(client, scheduler, cache, overlay, what).await;
+        self.mark(client, scheduler, &g, overlay, what).await;
     }
 
     /// Writes `what` on pending pods (see [`Mark`]).
-    async fn mark(&mut self, client: &Client, scheduler: &str, cache: &Cache, overlay: &mut Overlay, what: Mark<'_>) {
+    async fn mark(&mut self, client: &Client, scheduler: &str, g: &ObjectLists, overlay: &mut Overlay, what: Mark<'_>) {
         let Mark { reason, message, every_pod: all } = what;
         let now = Instant::now();
         self.events.forget_expired(now);
-        let g = cache.gather(overlay);
         let stamp = Time(jiff::Timestamp::now());
         let work: Vec<(PodRef, PodCondition, bool)> = g
             .pods
