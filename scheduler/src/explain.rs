@@ -166,6 +166,14 @@ fn advice(snap: &Snapshot, by: Option<Blocker>, need: &Res, forbidden: Option<&F
         Rule::LargerThanAnyNode => {
             format!("ask at most {} {r} per pod (the largest node's) or add a node with {amount}", snap.amount(e.resource, e.bound))
         }
+        Rule::LargerThanAnyAllowedNode => format!(
+            "ask at most {} {r} per pod (the largest allowed node's), or let its pods use more nodes (node selector, affinity, tolerations; a Project's node pool)",
+            snap.amount(e.resource, e.bound)
+        ),
+        Rule::BeyondAllowedNodes => format!(
+            "shrink the gang to {} {r}, or let its pods use more nodes (node selector, affinity, tolerations; a Project's node pool)",
+            snap.amount(e.resource, e.bound)
+        ),
         Rule::LargerThanAnyDomain => format!(
             "fit the pods that must share one domain into {} {r} (the largest domain's), or require a coarser level",
             snap.amount(e.resource, e.bound)

@@ -38,6 +38,12 @@ pub enum Rule {
     ClusterCapacity,
     /// Admission: a gang pod asks more of a resource than the largest node has.
     LargerThanAnyNode,
+    /// Admission: a gang pod asks more of a resource than the largest node its node selector,
+    /// affinity and tolerations allow has.
+    LargerThanAnyAllowedNode,
+    /// Admission: the gang's pods that may use only some nodes (by their node selector,
+    /// affinity and tolerations) ask more of a resource than those nodes have in all.
+    BeyondAllowedNodes,
     /// Admission: pods that must share one domain of a topology level ask more of a resource
     /// than the largest domain there has.
     LargerThanAnyDomain,
@@ -107,13 +113,19 @@ impl Rule {
     }
 
     /// Whether this refusal holds for as long as the gang is as it is: it asks more than any
-    /// place it may use has (the cluster, its largest node or domain) or fewer GPUs than its
+    /// place it may use has (the cluster, its largest node or domain, the nodes its selectors
+    /// allow) or fewer GPUs than its
     /// own NVLink minimum. No end of running work, eviction or wait lifts it, so it can never
     /// start as it is.
     pub fn holds_forever(self) -> bool {
         matches!(
             self,
-            Rule::ClusterCapacity | Rule::LargerThanAnyNode | Rule::LargerThanAnyDomain | Rule::NvlinkBelowMinimum
+            Rule::ClusterCapacity
+                | Rule::LargerThanAnyNode
+                | Rule::LargerThanAnyAllowedNode
+                | Rule::BeyondAllowedNodes
+                | Rule::LargerThanAnyDomain
+                | Rule::NvlinkBelowMinimum
         )
     }
 }
@@ -243,6 +255,23 @@ impl fmt::Display for Why<'_> {
                 }
                 None => write!(f, "can never fit on any node"),
             },
+            Rule::LargerThanAnyAllowedNode | Rule::BeyondAllowedNodes => {
+                let Some(e) = self.excess else { return write!(f, "can never fit on the nodes its pods may use") };
+                let (snap, r) = (self.snap, e.resource);
+                let (has, asked) = (snap.amount(r, e.bound), snap.amount(r, e.amount));
+                let res = &snap.resources[r];
+                return if self.rule == Rule::LargerThanAnyAllowedNode {
+                    write!(
+                        f,
+                        "can never fit: the largest node its node selector, affinity and tolerations allow has {has} {res}, a pod asks {asked}"
+                    )
+                } else {
+                    write!(
+                        f,
+                        "can never fit: the nodes its pods' node selector, affinity and tolerations allow have {has} {res} in all, the gang's pods need {asked}"
+                    )
+                };
+            }
             Rule::LargerThanAnyDomain => {
                 let snap = self.snap;
                 let level = self.level.map_or("domain", |(t, l)| snap.topologies[t].levels[l].as_str());

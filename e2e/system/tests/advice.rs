@@ -2,7 +2,8 @@
 //! is told to change is named where it is set (a Project's node pool `gpuLimit`, not the queue
 //! made from it), an edit of such a queue is put back with a Warning Event naming the Project,
 //! a gang short of pods is told how many more it needs (and its pods do not ask autoscalers
-//! for nodes), and a gang larger than the cluster is told it never starts as it is.
+//! for nodes), and a gang larger than the cluster, or than the nodes its node selector allows,
+//! is told it never starts as it is.
 
 use drover_api::crd::department::Department;
 use drover_api::crd::forecast::ForecastBasis;
@@ -10,7 +11,7 @@ use drover_api::crd::podgroup::PodGroup;
 use drover_api::crd::project::Project;
 use drover_api::crd::queue::Queue;
 use drover_e2e::{create, eventually, Cluster};
-use k8s_openapi::api::core::v1::{Event, Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{Event, Namespace, Node, Pod, ServiceAccount};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{json, Value};
 
@@ -22,25 +23,44 @@ fn group(name: &str, queue: Option<&str>, min: u32) -> Value {
     json!({"apiVersion": "scheduling.drover.dev/v1alpha1", "kind": "PodGroup", "metadata": {"name": name}, "spec": spec})
 }
 
-fn pod(name: &str, group: &str, gpus: u32) -> Value {
-    json!({"apiVersion": "v1", "kind": "Pod",
+fn pod(name: &str, group: &str, gpus: u32, pool: Option<&str>) -> Value {
+    let mut pod = json!({"apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "annotations": {"scheduling.drover.dev/pod-group": group}},
         "spec": {"schedulerName": "drover", "containers": [{"name": "main", "image": "trainer",
-            "resources": {"requests": {"nvidia.com/gpu": gpus.to_string()}, "limits": {"nvidia.com/gpu": gpus.to_string()}}}]}})
+            "resources": {"requests": {"nvidia.com/gpu": gpus.to_string()}, "limits": {"nvidia.com/gpu": gpus.to_string()}}}]}});
+    if let Some(pool) = pool {
+        pod["spec"]["nodeSelector"] = json!({POOL: pool});
+    }
+    pod
 }
+
+/// The node label a pod's `nodeSelector` names its node pool by.
+const POOL: &str = drover_api::NODE_POOL_LABEL;
 
 /// A gang of `pods` pods of `gpus` GPUs with minimum `min`, in `ns`.
 async fn gang(cluster: &Cluster, ns: &str, name: &str, queue: Option<&str>, min: u32, pods: u32, gpus: u32) {
+    pinned_gang(cluster, ns, name, queue, (min, pods, gpus), None).await;
+}
+
+/// [`gang`], its pods selecting node pool `pool`.
+async fn pinned_gang(
+    cluster: &Cluster,
+    ns: &str,
+    name: &str,
+    queue: Option<&str>,
+    (min, pods, gpus): (u32, u32, u32),
+    pool: Option<&str>,
+) {
     create(&Api::<PodGroup>::namespaced(cluster.client.clone(), ns), group(name, queue, min)).await;
     let api: Api<Pod> = Api::namespaced(cluster.client.clone(), ns);
     for i in 0..pods {
-        create(&api, pod(&format!("{name}-{i}"), name, gpus)).await;
+        create(&api, pod(&format!("{name}-{i}"), name, gpus, pool)).await;
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn advice_names_what_governs_the_number_and_what_a_gang_lacks() {
-    let Some(cluster) = Cluster::start(1).await else { return };
+    let Some(cluster) = Cluster::start(2).await else { return };
     let logs = cluster.logs().display().to_string();
     let client = cluster.client.clone();
     let _: Department = create(
@@ -117,8 +137,8 @@ async fn advice_names_what_governs_the_number_and_what_a_gang_lacks() {
     .await;
     assert_eq!(marked, "WaitingForPods", "more nodes would not help a gang short of pods");
 
-    // Larger than the cluster: never, as it is.
-    gang(&cluster, "default", "huge", None, 2, 2, 8).await;
+    // Larger than the cluster (two nodes of 8 GPUs): never, as it is.
+    gang(&cluster, "default", "huge", None, 3, 3, 8).await;
     let forecast =
         // Its pods arrive one by one: until both exist it is a gang short of pods.
         eventually(30, "huge's forecast says never", || async {
@@ -136,5 +156,22 @@ async fn advice_names_what_governs_the_number_and_what_a_gang_lacks() {
         text.contains("never, as it is"),
         "drover explain pg default/huge:\n{text}\n{}",
         String::from_utf8_lossy(&explain.stderr)
+    );
+
+    // Larger than the one node its pool has (the other node is idle): never, as it is, and the
+    // reason names the nodes its selector allows.
+    let nodes: Api<Node> = Api::all(client.clone());
+    let label = json!({"metadata": {"labels": {POOL: "small"}}});
+    nodes.patch("node-1", &PatchParams::default(), &Patch::Merge(&label)).await.expect("node-1 labelled");
+    pinned_gang(&cluster, "default", "pinned", None, (2, 2, 8), Some("small")).await;
+    let pinned = eventually(30, "pinned's forecast says never", || async {
+        let status = groups.get("pinned").await.ok()?.status?;
+        status.forecast.as_ref().filter(|f| f.basis == ForecastBasis::Never)?;
+        status.conditions.into_iter().find(|c| c.type_ == "Unschedulable" && c.status == "True").map(|c| c.message)
+    })
+    .await;
+    assert!(
+        pinned.contains("the nodes its pods' node selector, affinity and tolerations allow have 8 nvidia.com/gpu in all, the gang's pods need 16"),
+        "{pinned}"
     );
 }

@@ -27,7 +27,7 @@ pub fn build(config: &SchedulerConfig) -> Vec<Box<dyn Plugin>> {
             PluginConfig::Gang => Box::new(gang::Gang),
             PluginConfig::Fairshare(args) => Box::new(fairshare::FairShare::new(*args, drf_queue_order)),
             PluginConfig::Drf(args) => Box::new(drf::Drf::new(*args)),
-            PluginConfig::Predicates => Box::new(predicates::Predicates),
+            PluginConfig::Predicates => Box::new(predicates::Predicates::default()),
             PluginConfig::Nodeorder(args) => Box::new(nodeorder::NodeOrder::new(args.clone())),
             PluginConfig::Regrow => Box::new(regrow::Regrow),
             PluginConfig::Runninglimits => Box::new(runninglimits::RunningLimits::default()),

@@ -4,7 +4,13 @@
 //! rule. A gang with a pod larger than every schedulable node, or with pods that must share
 //! one domain of a topology level asking more than the largest domain there has, is not
 //! admitted: no eviction, finishing job or wait would ever seat it, and admitting it would
-//! hold its queue's reservation for nothing.
+//! hold its queue's reservation for nothing. The same holds for pods whose node selector,
+//! affinity and tolerations allow only some nodes (a Project's node pool, say): a pod larger
+//! than every node it may use, or the gang's pods that may use only those nodes asking more
+//! than they have in all, are never seated (see [`Reach`]).
+
+use std::collections::HashMap;
+use std::sync::Arc;
 
 use drover_api::tolerates_all;
 use drover_api::topology::{nvlink_gpus, NVLINK_PAIRS_LABEL};
@@ -13,10 +19,93 @@ use crate::ids::TiSlice;
 use crate::plugin::{Hook, Plugin, Rule, Subject, Verdict, Why};
 use crate::res::Res;
 use crate::session::Session;
-use crate::snapshot::{JobId, Level, NodeId, QueueId, Snapshot};
+use crate::snapshot::{Constraints, JobId, Level, Node, NodeId, QueueId, Snapshot};
+
+/// At most this many distinct task constraints get their [`Reach`] worked out in a cycle: each
+/// costs a pass over the nodes, and a tenant must not make every cycle pay one per job it
+/// writes. Constraints beyond it are judged against the whole cluster only.
+const REACH_SETS_MAX: usize = 64;
 
 /// The predicates plugin.
-pub struct Predicates;
+#[derive(Default)]
+pub struct Predicates {
+    /// Per task constraints (by address: equal constraints share one) that allow only some
+    /// nodes, what those nodes have; worked out when the session opens.
+    reach: HashMap<usize, Reach>,
+}
+
+/// What the nodes a task's constraints allow have, cordoned ones included (a cordon is
+/// lifted): in all, and the most any one of them has of each resource. Only constraints that
+/// allow at least one node but not every node have one; a selector no node matches yet waits
+/// for nodes (an autoscaler may add them), as before.
+struct Reach {
+    total: Res,
+    largest: Res,
+}
+
+impl Reach {
+    /// The reach of `constraints`, or `None` when they allow every node or none.
+    fn of(snap: &Snapshot, constraints: &Constraints) -> Option<Reach> {
+        let n = snap.resources.len();
+        let (mut total, mut largest, mut allowed) = (Res::zero(n), Res::zero(n), 0);
+        for node in snap.nodes.iter().filter(|node| allows(constraints, node).is_ok()) {
+            total.add(&node.allocatable);
+            largest.max_with(&node.allocatable);
+            allowed += 1;
+        }
+        (allowed > 0 && allowed < snap.nodes.len()).then_some(Reach { total, largest })
+    }
+}
+
+/// Whether a node's labels and taints let a pod with `c` on it, cordon aside: the part of the
+/// filter that only the pod's spec or the node's labels can change.
+fn allows(c: &Constraints, n: &Node) -> Result<(), String> {
+    if let Err(key) = tolerates_all(&c.tolerations, &n.taints) {
+        return Err(format!("node(s) had untolerated taint {{{key}}}"));
+    }
+    let selector_ok = c.node_selector.iter().all(|(k, v)| n.labels.get(k) == Some(v));
+    if !selector_ok || !c.affinity.iter().all(|r| r.matches(&n.labels)) {
+        return Err("node(s) didn't match Pod's node affinity/selector".into());
+    }
+    Ok(())
+}
+
+/// The address that identifies a task's constraints within a snapshot.
+fn constraints_key(c: &Arc<Constraints>) -> usize {
+    Arc::as_ptr(c) as usize
+}
+
+impl Predicates {
+    /// The gang's pods judged against the nodes their constraints allow: each pod within the
+    /// largest of them, and the pods sharing constraints within what those nodes have in all.
+    fn within_reach<'s>(&self, ssn: &Session<'s>, job: JobId) -> Verdict<'s> {
+        let snap = ssn.snap;
+        // In the order the gang's pods first name each constraints: addresses differ between
+        // runs, and the first refusal must not.
+        let mut asked: Vec<(&Reach, Res)> = Vec::new();
+        for p in ssn.gang_pods(job) {
+            let key = constraints_key(&snap.jobs[job].tasks[snap.pods[p].task].constraints);
+            let Some(reach) = self.reach.get(&key) else { continue };
+            let req = ssn.requests(p);
+            if let Some(r) = req.first_exceeding(&reach.largest) {
+                let e = (r, req[r], reach.largest[r]);
+                return Err(Why::exceeding(snap, Rule::LargerThanAnyAllowedNode, Subject::Job(job), e));
+            }
+            match asked.iter_mut().find(|(seen, _)| std::ptr::eq(*seen, reach)) {
+                Some((_, sum)) => sum.add(req),
+                None => asked.push((reach, req.clone())),
+            }
+        }
+        for (reach, sum) in asked {
+            let total = &reach.total;
+            if let Some(r) = sum.first_exceeding(total) {
+                let e = (r, sum[r], total[r]);
+                return Err(Why::exceeding(snap, Rule::BeyondAllowedNodes, Subject::Job(job), e));
+            }
+        }
+        Ok(())
+    }
+}
 
 impl Plugin for Predicates {
     fn name(&self) -> &'static str {
@@ -25,6 +114,30 @@ impl Plugin for Predicates {
 
     fn hooks(&self) -> Vec<Hook> {
         vec![Hook::Enqueueable, Hook::NodeFilter]
+    }
+
+    fn on_open(&mut self, ssn: &mut Session) {
+        let snap = ssn.snap;
+        self.reach.clear();
+        let tainted = snap.nodes.iter().any(|n| !n.taints.is_empty());
+        let mut judged = 0;
+        for (j, job) in snap.jobs.iter_enumerated() {
+            if ssn.pending_pods(j).next().is_none() {
+                continue;
+            }
+            for task in &job.tasks {
+                let c = &task.constraints;
+                let open = c.node_selector.is_empty() && c.affinity.is_empty() && !tainted;
+                let key = constraints_key(c);
+                if open || judged == REACH_SETS_MAX || self.reach.contains_key(&key) {
+                    continue;
+                }
+                judged += 1;
+                if let Some(reach) = Reach::of(snap, c) {
+                    self.reach.insert(key, reach);
+                }
+            }
+        }
     }
 
     fn enqueueable<'s>(&self, ssn: &Session<'s>, job: JobId, _: Option<&TiSlice<QueueId, Res>>) -> Verdict<'s> {
@@ -44,6 +157,7 @@ impl Plugin for Predicates {
                 return Err(Why::exceeding(snap, Rule::LargerThanAnyNode, Subject::Cluster, e));
             }
         }
+        self.within_reach(ssn, job)?;
         for (t, level, need) in must_share(ssn, job) {
             let largest = &snap.topologies[t].largest[level];
             if let Some(r) = need.first_exceeding(largest) {
@@ -60,13 +174,7 @@ impl Plugin for Predicates {
         if n.unschedulable {
             return Err("node(s) were unschedulable".into());
         }
-        if let Err(key) = tolerates_all(&c.tolerations, &n.taints) {
-            return Err(format!("node(s) had untolerated taint {{{key}}}"));
-        }
-        let selector_ok = c.node_selector.iter().all(|(k, v)| n.labels.get(k) == Some(v));
-        if !selector_ok || !c.affinity.iter().all(|r| r.matches(&n.labels)) {
-            return Err("node(s) didn't match Pod's node affinity/selector".into());
-        }
+        allows(c, n)?;
         if c.min_nvlink_gpus.is_some() {
             let task = &snap.jobs[job].tasks[task];
             let gpus = snap.gpu.map_or(0, |g| task.requests[g]);
