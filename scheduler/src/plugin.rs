@@ -114,9 +114,8 @@ impl Rule {
 
     /// Whether this refusal holds for as long as the gang is as it is: it asks more than any
     /// place it may use has (the cluster, its largest node or domain, the nodes its selectors
-    /// allow) or fewer GPUs than its
-    /// own NVLink minimum. No end of running work, eviction or wait lifts it, so it can never
-    /// start as it is.
+    /// allow) or fewer GPUs than its own NVLink minimum. No end of running work, eviction or
+    /// wait lifts it, so it can never start as it is.
     pub fn holds_forever(self) -> bool {
         matches!(
             self,

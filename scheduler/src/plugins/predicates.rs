@@ -29,15 +29,15 @@ const REACH_SETS_MAX: usize = 64;
 /// The predicates plugin.
 #[derive(Default)]
 pub struct Predicates {
-    /// Per task constraints (by address: equal constraints share one) that allow only some
-    /// nodes, what those nodes have; worked out when the session opens.
-    reach: HashMap<usize, Reach>,
+    /// Per task constraints (by address: equal constraints share one) judged when the session
+    /// opens, what the nodes they allow have, if they allow only some nodes.
+    reach: HashMap<usize, Option<Reach>>,
 }
 
-/// What the nodes a task's constraints allow have, cordoned ones included (a cordon is
-/// lifted): in all, and the most any one of them has of each resource. Only constraints that
-/// allow at least one node but not every node have one; a selector no node matches yet waits
-/// for nodes (an autoscaler may add them), as before.
+/// What the schedulable nodes a task's constraints allow have (cordoned ones do not count, as
+/// for the largest node): in all, and the most any one of them has of each resource. Only
+/// constraints that allow at least one such node but not every node have one; a selector no
+/// schedulable node matches yet waits for nodes (an autoscaler may add them), as before.
 struct Reach {
     total: Res,
     largest: Res,
@@ -48,7 +48,7 @@ impl Reach {
     fn of(snap: &Snapshot, constraints: &Constraints) -> Option<Reach> {
         let n = snap.resources.len();
         let (mut total, mut largest, mut allowed) = (Res::zero(n), Res::zero(n), 0);
-        for node in snap.nodes.iter().filter(|node| allows(constraints, node).is_ok()) {
+        for node in snap.nodes.iter().filter(|node| !node.unschedulable && allows(constraints, node).is_ok()) {
             total.add(&node.allocatable);
             largest.max_with(&node.allocatable);
             allowed += 1;
@@ -85,7 +85,7 @@ impl Predicates {
         let mut asked: Vec<(&Reach, Res)> = Vec::new();
         for p in ssn.gang_pods(job) {
             let key = constraints_key(&snap.jobs[job].tasks[snap.pods[p].task].constraints);
-            let Some(reach) = self.reach.get(&key) else { continue };
+            let Some(Some(reach)) = self.reach.get(&key) else { continue };
             let req = ssn.requests(p);
             if let Some(r) = req.first_exceeding(&reach.largest) {
                 let e = (r, req[r], reach.largest[r]);
@@ -120,7 +120,6 @@ impl Plugin for Predicates {
         let snap = ssn.snap;
         self.reach.clear();
         let tainted = snap.nodes.iter().any(|n| !n.taints.is_empty());
-        let mut judged = 0;
         for (j, job) in snap.jobs.iter_enumerated() {
             if ssn.pending_pods(j).next().is_none() {
                 continue;
@@ -129,13 +128,10 @@ impl Plugin for Predicates {
                 let c = &task.constraints;
                 let open = c.node_selector.is_empty() && c.affinity.is_empty() && !tainted;
                 let key = constraints_key(c);
-                if open || judged == REACH_SETS_MAX || self.reach.contains_key(&key) {
+                if open || self.reach.len() == REACH_SETS_MAX || self.reach.contains_key(&key) {
                     continue;
                 }
-                judged += 1;
-                if let Some(reach) = Reach::of(snap, c) {
-                    self.reach.insert(key, reach);
-                }
+                self.reach.insert(key, Reach::of(snap, c));
             }
         }
     }
