@@ -20,7 +20,8 @@ use crate::plugin::{ShareBound, Victim};
 use crate::session::{EvictReason, Statement};
 use crate::snapshot::{JobId, NodeId, PodId};
 
-use super::{evicting_jobs, fits_without_eviction, try_place_all, usable_nodes, victim_units, Ctx};
+use super::victim_solver::usable_nodes;
+use super::{evicting_jobs, fits_without_eviction, try_place_all, victim_units, Ctx};
 use crate::placement::topology::required_domains;
 
 /// Gangs consolidation tries to seat per cycle.

@@ -6,7 +6,8 @@
 //! the rule's own (the same hooks preempt and reclaim ask), so the answer cannot disagree
 //! with what the scheduler does.
 
-use super::{evict_for, jobs_by_queue, starving, victim_units, Ctx, VictimPool};
+use super::victim_solver::evict_for;
+use super::{jobs_by_queue, starving, victim_units, Ctx, VictimPool};
 use crate::config::ActionName;
 use crate::ids::{ti_vec, TiVec};
 use crate::placement::topology::required_domains;
