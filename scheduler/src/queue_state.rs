@@ -62,11 +62,18 @@ pub(crate) fn outcomes(ssn: &Session) -> TiVec<QueueId, QueueOutcome> {
         .collect()
 }
 
+/// The first resource in which a queue's allocation `alloc` is over its fair share `fair`, if
+/// any: the one meaning of "over fair share", for the queue's state and for the fair-share
+/// plugin's rules. The pod count is node capacity, not a share, and never counts.
+pub fn over_fair_share(snap: &Snapshot, alloc: &Res, fair: &Res) -> Option<usize> {
+    (0..alloc.len()).find(|&r| r != snap.pods_resource && alloc[r] > fair[r])
+}
+
 /// A queue's state and the resource that decided it: the first resource over its fair
 /// share, else the first quota resource ([`Snapshot::quota_resources`]) over its deserved
 /// quota (`None` while in quota). The pod count never decides.
 fn classify(snap: &Snapshot, queue: &Queue, alloc: &Res, fair: &Res) -> (QueueState, Option<usize>) {
-    if let Some(r) = (0..alloc.len()).find(|&r| r != snap.pods_resource && alloc[r] > fair[r]) {
+    if let Some(r) = over_fair_share(snap, alloc, fair) {
         (QueueState::OverFairShare, Some(r))
     } else if let Some(r) = (0..alloc.len()).find(|&r| snap.quota_resources[r] && alloc[r] > queue.deserved[r]) {
         (QueueState::OverQuota, Some(r))
