@@ -7,6 +7,7 @@ use drover_api::{BUILTIN_PRIORITY_CLASSES, NON_PREEMPTIBLE_THRESHOLD};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 
 use super::{Problem, PREEMPTIBLE_ANNOTATION};
+use drover_api::crd::podgroup::PodGroup;
 
 /// A resolved priority.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,5 +73,36 @@ impl Classes {
     /// A value without a class object (a pod's admitted `spec.priority`).
     pub fn bare(class: &str, value: i32) -> Resolved {
         Resolved { class: class.to_string(), value, preemptible: value < NON_PREEMPTIBLE_THRESHOLD }
+    }
+}
+
+/// A group's priority from its spec's class, else its pods' (see "Priority" in docs/conversion.md);
+/// an error names the class that does not exist.
+pub(super) fn resolve_priority(
+    group: &PodGroup,
+    members: &[super::job::Member],
+    classes: &Classes,
+) -> Result<Resolved, String> {
+    if let Some(class) = group.spec.priority_class_name.as_deref().filter(|c| !c.is_empty()) {
+        return classes
+            .resolve(class)
+            .ok_or_else(|| format!("priority class {class:?} does not exist; the group is not scheduled"));
+    }
+    let from_pod = members.iter().find_map(|m| {
+        let spec = m.info.pod.spec.as_ref()?;
+        let class = spec.priority_class_name.as_deref().filter(|c| !c.is_empty());
+        (class.is_some() || spec.priority.is_some_and(|p| p != 0)).then_some((m, class, spec.priority))
+    });
+    match from_pod {
+        None => Ok(classes.default_class()),
+        Some((m, Some(class), value)) => match (classes.resolve(class), value) {
+            (Some(resolved), _) => Ok(resolved),
+            (None, Some(value)) => Ok(Classes::bare(class, value)),
+            (None, None) => Err(format!(
+                "pod {} names priority class {class:?}, which does not exist; the group is not scheduled",
+                m.info.name
+            )),
+        },
+        Some((_, None, value)) => Ok(Classes::bare("", value.unwrap_or(0))),
     }
 }

@@ -17,7 +17,8 @@ use drover_api::topology::{
 use drover_scheduler::snapshot::{LevelInput, SlicesInput, TopologyInput, TopologyRequestInput};
 use k8s_openapi::api::core::v1::Pod;
 
-use super::{task_of, unique, PodInfo, Problem};
+use super::facts::task_of;
+use super::{unique, PodInfo, Problem};
 
 /// Why a group's request cannot be taken: a CamelCase reason and a message.
 pub(super) type Refusal = (&'static str, String);
