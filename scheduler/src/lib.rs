@@ -27,4 +27,5 @@ pub mod share_division;
 pub mod snapshot;
 #[cfg(test)]
 mod test_cluster;
+pub mod topology_placement;
 pub mod usage;

@@ -4,7 +4,6 @@
 //! kube-scheduler's style counts why each node was rejected.
 
 mod slot_sums;
-pub mod topology;
 
 use foldhash::HashMap;
 use std::rc::Rc;
@@ -50,6 +49,11 @@ impl Feasibility {
     pub fn ok(&self, node: NodeId) -> bool {
         self.excluded[node].is_none()
     }
+
+    /// Why a node fails a filter (`None`: it passes every one).
+    pub fn why_excluded(&self, node: NodeId) -> Option<&str> {
+        self.excluded[node].map(|i| self.reasons[i].as_str())
+    }
 }
 
 /// Below this many feasible nodes, a linear scan beats walking the index.
@@ -66,13 +70,13 @@ pub struct Placer {
     /// (nothing idle changes without a new version, and pods that fail alike fail in a row).
     missed: HashMap<(usize, Res), u64>,
     /// Per job: the groups its pods are placed by, when a topology applies.
-    groups: HashMap<JobId, Option<Rc<topology::Group>>>,
+    groups: HashMap<JobId, Option<Rc<crate::topology_placement::Group>>>,
     /// Per task constraints, topology, level and place: the nodes excluded there, for
     /// explanations.
-    excluded: HashMap<(usize, usize, Level, topology::Place), String>,
+    excluded: HashMap<(usize, usize, Level, crate::topology_placement::Place), String>,
     /// Per group shape: the session version at which no domain held it, and its explanation
     /// once made (groups that fail alike fail in a row).
-    topology_misses: HashMap<topology::ShapeKey, (u64, Option<String>)>,
+    pub(crate) topology_misses: HashMap<crate::topology_placement::ShapeKey, (u64, Option<String>)>,
     /// Per topology and task constraints, per request: the idle slots of each domain.
     slot_sums: HashMap<(usize, usize), Vec<ShapeSums>>,
     /// How many shapes have their sums made this cycle.
@@ -97,7 +101,7 @@ impl Placer {
     /// counting has walked as many nodes as the cluster has (so a shape asked about a few
     /// times costs what counting costs), for at most [`MAX_SLOT_SUMS`] shapes a cycle (so
     /// requests of every size cost memory in proportion).
-    fn slot_sums(
+    pub(crate) fn slot_sums(
         &mut self,
         ssn: &Session,
         t: usize,
@@ -129,24 +133,29 @@ impl Placer {
     }
 
     /// The groups a job's pods are placed by, when a topology applies to it.
-    pub fn groups(&mut self, snap: &Snapshot, fw: &Framework, job: JobId) -> Option<Rc<topology::Group>> {
-        self.groups.entry(job).or_insert_with(|| topology::groups(snap, fw, job).map(Rc::new)).clone()
+    pub fn groups(
+        &mut self,
+        snap: &Snapshot,
+        fw: &Framework,
+        job: JobId,
+    ) -> Option<Rc<crate::topology_placement::Group>> {
+        self.groups.entry(job).or_insert_with(|| crate::topology_placement::groups(snap, fw, job).map(Rc::new)).clone()
     }
 
     /// The nodes of `within` excluded for a task, and those lacking `level`'s label
     /// (static for the cycle, so computed once).
-    fn excluded(
+    pub(crate) fn excluded(
         &mut self,
         snap: &Snapshot,
         feasibility: &Rc<Feasibility>,
         t: usize,
         level: Level,
-        within: topology::Place,
+        within: crate::topology_placement::Place,
     ) -> String {
         let key = (Rc::as_ptr(feasibility) as usize, t, level, within);
         self.excluded
             .entry(key)
-            .or_insert_with(|| topology::excluded_nodes(snap, feasibility, t, level, within))
+            .or_insert_with(|| crate::topology_placement::excluded_nodes(snap, feasibility, t, level, within))
             .clone()
     }
 

@@ -12,12 +12,12 @@ use std::rc::Rc;
 
 use crate::framework::Framework;
 use crate::ids::{ti_vec, JobId, NodeId, PodId, TiSlice, TiVec};
-use crate::placement::topology::required_domains;
 use crate::placement::{Feasibility, Holds, Placer};
 use crate::plugin::{Reservation, ShareBound};
 use crate::res::Res;
 use crate::session::{PodState, Session};
 use crate::snapshot::RunTime;
+use crate::topology_placement::required_domains;
 
 /// Plans a cycle may try per gang it may reserve for (plans fail for gangs whose start cannot
 /// be known, e.g. behind pods without a declared run time).

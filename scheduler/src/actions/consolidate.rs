@@ -22,7 +22,7 @@ use crate::snapshot::{JobId, NodeId, PodId};
 
 use super::victim_solver::usable_nodes;
 use super::{evicting_jobs, fits_without_eviction, try_place_all, victim_units, Ctx};
-use crate::placement::topology::required_domains;
+use crate::topology_placement::required_domains;
 
 /// Gangs consolidation tries to seat per cycle.
 pub const MAX_GANGS: usize = 4;

@@ -10,10 +10,10 @@ use super::victim_solver::evict_for;
 use super::{jobs_by_queue, starving, victim_units, Ctx, VictimPool};
 use crate::config::ActionName;
 use crate::ids::{ti_vec, TiVec};
-use crate::placement::topology::required_domains;
 use crate::plugin::{EvictMode, ShareBound, Victim};
 use crate::res::Res;
 use crate::snapshot::{JobId, NodeId, PodId, QueueId};
+use crate::topology_placement::required_domains;
 
 /// At most this many waiting gangs are searched for per cycle, in serving order (those next
 /// to start); the others keep the general advice.

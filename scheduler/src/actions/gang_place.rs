@@ -2,11 +2,11 @@
 //! topology applies, with stand-ins for pods its minimum does not need, and why it failed.
 
 use super::Ctx;
-use crate::placement::topology::Placing;
 use crate::placement::Avail;
 use crate::res::Res;
 use crate::session::{Session, Statement};
 use crate::snapshot::{JobId, Level, PodId};
+use crate::topology_placement::Placing;
 
 /// Places every pod of `pods` (in task order) or none. On failure, returns why.
 ///
@@ -61,7 +61,7 @@ fn place_or_explain(ctx: &mut Ctx, pods: &[PodId], avail: Avail, explain: bool) 
     Ok(st)
 }
 
-/// Places the pods of one job by its topology groups (see [`crate::placement::topology`]),
+/// Places the pods of one job by its topology groups (see [`crate::topology_placement`]),
 /// when a topology applies to it; `None` when none does. A job that asks for no topology
 /// packs by the default topology only into idle capacity, and where that finds no room (and
 /// for evictions) it is placed, or told why not, as any job.

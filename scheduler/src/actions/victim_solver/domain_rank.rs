@@ -4,9 +4,9 @@
 use super::MAX_VICTIM_DOMAINS;
 use crate::actions::Ctx;
 use crate::node_index::Class;
-use crate::placement::topology::RequiredDomains;
 use crate::session::Session;
 use crate::snapshot::{NodeId, PodId};
+use crate::topology_placement::RequiredDomains;
 
 use super::VictimOrder;
 

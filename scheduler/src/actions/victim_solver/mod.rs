@@ -13,11 +13,11 @@ pub use shortfall::{shortfall, usable_nodes};
 pub use victims::{victim_units, VictimOrder, VictimPool};
 
 use super::{append_reason, try_place_all, Ctx};
-use crate::placement::topology::required_domains;
 use crate::placement::Avail;
 use crate::plugin::{EvictMode, Victim};
 use crate::session::{EvictReason, Session, Statement};
 use crate::snapshot::{JobId, NodeId, PodId};
+use crate::topology_placement::required_domains;
 use domain_cost::Estimates;
 use domain_rank::{key_need, key_resource, victim_domains};
 use domain_room::{cluster_could_hold, DomainRoom};
