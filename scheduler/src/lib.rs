@@ -29,3 +29,4 @@ pub mod snapshot;
 mod test_cluster;
 pub mod topology_placement;
 pub mod usage;
+pub mod why;

@@ -234,7 +234,7 @@ impl Placer {
             }
             Avail::Releasing(nodes) => {
                 let feas = self.feasibility(ssn, fw, pod);
-                let key_res = key_resource(ssn.snap, task.gpu);
+                let key_res = ssn.snap.key_resource(task.gpu);
                 best_of(
                     nodes.iter().copied().filter(|&n| feas.ok(n) && ssn.fits_future(n, &task.requests)),
                     |n| ssn.future_of(n, key_res),
@@ -262,7 +262,7 @@ impl Placer {
         let p = &ssn.snap.pods[pod];
         let task = &ssn.snap.jobs[p.job].tasks[p.task];
         let req = &task.requests;
-        let key_res = key_resource(ssn.snap, task.gpu);
+        let key_res = ssn.snap.key_resource(task.gpu);
         let held = |n: NodeId| hold.map(|h| &h[n]);
         if feas.nodes.len() <= LINEAR_SCAN_MAX || hold.is_some() {
             return best_of(
@@ -328,15 +328,6 @@ impl Placer {
         let text = format!("0/{} nodes are available: {}", ssn.snap.nodes.len(), list.join(", "));
         self.explained.insert(key, (ssn.version, text.clone()));
         text
-    }
-}
-
-/// The resource placement strategies rank nodes by: GPUs for GPU pods, else CPU.
-pub(crate) fn key_resource(snap: &Snapshot, gpu: bool) -> usize {
-    if gpu {
-        snap.gpu.unwrap_or(snap.cpu)
-    } else {
-        snap.cpu
     }
 }
 

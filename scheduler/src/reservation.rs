@@ -288,7 +288,7 @@ fn fit_after(
     for (i, &p) in pods.iter().enumerate() {
         let req = ssn.requests(p);
         let task = &snap.jobs[snap.pods[p].job].tasks[snap.pods[p].task];
-        let key = crate::placement::key_resource(snap, task.gpu);
+        let key = snap.key_resource(task.gpu);
         let s = feasible[i]
             .nodes
             .iter()

@@ -289,6 +289,16 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// The resource placement ranks nodes by and gangs are counted in: GPUs for GPU work (when
+    /// the cluster has any), else CPU.
+    pub fn key_resource(&self, gpu: bool) -> usize {
+        if gpu {
+            self.gpu.unwrap_or(self.cpu)
+        } else {
+            self.cpu
+        }
+    }
+
     /// The snapshot taken at `now` (seconds on the clock of the jobs' times); [`build`] leaves
     /// it at 0, which is right only for inputs without run times.
     pub fn at(mut self, now: i64) -> Snapshot {

@@ -185,10 +185,7 @@ fn home(ctx: &mut Ctx, pod: PodId, freed: &[NodeId]) -> Option<NodeId> {
     let feas = ctx.placer.feasibility(ctx.ssn, ctx.fw, pod);
     let ssn = &ctx.ssn;
     let req = ssn.requests(pod);
-    let key = crate::placement::key_resource(
-        ssn.snap,
-        ssn.snap.jobs[ssn.snap.pods[pod].job].tasks[ssn.snap.pods[pod].task].gpu,
-    );
+    let key = ssn.snap.key_resource(ssn.snap.jobs[ssn.snap.pods[pod].job].tasks[ssn.snap.pods[pod].task].gpu);
     feas.nodes
         .iter()
         .copied()

@@ -3,9 +3,12 @@
 //! eviction never leaves a gang running below its minimum: a victim is either one pod above
 //! the minimum (elastic) or every running pod of the job.
 
+use std::fmt;
+
 use crate::plugin::{EvictMode, Hook, Plugin, Rule, Subject, Verdict, Victim, Why};
 use crate::session::Session;
 use crate::snapshot::JobId;
+use crate::why::Ending;
 
 /// The gang plugin.
 pub struct Gang;
@@ -45,5 +48,25 @@ impl Plugin for Gang {
 
     fn victim_rank(&self, _ssn: &Session, _mode: EvictMode, v: &Victim) -> i64 {
         i64::from(!v.elastic)
+    }
+}
+
+/// The words for the gang rules (see [`crate::why::Words`]).
+pub(crate) fn words(why: &Why, s: &str, f: &mut fmt::Formatter<'_>) -> Option<Result<Ending, fmt::Error>> {
+    match why.rule {
+        Rule::BreaksGang => Some(Ending::figures(write!(f, "evicting it would leave job {s} below its gang minimum"))),
+        Rule::GangShortOfPods => {
+            let Some(e) = why.excess else {
+                return Some(Ending::said(write!(f, "job {s} has fewer pods than its gang minimum")));
+            };
+            let more = e.bound - e.amount;
+            let plural = if more == 1 { "" } else { "s" };
+            Some(Ending::said(write!(
+                f,
+                "job {s} has {} of the {} pods its gang minimum needs: {more} more pod{plural} must be created",
+                e.amount, e.bound
+            )))
+        }
+        _ => None,
     }
 }

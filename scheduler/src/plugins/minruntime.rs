@@ -6,9 +6,12 @@
 //! started, as the kubelet reports it: a tenant cannot make its job look younger without
 //! giving up every pod it runs.
 
+use std::fmt;
+
 use crate::plugin::{EvictMode, Hook, Plugin, Rule, Subject, Verdict, Victim, Why};
 use crate::session::Session;
 use crate::snapshot::JobId;
+use crate::why::Ending;
 
 /// The minimum run time plugin.
 pub struct MinRuntime;
@@ -37,4 +40,15 @@ impl Plugin for MinRuntime {
         }
         Ok(())
     }
+}
+
+/// The words for the minimum run time (see [`crate::why::Words`]).
+pub(crate) fn words(why: &Why, s: &str, f: &mut fmt::Formatter<'_>) -> Option<Result<Ending, fmt::Error>> {
+    if why.rule != Rule::MinRuntime {
+        return None;
+    }
+    Some(Ending::figures(match why.until {
+        Some(t) => write!(f, "job {s} is protected until {} by its queue's minimum run time", why.snap().time(t)),
+        None => write!(f, "job {s} has not run its queue's minimum run time"),
+    }))
 }

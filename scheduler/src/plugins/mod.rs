@@ -3,7 +3,10 @@
 //! one place that knows every plugin type.
 
 use crate::config::{PluginConfig, SchedulerConfig};
+use std::fmt;
+
 use crate::plugin::Plugin;
+use crate::why::{Ending, Why, Words};
 
 pub mod drf;
 pub mod fairshare;
@@ -37,4 +40,34 @@ pub fn build(config: &SchedulerConfig) -> Vec<Box<dyn Plugin>> {
         }
     };
     config.plugins.iter().map(plugin).collect()
+}
+
+/// Every plugin's words for its own rules, asked in turn: each answers for its rules only.
+const WORDS: [Words; 8] = [
+    fairshare::words,
+    gang::words,
+    minruntime::words,
+    predicates::words,
+    priority::words,
+    regrow::words,
+    reservation::words,
+    runninglimits::words,
+];
+
+impl fmt::Display for Why<'_> {
+    /// The reason text the scheduler reports: the words of the plugin that owns the rule, then
+    /// the deciding bound's figures where the words do not say them.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let subject = self.subject_name();
+        let ending = WORDS.iter().find_map(|words| words(self, &subject, f));
+        match ending {
+            Some(ending) => {
+                if ending? == Ending::Figures {
+                    self.write_figures(f)?;
+                }
+                Ok(())
+            }
+            None => write!(f, "{:?} ({subject})", self.rule),
+        }
+    }
 }

@@ -9,6 +9,9 @@
 //! than every node it may use, or the gang's pods that may use only those nodes asking more
 //! than they have in all, are never seated (see [`Reach`]).
 
+use std::fmt;
+
+use crate::why::Ending;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -215,4 +218,60 @@ fn must_share(ssn: &Session, job: JobId) -> Vec<(usize, Level, Res)> {
 /// The first resource a request does not fit in `idle`, if any.
 pub fn insufficient(req: &Res, idle: &Res) -> Option<usize> {
     req.first_exceeding(idle)
+}
+
+/// The words for the rules of what a gang's nodes can hold (see [`crate::why::Words`]).
+pub(crate) fn words(why: &Why, _s: &str, f: &mut fmt::Formatter<'_>) -> Option<Result<Ending, fmt::Error>> {
+    let snap = why.snap();
+    match why.rule {
+        Rule::LargerThanAnyNode => Some(match why.excess {
+            Some(e) => {
+                let r = e.resource;
+                let (largest, asked) = (snap.amount(r, e.bound), snap.amount(r, e.amount));
+                Ending::said(write!(
+                    f,
+                    "can never fit: largest node has {largest} {}, a pod asks {asked}",
+                    snap.resources[r]
+                ))
+            }
+            None => Ending::figures(write!(f, "can never fit on any node")),
+        }),
+        Rule::LargerThanAnyAllowedNode | Rule::BeyondAllowedNodes => {
+            let Some(e) = why.excess else {
+                return Some(Ending::said(write!(f, "can never fit on the nodes its pods may use")));
+            };
+            let r = e.resource;
+            let (has, asked) = (snap.amount(r, e.bound), snap.amount(r, e.amount));
+            let res = &snap.resources[r];
+            Some(Ending::said(if why.rule == Rule::LargerThanAnyAllowedNode {
+                write!(
+                    f,
+                    "can never fit: the largest node its node selector, affinity and tolerations allow has {has} {res}, a pod asks {asked}"
+                )
+            } else {
+                write!(
+                    f,
+                    "can never fit: the nodes its pods' node selector, affinity and tolerations allow have {has} {res} in all, the gang's pods need {asked}"
+                )
+            }))
+        }
+        Rule::LargerThanAnyDomain => {
+            let level = why.level.map_or("domain", |(t, l)| snap.topologies[t].levels[l].as_str());
+            let Some(e) = why.excess else { return Some(Ending::said(write!(f, "can never fit in one {level}"))) };
+            let r = e.resource;
+            let (largest, asked) = (snap.amount(r, e.bound), snap.amount(r, e.amount));
+            Some(Ending::said(write!(
+                f,
+                "can never fit: largest {level} has {largest} {}, the pods that must share one need {asked}",
+                snap.resources[r]
+            )))
+        }
+        Rule::NvlinkBelowMinimum => {
+            let Some(e) = why.excess else {
+                return Some(Ending::said(write!(f, "requests fewer GPUs than it requires with NVLink")));
+            };
+            Some(Ending::said(write!(f, "pod requests {} GPUs but requires {} with NVLink", e.amount, e.bound)))
+        }
+        _ => None,
+    }
 }

@@ -8,6 +8,9 @@
 //! new non-preemptible work only within deserved quota, and the admission record, which keeps
 //! a tenant from raising a running group's class.
 
+use std::fmt;
+
+use crate::why::Ending;
 use std::cmp::Ordering;
 
 use crate::plugin::{EvictMode, Hook, Plugin, Rule, Subject, Verdict, Victim, Why};
@@ -54,4 +57,15 @@ impl Plugin for Priority {
     fn victim_rank(&self, ssn: &Session, _mode: EvictMode, v: &Victim) -> i64 {
         i64::from(ssn.snap.jobs[v.job].priority)
     }
+}
+
+/// The words for this plugin's rules (see [`crate::why::Words`]).
+pub(crate) fn words(why: &Why, s: &str, f: &mut fmt::Formatter<'_>) -> Option<Result<Ending, fmt::Error>> {
+    let written = match why.rule {
+        Rule::OwnJob => write!(f, "a job is not its own victim"),
+        Rule::NonPreemptible => write!(f, "job {s} is non-preemptible"),
+        Rule::NotLowerPriority => write!(f, "job {s} does not have a lower priority"),
+        _ => return None,
+    };
+    Some(Ending::figures(written))
 }

@@ -5,10 +5,13 @@
 //! the same pods evicted over and over for nothing. Its gang minimum is not held back: a
 //! job preempted whole starts again as soon as it fits.
 
+use std::fmt;
+
 use crate::plugin::{Hook, Plugin, Rule, ShareBound, Subject, Verdict, Why};
 use crate::res::Res;
 use crate::session::Session;
 use crate::snapshot::JobId;
+use crate::why::Ending;
 
 /// How long after losing pods to preemption or reclaim a job's elastic pods wait.
 pub const REGROW_DELAY_SECONDS: i64 = 60;
@@ -43,4 +46,27 @@ fn regrow<'s>(ssn: &Session<'s>, job: JobId) -> Verdict<'s> {
         return Err(Why::new(snap, Rule::RegrowDelay, Subject::Job(job)));
     }
     Ok(())
+}
+
+/// The words for the regrow rule (see [`crate::why::Words`]).
+pub(crate) fn words(why: &Why, s: &str, f: &mut fmt::Formatter<'_>) -> Option<Result<Ending, fmt::Error>> {
+    if why.rule != Rule::RegrowDelay {
+        return None;
+    }
+    let (snap, delay) = (why.snap(), REGROW_DELAY_SECONDS);
+    let Subject::Job(j) = why.subject else {
+        return Some(Ending::said(write!(f, "no elastic pods grow until {delay} s after a preemption")));
+    };
+    // Absolute times: a reason that counts seconds would change every cycle.
+    let Some(at) = snap.jobs[j].preempted_at else {
+        return Some(Ending::said(write!(
+            f,
+            "job {s} grows no elastic pods until {delay} s after it lost pods to preemption"
+        )));
+    };
+    let (lost, grows) = (snap.time(at), snap.time(at.saturating_add(delay)));
+    Some(Ending::figures(write!(
+        f,
+        "job {s} lost pods to preemption or reclaim at {lost} and grows no elastic pods until {grows}"
+    )))
 }

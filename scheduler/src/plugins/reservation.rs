@@ -10,10 +10,13 @@
 //! work beyond fair shares, never another queue's guaranteed share. This plugin decides how
 //! many gangs reserve and who may use what they reserved.
 
+use std::fmt;
+
 use crate::config::ReservationArgs;
 use crate::plugin::{Hook, Plugin, Reservation, Rule, ShareBound, Subject, Verdict, Why};
 use crate::session::Session;
 use crate::snapshot::{JobId, RunTime};
+use crate::why::Ending;
 
 /// The reservation plugin.
 pub struct ReservationPolicy {
@@ -69,4 +72,14 @@ impl Plugin for ReservationPolicy {
             Err(Why::new(snap, Rule::Reserved, Subject::Job(r.job)))
         }
     }
+}
+
+/// The words for the reservation rules (see [`crate::why::Words`]).
+pub(crate) fn words(why: &Why, s: &str, f: &mut fmt::Formatter<'_>) -> Option<Result<Ending, fmt::Error>> {
+    let written = match why.rule {
+        Rule::TooEarlyToReserve => write!(f, "job {s} has not waited long enough to reserve nodes"),
+        Rule::Reserved => write!(f, "the capacity is reserved for job {s}"),
+        _ => return None,
+    };
+    Some(Ending::figures(written))
 }

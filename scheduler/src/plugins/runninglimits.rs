@@ -6,10 +6,13 @@
 //! grow within the pod limit. Evicting a whole job frees its place, so priority preemption
 //! within a queue at its limit swaps jobs rather than adding one.
 
+use std::fmt;
+
 use crate::plugin::{Hook, Plugin, Rule, ShareBound, Subject, Verdict, Why};
 use crate::res::Res;
 use crate::session::Session;
 use crate::snapshot::{JobId, QueueId};
+use crate::why::Ending;
 
 /// The running limits plugin.
 #[derive(Default)]
@@ -72,4 +75,17 @@ fn within_limits<'s>(ssn: &Session<'s>, q: QueueId, job: JobId, req: &Res) -> Ve
         }
     }
     Ok(())
+}
+
+/// The words for the running limits (see [`crate::why::Words`]).
+pub(crate) fn words(why: &Why, s: &str, f: &mut fmt::Formatter<'_>) -> Option<Result<Ending, fmt::Error>> {
+    if !matches!(why.rule, Rule::RunningJobs | Rule::RunningPods) {
+        return None;
+    }
+    let what = if why.rule == Rule::RunningJobs { "job" } else { "pod" };
+    let Some(e) = why.excess else {
+        return Some(Ending::said(write!(f, "queue {s} is at its limit of running {what}s")));
+    };
+    let plural = if e.bound == 1 { "" } else { "s" };
+    Some(Ending::said(write!(f, "queue {s} at its limit of {} running {what}{plural}", e.bound)))
 }

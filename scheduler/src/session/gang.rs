@@ -1,9 +1,9 @@
 //! A job's gang as the session stands: whether it is ready, what it still lacks, its pending
 //! and running pods, the pods its minimum still needs and what they ask.
 
-use crate::plugin::{Blocker, Rule, Subject, Why};
 use crate::res::Res;
 use crate::snapshot::{JobId, PodId};
+use crate::why::{Blocker, Rule, Subject, Why};
 
 use super::{PodState, Session};
 

@@ -14,9 +14,9 @@ pub use statement::Statement;
 use crate::domain_index::DomainIndex;
 use crate::ids::{ti_vec, TiVec};
 use crate::node_index::{Class, NodeIndex};
-use crate::plugin::Blocker;
 use crate::res::Res;
 use crate::snapshot::{JobId, JobPhase, NodeId, PodId, PodPhase, QueueId, Snapshot};
+use crate::why::Blocker;
 
 /// A pod's state within the cycle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

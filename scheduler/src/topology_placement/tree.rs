@@ -7,7 +7,7 @@ use crate::snapshot::{Level, Snapshot, Topology};
 
 /// The resource a class is keyed by.
 pub(super) fn key_resource(snap: &Snapshot, class: Class) -> usize {
-    crate::placement::key_resource(snap, class == Class::Gpu)
+    snap.key_resource(class == Class::Gpu)
 }
 
 /// The innermost place of topology `t` in the scope (the root when none).

@@ -54,5 +54,5 @@ pub(super) fn key_need(ssn: &Session, gang: &[PodId]) -> (Class, usize, i64) {
 /// The resource a gang's placement is keyed by: GPUs when it asks for any, else CPU.
 pub(super) fn key_resource(ssn: &Session, gang: &[PodId]) -> usize {
     let gpu = gang.iter().any(|&p| ssn.snap.jobs[ssn.snap.pods[p].job].tasks[ssn.snap.pods[p].task].gpu);
-    crate::placement::key_resource(ssn.snap, gpu)
+    ssn.snap.key_resource(gpu)
 }

@@ -20,6 +20,7 @@ mod queue_order;
 mod reclaim;
 mod shares;
 mod usable;
+mod words;
 
 use std::cell::{Cell, RefCell};
 use std::cmp::Ordering;
@@ -37,6 +38,7 @@ use need::{Need, NeedKey};
 use reclaim::PartingVerdicts;
 use shares::{compute_shares, past_usage};
 use usable::count_only_usable_capacity;
+pub(crate) use words::words;
 
 /// The fair-share plugin.
 pub struct FairShare {
