@@ -2,9 +2,10 @@
 //! ([`CHARGE_ANNOTATION`]) as the scheduler's binding wrote it.
 //!
 //! A pod's annotations are the tenant's to edit, so the record is trusted only because the
-//! API server refuses every other write of it. The policy is defined once, in the chart
-//! (`charts/drover/templates/charge-guard.yaml`, not templated); this module reads that file,
-//! and [`check`] says whether the objects a cluster holds guard as that file does.
+//! API server refuses every other write of it. The policy is defined once, here
+//! (`charge_guard.yaml`, inside this crate); the chart installs the same bytes
+//! (`charts/drover/templates/charge-guard.yaml`, not templated, kept equal by the chart test),
+//! and [`check`] says whether the objects a cluster holds guard as this one does.
 
 use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
 
@@ -13,7 +14,7 @@ pub use crate::labels::CHARGE_ANNOTATION;
 /// The name of the policy and of its binding (cluster-scoped: one guard per cluster).
 pub const NAME: &str = "drover-charge-guard";
 
-const MANIFEST: &str = include_str!("../../charts/drover/templates/charge-guard.yaml");
+const MANIFEST: &str = include_str!("charge_guard.yaml");
 
 /// The policy and its binding as the chart's YAML, for `kubectl apply` without the chart.
 pub fn manifest() -> &'static str {

@@ -28,5 +28,8 @@ pub const CHARGE_ANNOTATION: &str = "scheduling.drover.dev/charge";
 pub const PROJECT_LABEL: &str = "scheduling.drover.dev/project";
 
 /// Queue label: the node pool a Queue made from a Project or Department is for (set by the
-/// controllers with the queue).
-pub const NODE_POOL_LABEL: &str = "scheduling.drover.dev/node-pool";
+/// controllers with the queue). Not the node label naming a node's pool
+/// ([`crate::NODE_POOL_LABEL`]).
+pub const QUEUE_NODE_POOL_LABEL: &str = "scheduling.drover.dev/node-pool";
+/// The `spec.schedulerName` of pods Drover schedules (unless configured otherwise).
+pub const SCHEDULER_NAME: &str = "drover";

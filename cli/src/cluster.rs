@@ -40,7 +40,7 @@ pub struct SchedulerArgs {
     #[arg(long)]
     config: Option<PathBuf>,
     /// Pods with this `spec.schedulerName` are Drover's.
-    #[arg(long, default_value = "drover")]
+    #[arg(long, default_value = drover_api::labels::SCHEDULER_NAME)]
     scheduler_name: String,
     /// Seconds between scheduling cycles (a cycle also starts at once when new work arrives).
     #[arg(long, default_value_t = 1.0)]

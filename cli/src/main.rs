@@ -63,7 +63,7 @@ struct ExplainArgs {
     #[arg(long, global = true)]
     config: Option<PathBuf>,
     /// The `spec.schedulerName` of the scheduler's pods, as `drover scheduler --scheduler-name`.
-    #[arg(long, default_value = "drover", global = true)]
+    #[arg(long, default_value = drover_api::labels::SCHEDULER_NAME, global = true)]
     scheduler_name: String,
 }
 

@@ -61,6 +61,15 @@ fn the_charts_crds_are_drover_crds() {
 }
 
 #[test]
+fn the_charts_charge_guard_is_the_one_the_scheduler_checks() {
+    let in_chart = std::fs::read_to_string(chart().join("templates/charge-guard.yaml")).expect("the chart's guard");
+    assert!(
+        in_chart == drover_api::charge_guard::manifest(),
+        "charts/drover/templates/charge-guard.yaml differs from api/src/charge_guard.yaml: copy the one to the other"
+    );
+}
+
+#[test]
 fn the_chart_lints_clean_and_renders_the_same_bytes_every_time() {
     // `helm lint --strict [-f VALUES]`: warnings count as findings.
     let lint = r#"

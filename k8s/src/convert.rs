@@ -24,6 +24,7 @@ mod elastic;
 mod facts;
 mod group;
 mod job;
+mod member;
 mod nodes;
 mod pod;
 mod priority;
@@ -65,9 +66,8 @@ use nodes::convert_nodes;
 use nodes::NodeDraft;
 pub use reuse::Reuse;
 
+pub use drover_api::crd::queue::DEFAULT_QUEUE;
 pub use drover_api::labels::{POD_GROUP_ANNOTATION, PREEMPTIBLE_ANNOTATION, TASK_INDEX_LABEL, TASK_LABEL};
-/// The queue of groups that name none.
-pub const DEFAULT_QUEUE: &str = "default";
 /// The task of pods without the task label.
 pub const DEFAULT_TASK: &str = "main";
 

@@ -145,7 +145,7 @@ pub struct SchedulerOptions {
 impl Default for SchedulerOptions {
     fn default() -> Self {
         SchedulerOptions {
-            scheduler_name: "drover".into(),
+            scheduler_name: drover_api::labels::SCHEDULER_NAME.into(),
             period: Duration::from_secs(1),
             config: SchedulerConfig::default(),
             bind_concurrency: 128,

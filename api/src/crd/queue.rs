@@ -265,6 +265,10 @@ pub fn is_department_queue(meta: &ObjectMeta) -> bool {
     })
 }
 
+/// The queue that always exists: work that names no queue goes to it, and the scheduler adds
+/// it when no Queue object has its name.
+pub const DEFAULT_QUEUE: &str = "default";
+
 /// The `namespaceSelector` of the implicit `default` queue (there when no Queue is named
 /// `default`): namespaces of no project. A project's work must use the project's queues, so
 /// that the project's quota and limit bound it. The scheduler and the Job controller both

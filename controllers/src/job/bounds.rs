@@ -5,7 +5,7 @@
 
 use drover_api::crd::job::{Job, MAX_PODS};
 
-use super::plan::Validity;
+use super::validity::Validity;
 
 /// Pods one reconcile of a Job creates, and pods it deletes, at most; the Job is reconciled
 /// again at once for the rest. The controller never holds more than this many planned pods.

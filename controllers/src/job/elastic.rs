@@ -8,7 +8,7 @@ use drover_api::crd::job::Job;
 use drover_api::crd::podgroup::PodGroupStatus;
 use drover_api::{ResourceList, GPU};
 
-use super::plan::Validity;
+use super::validity::Validity;
 
 /// Where an elastic Job's size stands.
 #[derive(Debug, Clone, PartialEq, Eq)]

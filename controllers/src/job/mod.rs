@@ -104,6 +104,7 @@ mod elastic;
 mod plan;
 mod queue;
 mod tracker;
+mod validity;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -128,15 +129,15 @@ pub use elastic::Sizing;
 pub use plan::action_for;
 // The state machine's inputs and output, public so that property tests can feed it pods with
 // tenant-written labels and annotations (controllers/tests/tenant_input.rs).
-pub use plan::{plan, Phase, Plan, PodView, Validity};
+pub use plan::{plan, Phase, Plan, PodView};
 pub use tracker::Eviction;
+pub use validity::Validity;
 
 use tracker::Tracker;
 
 /// The controller's name: field manager and Event source.
 pub const CONTROLLER_NAME: &str = "drover-job-controller";
-/// The scheduler pods are given unless their template names one.
-pub const SCHEDULER_NAME: &str = "drover";
+pub use drover_api::labels::SCHEDULER_NAME;
 pub use drover_api::labels::{JOB_NAME_LABEL, POD_GROUP_ANNOTATION, TASK_INDEX_LABEL, TASK_LABEL};
 /// Pod annotation: the Job's `retryCount` when the pod was made (tells a restart's old pods
 /// from its new ones).
@@ -144,8 +145,7 @@ pub const RETRY_ANNOTATION: &str = "batch.drover.dev/retry-count";
 /// Pod annotation: the `WORLD_SIZE` the pod was made with (tells an elastic job's pods made
 /// for another size, which a resize restarts).
 pub const WORLD_SIZE_ANNOTATION: &str = "batch.drover.dev/world-size";
-/// The queue that always exists.
-pub const DEFAULT_QUEUE: &str = "default";
+pub use drover_api::crd::queue::DEFAULT_QUEUE;
 /// `MASTER_PORT` when the first task's containers declare no port.
 pub const DEFAULT_MASTER_PORT: i32 = 23456;
 /// Condition: whether the Job is valid (at most `MAX_PODS` pods, readable templates, a leaf
@@ -266,7 +266,7 @@ fn owned_by<K: Resource>(obj: &K, uid: &str) -> bool {
     obj.meta().owner_references.iter().flatten().any(|o| o.controller == Some(true) && o.uid == uid)
 }
 
-async fn validate(client: &Client, job: &Job, queue: &str) -> Result<plan::Validity, kube::Error> {
+async fn validate(client: &Client, job: &Job, queue: &str) -> Result<Validity, kube::Error> {
     if let Err(refusal) = bounds::check(job).and_then(|()| elastic::check(job)) {
         return Ok(Err(refusal));
     }

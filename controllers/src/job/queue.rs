@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 
-use super::plan::Validity;
+use super::validity::Validity;
 use super::DEFAULT_QUEUE;
 
 /// Queue ancestors read when checking namespace selectors (a parent cycle stops here).

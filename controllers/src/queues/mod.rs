@@ -93,18 +93,16 @@ pub const LABEL_PROJECT: &str = drover_api::labels::PROJECT_LABEL;
 /// Queue label: the Department the queue was made for.
 pub const LABEL_DEPARTMENT: &str = "scheduling.drover.dev/department";
 /// Queue label: the node pool of the queue.
-pub const LABEL_NODE_POOL: &str = drover_api::labels::NODE_POOL_LABEL;
+pub use drover_api::labels::QUEUE_NODE_POOL_LABEL as LABEL_NODE_POOL;
+pub use drover_api::labels::SCHEDULER_NAME;
 pub use drover_api::labels::{
     JOB_NAME_LABEL as LABEL_JOB_NAME, POD_GROUP_ANNOTATION as ANNOTATION_POD_GROUP,
     QUEUE_ANNOTATION as ANNOTATION_QUEUE,
 };
 pub use drover_api::NODE_POOL_LABEL;
-/// The `spec.schedulerName` of pods Drover schedules.
-pub const SCHEDULER_NAME: &str = "drover";
 /// Prefix of the names of one-pod PodGroups: `pod-<pod name>`.
 pub const POD_GROUP_PREFIX: &str = "pod-";
-/// The queue of pods whose namespace belongs to no project.
-pub const DEFAULT_QUEUE: &str = "default";
+pub use drover_api::crd::queue::DEFAULT_QUEUE;
 /// The GPU resource name in queue quotas.
 pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
 

@@ -3,6 +3,7 @@
 
 use super::elastic::Elastic;
 use super::facts::task_of;
+use super::member::Member;
 use super::pod;
 use super::pod::Finding;
 use super::priority::resolve_priority;
@@ -14,14 +15,6 @@ use drover_api::crd::podgroup::PodGroup;
 use drover_api::ResourceList;
 use drover_scheduler::snapshot::{Constraints, JobInput, JobPhase, PodPhaseInput, RunTime, TaskInput};
 use std::collections::{BTreeMap, BTreeSet};
-
-/// A pod placed in a task, with its phase.
-pub(super) struct Member<'a> {
-    pub(super) info: PodInfo<'a>,
-    pub(super) phase: PodPhaseInput,
-    pub(super) index: Option<u32>,
-    pub(super) created: i64,
-}
 
 /// Where a job's priority comes from.
 pub(super) enum PriorityFrom<'g> {

@@ -80,7 +80,7 @@ impl Classes {
 /// an error names the class that does not exist.
 pub(super) fn resolve_priority(
     group: &PodGroup,
-    members: &[super::job::Member],
+    members: &[super::member::Member],
     classes: &Classes,
 ) -> Result<Resolved, String> {
     if let Some(class) = group.spec.priority_class_name.as_deref().filter(|c| !c.is_empty()) {

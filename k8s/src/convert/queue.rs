@@ -201,7 +201,7 @@ fn owner_of(q: &Queue) -> Option<QueueOwner> {
     if !ours || !matches!(controller.kind.as_str(), "Project" | "Department") {
         return None;
     }
-    let pool = q.metadata.labels.as_ref()?.get(drover_api::labels::NODE_POOL_LABEL)?;
+    let pool = q.metadata.labels.as_ref()?.get(drover_api::labels::QUEUE_NODE_POOL_LABEL)?;
     Some(QueueOwner { kind: controller.kind.clone(), name: controller.name.clone(), pool: pool.clone() })
 }
 

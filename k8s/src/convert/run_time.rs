@@ -1,7 +1,7 @@
 //! A group's run times from what only Kubernetes writes: pods' `activeDeadlineSeconds` (which
 //! the kubelet enforces) and `status.startTime`.
 
-use super::job::Member;
+use super::member::Member;
 use drover_scheduler::snapshot::PodPhaseInput;
 
 /// A group's declared run time and the expected end of its running pods, from the pods'
