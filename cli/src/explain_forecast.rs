@@ -8,14 +8,18 @@
 use drover_api::crd::forecast::{Forecast as StatusForecast, ForecastBasis};
 use drover_k8s::convert::Converted;
 use drover_scheduler::forecast::{Basis, Forecast};
-use drover_scheduler::run_times::{HistoryKey, Prediction};
+use drover_scheduler::run_times::{HistoryKey, Prediction, MIN_SAMPLES};
 use drover_scheduler::snapshot::{JobId, RunTime, Snapshot};
 
 use crate::explain::ForecastFacts;
 
-/// Why a start is unknown.
-const UNKNOWN: &str = "unknown: work it waits for has no known end (its pods declare no activeDeadlineSeconds, and \
-                       fewer than 2 earlier runs of jobs like it have completed in its queue)";
+/// Why a start is unknown (the fewest runs a prediction learns from: [`MIN_SAMPLES`]).
+fn unknown() -> String {
+    format!(
+        "unknown: work it waits for has no known end (its pods declare no activeDeadlineSeconds, and fewer than \
+         {MIN_SAMPLES} earlier runs of jobs like it have completed in its queue)"
+    )
+}
 
 /// Why a gang never starts as it is.
 const NEVER: &str = "never, as it is: no place it may use can hold it (its reason says why); it must ask for less";
@@ -26,7 +30,7 @@ pub fn facts(snap: &Snapshot, converted: &Converted, job: JobId, f: &Forecast) -
         [f.start, f.earliest, f.latest].map(|t| t.map(|t| snap.time(t)));
     let start = match (f.start, f.basis) {
         (_, Basis::Never) => NEVER.to_string(),
-        (Some(_), Basis::Unknown) | (None, _) => UNKNOWN.to_string(),
+        (Some(_), Basis::Unknown) | (None, _) => unknown(),
         (Some(t), basis) => {
             let from = match basis {
                 Basis::Declared => "from declared run times".to_string(),
@@ -107,7 +111,7 @@ pub fn from_status(f: &StatusForecast) -> ForecastFacts {
             ("OtherNamespacesRunTimes", said("from learned run times, some of other namespaces"))
         }
         (_, ForecastBasis::Never) => ("Never", NEVER.to_string()),
-        _ => ("Unknown", UNKNOWN.to_string()),
+        _ => ("Unknown", unknown()),
     };
     ForecastFacts {
         queue_position: f.queue_position,

@@ -1,7 +1,7 @@
 //! `drover explain pg NS/NAME` and `drover explain pod NS/NAME`: a PodGroup, or the PodGroup a
 //! pod belongs to, explained by the core's answer as `drover explain job` gives it (the
 //! scheduler schedules PodGroups; a Job is explained through its own). A pod belongs to the
-//! group the scheduler's conversion says: the one its charge record names once it is bound,
+//! group the scheduler's conversion says (`drover_k8s::convert::membership`): the one its charge record names once it is bound,
 //! else the one its `scheduling.drover.dev/pod-group` annotation names (a Job's pods name the
 //! Job's group; a plain pod gets its own one-pod group `pod-<name>` from the controllers).
 //! What is the pod's own — its phase, the node it is bound to — is said beside its group's
@@ -10,8 +10,7 @@
 use drover_api::crd::podgroup::{PodGroup, PodGroupPhase};
 use drover_api::labels::{JOB_NAME_LABEL, POD_GROUP_ANNOTATION};
 use drover_controllers::queues::POD_GROUP_PREFIX;
-use drover_k8s::charge::Charge;
-use drover_k8s::convert::ObjectLists;
+use drover_k8s::convert::{self, ObjectLists};
 use drover_scheduler::config::SchedulerConfig;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
@@ -116,9 +115,7 @@ fn group_of(pod: &Pod, scheduler_name: &str) -> Result<String, Failure> {
         )));
     }
     let node = bound_node(pod);
-    let charged = node.as_ref().and_then(|_| Charge::of(pod)).map(|c| c.group);
-    let annotated = pod.annotations().get(POD_GROUP_ANNOTATION).filter(|g| !g.is_empty()).cloned();
-    charged.or(annotated).ok_or_else(|| {
+    convert::membership(pod, scheduler_name).1.ok_or_else(|| {
         Failure::NotFound(match node {
             Some(node) => format!(
                 "{object} belongs to no PodGroup: it is bound to node {node} without one, and counts against its \
@@ -162,12 +159,10 @@ fn bound_node(pod: &Pod) -> Option<String> {
 /// The group's pods of this scheduler that wait for a node (not bound, not finished).
 fn unbound_members(listed: &ObjectLists, namespace: &str, group: &str, scheduler_name: &str) -> u32 {
     let waiting = |p: &Pod| {
-        let spec = p.spec.as_ref();
         let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
         p.namespace().as_deref() == Some(namespace)
-            && p.annotations().get(POD_GROUP_ANNOTATION).map(String::as_str) == Some(group)
-            && spec.and_then(|s| s.scheduler_name.as_deref()) == Some(scheduler_name)
             && bound_node(p).is_none()
+            && convert::membership(p, scheduler_name).1.as_deref() == Some(group)
             && !matches!(phase, Some("Succeeded" | "Failed"))
     };
     listed.pods.iter().filter(|p| waiting(p)).count() as u32

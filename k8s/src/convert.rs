@@ -60,7 +60,7 @@ use queue::QueueState;
 use topology::Catalog;
 
 use detached::{detached_job, project_queues, Detached};
-pub use facts::{GroupFacts, GroupMember, PodCounts};
+pub use facts::{membership, GroupFacts, GroupMember, PodCounts};
 use group::{admission, group_job, group_queue, GroupAt};
 use nodes::convert_nodes;
 use nodes::NodeDraft;
@@ -335,17 +335,7 @@ pub fn convert(objects: &Objects, scheduler_name: &str) -> Converted {
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("");
         let ours = spec.and_then(|s| s.scheduler_name.as_deref()) == Some(scheduler_name);
         let node = spec.and_then(|s| s.node_name.clone()).filter(|n| !n.is_empty());
-        // A bound pod belongs to the group it was charged as; the annotation (which the tenant
-        // may edit at any time) only decides for pods not bound yet.
-        let charge = if ours && node.is_some() { Charge::of(pod) } else { None };
-        let annotated = pod
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(POD_GROUP_ANNOTATION))
-            .filter(|g| !g.is_empty() && ours)
-            .cloned();
-        let group = charge.as_ref().map(|c| c.group.clone()).or(annotated);
+        let (charge, group) = membership(pod, scheduler_name);
         let group_key = group.map(|g| (namespace.clone(), g));
         if let Some(group) = group_key.as_ref().and_then(|k| facts.get_mut(k)) {
             group.add(pod, node.as_ref(), phase);

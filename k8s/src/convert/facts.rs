@@ -1,7 +1,8 @@
 //! What the conversion found of every PodGroup: its members by the membership rule (the only
 //! one), their counts and its gang minimums, for status, bindings and bind-intent recovery.
 
-use super::{PodRef, DEFAULT_TASK, TASK_LABEL};
+use super::{PodRef, DEFAULT_TASK, POD_GROUP_ANNOTATION, TASK_LABEL};
+use crate::charge::Charge;
 use crate::run_times;
 use drover_api::crd::podgroup::PodGroup;
 use k8s_openapi::api::core::v1::Pod;
@@ -96,4 +97,22 @@ impl GroupFacts {
 pub(super) fn task_of(pod: &Pod) -> String {
     let label = pod.metadata.labels.as_ref().and_then(|l| l.get(TASK_LABEL)).filter(|t| !t.is_empty());
     label.cloned().unwrap_or_else(|| DEFAULT_TASK.to_string())
+}
+
+/// The membership rule, the only one, for every edge that asks which PodGroup a pod belongs to:
+/// a pod of this scheduler (`scheduler_name`) bound to a node belongs to the group its charge
+/// record names (the record is returned too); else to the group its
+/// [`POD_GROUP_ANNOTATION`] names, which the tenant may edit at any time and which therefore
+/// decides only for pods not charged yet. Pods of other schedulers belong to none.
+pub fn membership(pod: &Pod, scheduler_name: &str) -> (Option<Charge>, Option<String>) {
+    let spec = pod.spec.as_ref();
+    if spec.and_then(|s| s.scheduler_name.as_deref()) != Some(scheduler_name) {
+        return (None, None);
+    }
+    let bound = spec.and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty());
+    let charge = if bound { Charge::of(pod) } else { None };
+    let annotations = pod.metadata.annotations.as_ref();
+    let annotated = annotations.and_then(|a| a.get(POD_GROUP_ANNOTATION)).filter(|g| !g.is_empty()).cloned();
+    let group = charge.as_ref().map(|c| c.group.clone()).or(annotated);
+    (charge, group)
 }
