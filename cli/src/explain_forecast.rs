@@ -11,7 +11,31 @@ use drover_scheduler::forecast::{Basis, Forecast};
 use drover_scheduler::run_times::{HistoryKey, Prediction, MIN_SAMPLES};
 use drover_scheduler::snapshot::{JobId, RunTime, Snapshot};
 
-use crate::explain::ForecastFacts;
+use serde::Serialize;
+
+/// Where a waiting gang stands and when it is expected to start.
+#[derive(Serialize, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ForecastFacts {
+    /// 1 for the gang its queue serves first.
+    pub queue_position: u32,
+    /// 1 for the gang the scheduler serves first, counting every queue's waiting gangs.
+    pub position: u32,
+    /// When it is expected to start (RFC 3339), when that is known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expected_start: Option<String>,
+    /// The earliest and the latest start of the range it starts in with 80% confidence.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub earliest_start: Option<String>,
+    /// See `earliest_start`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latest_start: Option<String>,
+    /// What that rests on: `DeclaredRunTimes`, `LearnedRunTimes`, `OtherNamespacesRunTimes` or
+    /// `Unknown`.
+    pub basis: String,
+    /// The expected start and what it rests on, for people.
+    pub start: String,
+}
 
 /// Why a start is unknown (the fewest runs a prediction learns from: [`MIN_SAMPLES`]).
 fn unknown() -> String {

@@ -348,8 +348,7 @@ impl State {
         // Time-based fair share: the ledger from Queue status, brought to the current tick.
         let ledger = options.config.time_based().map(|time_based| {
             let mut ledger = converted.ledger.clone();
-            ledger.advance(&snap, &time_based);
-            snap.past_usage = ledger.for_snapshot(&snap);
+            ledger.step(&mut snap, &time_based);
             ledger
         });
         let core_from = started.elapsed();

@@ -19,6 +19,7 @@ pub mod placement;
 pub mod plugin;
 pub mod plugins;
 pub mod queue_state;
+pub mod recovery;
 pub mod res;
 pub mod reservation;
 pub mod run_times;

@@ -81,6 +81,14 @@ impl UsageLedger {
         changed
     }
 
+    /// The step every edge takes before a cycle: the ledger brought to `snap`'s time
+    /// ([`UsageLedger::advance`]) and the snapshot given the past usage the core reads
+    /// ([`UsageLedger::for_snapshot`]).
+    pub fn step(&mut self, snap: &mut Snapshot, args: &TimeBasedArgs) {
+        self.advance(snap, args);
+        snap.past_usage = self.for_snapshot(snap);
+    }
+
     /// The ledger as the core reads it: per queue of `snap`, per resource id, its decayed
     /// usage (0 where it has none).
     pub fn for_snapshot(&self, snap: &Snapshot) -> TiVec<QueueId, Vec<f64>> {

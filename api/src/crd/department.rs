@@ -1,8 +1,8 @@
 //! `Department`: the upper level of Run:ai's two-level quota hierarchy. Cluster-scoped. The
 //! controller turns it into one queue per node pool.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::{CustomResource, KubeSchema};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
+use kube::{CustomResource, KubeSchema, Resource};
 use serde::{Deserialize, Serialize};
 
 use super::project::{NodePoolQuota, MAX_NODE_POOLS};
@@ -42,4 +42,18 @@ pub struct DepartmentStatus {
     /// Conditions.
     #[serde(default)]
     pub conditions: Vec<Condition>,
+}
+
+/// Whether a Queue was made from a Department: its controller ownerReference names a
+/// Department of Drover's API group (what the queue-tree controller sets; Queues are
+/// admin-only, so tenants cannot forge one). Such a queue is never a leaf, even before any
+/// project queue is made under it: pod groups go in its projects' queues. The scheduler and
+/// the Job controller both ask this.
+pub fn is_department_queue(meta: &ObjectMeta) -> bool {
+    let group = Department::group(&());
+    meta.owner_references.iter().flatten().any(|r| {
+        r.controller == Some(true)
+            && r.kind == Department::kind(&())
+            && r.api_version.split_once('/').is_some_and(|(g, _)| g == group)
+    })
 }

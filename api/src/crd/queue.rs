@@ -4,12 +4,9 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
-    Condition, LabelSelector, LabelSelectorRequirement, ObjectMeta, Time,
-};
-use kube::{CustomResource, KubeSchema, Resource};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, LabelSelectorRequirement, Time};
+use kube::{CustomResource, KubeSchema};
 
-use super::department::Department;
 use super::run_times::{RunTimeSamples, MAX_KINDS};
 use crate::label_selector;
 use crate::labels::PROJECT_LABEL;
@@ -249,20 +246,6 @@ pub struct PodGroupCounts {
     /// Finished unsuccessfully.
     #[serde(default)]
     pub failed: u32,
-}
-
-/// Whether a Queue was made from a Department: its controller ownerReference names a
-/// Department of Drover's API group (what the queue-tree controller sets; Queues are
-/// admin-only, so tenants cannot forge one). Such a queue is never a leaf, even before any
-/// project queue is made under it: pod groups go in its projects' queues. The scheduler and
-/// the Job controller both ask this.
-pub fn is_department_queue(meta: &ObjectMeta) -> bool {
-    let group = Department::group(&());
-    meta.owner_references.iter().flatten().any(|r| {
-        r.controller == Some(true)
-            && r.kind == Department::kind(&())
-            && r.api_version.split_once('/').is_some_and(|(g, _)| g == group)
-    })
 }
 
 /// The queue that always exists: work that names no queue goes to it, and the scheduler adds

@@ -3,10 +3,44 @@
 //! Adding a kind is adding a row (and, for a gang, its rule and a ClusterRole `get` grant).
 
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use serde_json::Value;
 
-use super::owners::Owner;
 use super::shape::{BadField, Shape};
 use super::{jobset, kubeflow, lws, ray};
+
+/// One owner of a pod, as read.
+#[derive(Debug, Clone)]
+pub struct Owner {
+    /// Its kind.
+    pub kind: &'static OwnerKind,
+    /// Its `apiVersion`, as the reference gave it.
+    pub api_version: String,
+    /// Its metadata (name, uid, labels, annotations).
+    pub meta: ObjectMeta,
+    /// Everything else (`spec`, `status`).
+    pub data: Value,
+}
+
+impl Owner {
+    /// A controller reference to it, for the PodGroup made for its gang (so the group goes
+    /// when it goes).
+    pub fn reference(&self) -> OwnerReference {
+        OwnerReference {
+            api_version: self.api_version.clone(),
+            kind: self.kind.kind.to_string(),
+            name: self.meta.name.clone().unwrap_or_default(),
+            uid: self.meta.uid.clone().unwrap_or_default(),
+            controller: Some(true),
+            block_owner_deletion: None,
+        }
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &str {
+        self.meta.name.as_deref().unwrap_or_default()
+    }
+}
 
 /// An owner kind, as found in ownerReferences.
 #[derive(Debug)]

@@ -31,7 +31,8 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Client;
 
-use owners::{Owner, Walk};
+use kinds::Owner;
+use owners::Walk;
 use shape::BadField;
 
 /// PodGroup label: what the group was made from (`pytorchjob`, `volcano`, `k8s-podgroup`…).

@@ -5,46 +5,12 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::{Client, ResourceExt};
-use serde_json::Value;
 
-use super::kinds::{self, OwnerKind};
+use super::kinds::{self, Owner};
 
 /// No known chain is longer: a LeaderWorkerSet's worker pod → its StatefulSet → the leader
 /// pod → the leader StatefulSet → the LeaderWorkerSet.
 const MAX_DEPTH: usize = 6;
-
-/// One owner of a pod, as read.
-#[derive(Debug, Clone)]
-pub struct Owner {
-    /// Its kind.
-    pub kind: &'static OwnerKind,
-    /// Its `apiVersion`, as the reference gave it.
-    pub api_version: String,
-    /// Its metadata (name, uid, labels, annotations).
-    pub meta: ObjectMeta,
-    /// Everything else (`spec`, `status`).
-    pub data: Value,
-}
-
-impl Owner {
-    /// A controller reference to it, for the PodGroup made for its gang (so the group goes
-    /// when it goes).
-    pub fn reference(&self) -> OwnerReference {
-        OwnerReference {
-            api_version: self.api_version.clone(),
-            kind: self.kind.kind.to_string(),
-            name: self.meta.name.clone().unwrap_or_default(),
-            uid: self.meta.uid.clone().unwrap_or_default(),
-            controller: Some(true),
-            block_owner_deletion: None,
-        }
-    }
-
-    /// Its name.
-    pub fn name(&self) -> &str {
-        self.meta.name.as_deref().unwrap_or_default()
-    }
-}
 
 /// What walking a pod's owners found.
 #[derive(Debug)]

@@ -11,8 +11,7 @@ use kube::api::{Api, ApiResource, DynamicObject};
 use kube::{Client, ResourceExt};
 use serde_json::Value;
 
-use super::kinds::OwnerKind;
-use super::owners::Owner;
+use super::kinds::{Owner, OwnerKind};
 use super::shape::{at, count, pod_label, BadField};
 use super::{requested_queue, GroupPlan, Plan};
 

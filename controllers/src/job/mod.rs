@@ -73,7 +73,7 @@
 //!
 //! A Job naming a queue (other than `default`) or a PriorityClass that does not exist, a
 //! queue that is not a leaf (it has child queues, or is a Department's queue:
-//! `drover_api::crd::queue::is_department_queue`), or a queue whose `namespaceSelector` (or
+//! `drover_api::crd::department::is_department_queue`), or a queue whose `namespaceSelector` (or
 //! an ancestor's, or for the implicit `default` queue
 //! `drover_api::crd::queue::implicit_default_selector`) does not select the Job's namespace, gets the
 //! condition `Valid=False` (reason `QueueNotFound` / `PriorityClassNotFound` /

@@ -5,7 +5,8 @@
 
 use std::collections::BTreeMap;
 
-use drover_api::crd::queue::{implicit_default_selector, is_department_queue, namespace_refusal, Queue, QueueSpec};
+use drover_api::crd::department::is_department_queue;
+use drover_api::crd::queue::{implicit_default_selector, namespace_refusal, Queue, QueueSpec};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::{Api, ListParams};

@@ -13,7 +13,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use drover_api::crd::queue::{implicit_default_selector, is_department_queue, Queue, QueueOpenState, QueueingStrategy};
+use drover_api::crd::department::is_department_queue;
+use drover_api::crd::queue::{implicit_default_selector, Queue, QueueOpenState, QueueingStrategy};
 use drover_api::label_selector;
 use drover_api::ResourceList;
 use drover_scheduler::snapshot::{QueueBounds, QueueInput, QueueOwner};

@@ -9,10 +9,8 @@ use std::time::Duration;
 
 use drover_api::crd::podgroup::{BindIntent, PodGroup};
 use drover_kubeutil::events::{self, EventType};
-use drover_scheduler::framework::Framework;
-use drover_scheduler::plugin::ShareBound;
-use drover_scheduler::plugins;
-use drover_scheduler::session::{PodState, Session, Statement};
+use drover_scheduler::recovery::IntentJudge;
+use drover_scheduler::session::Statement;
 use drover_scheduler::snapshot::{NodeId, PodId, PodPhase, Snapshot};
 use futures::StreamExt;
 
@@ -46,24 +44,6 @@ fn young(at: Option<&str>, period: Duration) -> bool {
     age < jiff::SignedDuration::try_from(period).unwrap_or(jiff::SignedDuration::ZERO)
 }
 
-/// Whether the pod `p` may be bound to node `n` now, by the same rules as a new decision:
-/// a pending member of its gang, every predicate (cordon, taints, selectors, affinity, node
-/// pool), the node's idle capacity and every queue bound up the tree (limits, the deserved
-/// quota of non-preemptible work).
-fn may_bind(fw: &Framework, ssn: &Session, p: PodId, n: NodeId) -> Result<(), String> {
-    let snap = ssn.snap;
-    let pod = &snap.pods[p];
-    let node = &snap.nodes[n].name;
-    if ssn.pod_state[p] != PodState::Pending {
-        return Err("it is not pending".into());
-    }
-    fw.node_filter(snap, pod.job, pod.task, n).map_err(|e| format!("node {node}: {e}"))?;
-    if !ssn.fits_idle(n, ssn.requests(p), None) {
-        return Err(format!("it no longer fits node {node}"));
-    }
-    fw.allocatable(ssn, pod.job, ssn.requests(p), ShareBound::Idle).map_err(|why| why.to_string())
-}
-
 /// What recovery does with one intent, decided before any write.
 enum IntentPlan {
     /// Bind these pods: the gang has its minimum with them.
@@ -91,9 +71,7 @@ fn resolve<'g>(
     converted: &Converted,
     found: Vec<(Key, &'g Arc<PodGroup>, &'g BindIntent)>,
 ) -> Vec<Resolution> {
-    let mut ssn = Session::open(snap);
-    let mut fw = Framework::new(plugins::build(writer.config));
-    fw.open(&mut ssn);
+    let mut judge = IntentJudge::open(snap, writer.config);
     let pod_ids = pod_ids(converted);
     let node_ids = node_ids(snap);
     let pods = g.pods_by_key();
@@ -121,9 +99,8 @@ fn resolve<'g>(
                 None => match (node_ids.get(node.as_str()), pod_ids.get(&(key.0.as_str(), pod_name.as_str()))) {
                     (None, _) => lost.push(format!("node {node} of pod {pod_name} is gone")),
                     (_, None) => lost.push(format!("pod {pod_name} cannot be scheduled now")),
-                    (Some(&n), Some(&p)) => match may_bind(&fw, &ssn, p, n) {
+                    (Some(&n), Some(&p)) => match judge.take(&mut st, p, n) {
                         Ok(()) => {
-                            ssn.allocate(&mut st, p, n);
                             let charge = Charge::for_job(snap, snap.pods[p].job);
                             to_bind.push((member.pod.clone(), node.clone(), charge, pod_domain(snap, p, n)));
                         }
@@ -135,10 +112,10 @@ fn resolve<'g>(
         lost.extend(refused.iter().cloned());
         let adding: BTreeSet<&str> = to_bind.iter().map(|(p, _, _, _)| p.name.as_str()).collect();
         let plan = if lost.is_empty() || facts.is_some_and(|f| f.ready_with(&adding)) {
-            ssn.commit(st);
+            judge.keep(st);
             IntentPlan::Complete(to_bind)
         } else {
-            ssn.discard(st);
+            judge.give_back(st);
             IntentPlan::RollBack { bound, lost }
         };
         out.push(Resolution { key, group: group.clone(), id: intent.id.clone(), plan, refused });
@@ -147,7 +124,7 @@ fn resolve<'g>(
 }
 
 /// Completes or rolls back every bind intent found in the groups' status: pods of the intent
-/// still unbound are bound where the intent says if [`may_bind`] allows it; if some cannot be
+/// still unbound are bound where the intent says if the core's [`IntentJudge`] allows it; if some cannot be
 /// and the gang would stay below its minimum, the pods bound per the intent are deleted at
 /// once. Then the intent is removed. A binding refused by a predicate or a queue bound is
 /// reported (Warning Event `BindIntentRefused` and a log line), never written.

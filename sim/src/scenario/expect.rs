@@ -9,7 +9,7 @@ use serde::Deserialize;
 
 use super::de::{resources, Step};
 use super::locate::{listing, steps, Doc};
-use super::model::NodeNames;
+use super::names::NodeNames;
 use super::{split_key, PodRef, Scenario, ScenarioError};
 
 /// What the scheduler must decide. Keys are kept as written in the file; every key was

@@ -26,6 +26,7 @@ mod de;
 mod expect;
 mod locate;
 mod model;
+mod names;
 mod quick;
 mod topology;
 mod tree;

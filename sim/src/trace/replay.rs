@@ -347,8 +347,7 @@ fn cycle(
     world.snap.clock = Clock::at(now);
     predict(live, world, now);
     if let Some(time_based) = world.config.time_based() {
-        world.ledger.advance(&world.snap, &time_based);
-        world.snap.past_usage = world.ledger.for_snapshot(&world.snap);
+        world.ledger.step(&mut world.snap, &time_based);
     }
     let outcome = run_cycle(&world.snap, &world.config);
     let snap = &mut world.snap;
