@@ -8,11 +8,12 @@ use crate::actions::forbidden::Forbidden;
 use crate::config::SchedulerConfig;
 use crate::cycle::{run_cycle, CycleOutcome};
 use crate::forecast::Forecast;
-use crate::plugin::{Blocker, Rule, Subject};
+use crate::plugins;
 use crate::queue_state::QueueOutcome;
 use crate::res::Res;
 use crate::session::{PodState, Session};
 use crate::snapshot::{JobId, JobPhase, QueueId, Snapshot};
+use crate::why::{AdviceFacts, Blocker, Subject};
 
 /// Where a job stands after the cycle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -123,63 +124,15 @@ fn advice(snap: &Snapshot, by: Option<Blocker>, need: &Res, forbidden: Option<&F
         Some(f) => forbidden_victims(snap, f),
         None => "room on nodes its pods fit: running pods finish or are evicted for it, or nodes are added".to_string(),
     };
-    if let Some(Blocker { rule: Rule::RegrowDelay, subject: Subject::Job(j), .. }) = by {
-        let lost = snap.jobs[j].preempted_at.unwrap_or(snap.clock.now());
-        let grows = snap.time(lost.saturating_add(crate::plugins::regrow::REGROW_DELAY_SECONDS));
-        return format!("time: its elastic pods may grow again at {grows}, if the other rules then allow");
-    }
-    let Some(Blocker { rule, subject, excess: Some(e) }) = by else { return nodes };
-    let (r, amount, freed) = (&snap.resources[e.resource], snap.amount(e.resource, e.amount), e.amount - e.bound);
-    let (q, limit, deserved) = match subject {
-        Subject::Queue(id) => {
+    let Some(blocker) = by else { return nodes };
+    let (queue, limit, deserved) = match (blocker.subject, blocker.excess) {
+        (Subject::Queue(id), Some(e)) => {
             let [limit, deserved] = [true, false].map(|limit| setting(snap, id, e.resource, limit));
             (snap.queues[id].name.as_str(), limit, deserved)
         }
         _ => ("", String::new(), String::new()),
     };
-    match rule {
-        Rule::Limit | Rule::LimitForGang if freed > e.amount - need[e.resource] => {
-            format!("raise {limit} to at least {amount}: the request alone exceeds it")
-        }
-        Rule::Limit | Rule::LimitForGang => format!(
-            "raise {limit} to at least {amount}, or wait until {} of {r} is freed in queue {q}",
-            snap.amount(e.resource, freed)
-        ),
-        Rule::GangShortOfPods => {
-            let more = e.bound - e.amount;
-            format!(
-                "{more} more pod{} of it (a controller may still be making them), or a gang minimum of at most {}",
-                if more == 1 { "" } else { "s" },
-                e.amount
-            )
-        }
-        Rule::UsableShare => format!(
-            "wait until free capacity that one of queue {q}'s waiting gangs can start on brings its fair share of {r} to {amount}"
-        ),
-        Rule::FairShare | Rule::OverFairShare => format!(
-            "wait until queue {q}'s fair share of {r} reaches {amount} (other queues' demand falls) or raise {deserved}"
-        ),
-        Rule::NonPreemptibleDeserved | Rule::NonPreemptibleGangDeserved => {
-            format!("use a preemptible priority class or raise {deserved} to {amount}")
-        }
-        Rule::ClusterCapacity => format!("the gang needs more {r} than the cluster has: shrink it"),
-        Rule::LargerThanAnyNode => {
-            format!("ask at most {} {r} per pod (the largest node's) or add a node with {amount}", snap.amount(e.resource, e.bound))
-        }
-        Rule::LargerThanAnyAllowedNode => format!(
-            "ask at most {} {r} per pod (the largest allowed node's), or let its pods use more nodes (node selector, affinity, tolerations; a Project's node pool)",
-            snap.amount(e.resource, e.bound)
-        ),
-        Rule::BeyondAllowedNodes => format!(
-            "shrink the gang to {} {r}, or let its pods use more nodes (node selector, affinity, tolerations; a Project's node pool)",
-            snap.amount(e.resource, e.bound)
-        ),
-        Rule::LargerThanAnyDomain => format!(
-            "fit the pods that must share one domain into {} {r} (the largest domain's), or require a coarser level",
-            snap.amount(e.resource, e.bound)
-        ),
-        _ => nodes,
-    }
+    plugins::advice(&AdviceFacts { snap, blocker, need, queue, limit, deserved }).unwrap_or(nodes)
 }
 
 /// The setting that governs queue `q`'s limit (`limit`) or deserved quota of `resource`, as

@@ -262,3 +262,26 @@ impl Ending {
 /// A plugin's words for the rules it applies, given the refusal and its subject's name:
 /// `None` for a rule that is not its own (then it writes nothing).
 pub type Words = fn(&Why, &str, &mut fmt::Formatter<'_>) -> Option<Result<Ending, fmt::Error>>;
+
+/// What `drover explain` knows when it advises on a refusal: the refusal kept past the
+/// cycle, what the job asks for, and, for a queue's bound, the queue's name and the settings
+/// that govern its limit and deserved quota (named by what sets them: a Project's or
+/// Department's node pool, else the queue).
+pub struct AdviceFacts<'a> {
+    /// The snapshot the names and amounts are read in.
+    pub snap: &'a Snapshot,
+    /// The refusal that gave the job's reason.
+    pub blocker: Blocker,
+    /// What the job asks for (its gang's minimum, or one elastic pod).
+    pub need: &'a crate::res::Res,
+    /// The queue the refusal is about, if it is about one.
+    pub queue: &'a str,
+    /// The setting that governs the queue's limit of the refusal's resource.
+    pub limit: String,
+    /// The setting that governs the queue's deserved quota of it.
+    pub deserved: String,
+}
+
+/// A plugin's advice on a refusal by one of its rules: what would let the job start; `None`
+/// for a rule that is not its own, or when it has nothing better than the general advice.
+pub type Advice = fn(&AdviceFacts) -> Option<String>;

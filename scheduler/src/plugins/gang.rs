@@ -8,7 +8,7 @@ use std::fmt;
 use crate::plugin::{EvictMode, Hook, Plugin, Rule, Subject, Verdict, Victim, Why};
 use crate::session::Session;
 use crate::snapshot::JobId;
-use crate::why::Ending;
+use crate::why::{AdviceFacts, Ending};
 
 /// The gang plugin.
 pub struct Gang;
@@ -69,4 +69,18 @@ pub(crate) fn words(why: &Why, s: &str, f: &mut fmt::Formatter<'_>) -> Option<Re
         }
         _ => None,
     }
+}
+
+/// The gang rules' advice (see [`crate::why::Advice`]): the pods it lacks.
+pub(crate) fn advice(a: &AdviceFacts) -> Option<String> {
+    let e = a.blocker.excess?;
+    if a.blocker.rule != Rule::GangShortOfPods {
+        return None;
+    }
+    let more = e.bound - e.amount;
+    Some(format!(
+        "{more} more pod{} of it (a controller may still be making them), or a gang minimum of at most {}",
+        if more == 1 { "" } else { "s" },
+        e.amount
+    ))
 }

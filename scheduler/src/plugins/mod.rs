@@ -6,7 +6,7 @@ use crate::config::{PluginConfig, SchedulerConfig};
 use std::fmt;
 
 use crate::plugin::Plugin;
-use crate::why::{Ending, Why, Words};
+use crate::why::{Advice, AdviceFacts, Ending, Why, Words};
 
 pub mod drf;
 pub mod fairshare;
@@ -70,4 +70,13 @@ impl fmt::Display for Why<'_> {
             None => write!(f, "{:?} ({subject})", self.rule),
         }
     }
+}
+
+/// Every plugin's advice on refusals by its own rules, asked in turn.
+const ADVICE: [Advice; 4] = [fairshare::advice, gang::advice, predicates::advice, regrow::advice];
+
+/// What would let a job refused as `facts` says start, in the words of the plugin whose rule
+/// refused it; `None` when that plugin has nothing better than the general advice.
+pub fn advice(facts: &AdviceFacts) -> Option<String> {
+    ADVICE.iter().find_map(|advice| advice(facts))
 }

@@ -11,7 +11,7 @@
 
 use std::fmt;
 
-use crate::why::Ending;
+use crate::why::{AdviceFacts, Ending};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -274,4 +274,24 @@ pub(crate) fn words(why: &Why, _s: &str, f: &mut fmt::Formatter<'_>) -> Option<R
         }
         _ => None,
     }
+}
+
+/// The advice on what a gang's nodes cannot hold (see [`crate::why::Advice`]).
+pub(crate) fn advice(a: &AdviceFacts) -> Option<String> {
+    let (snap, e) = (a.snap, a.blocker.excess?);
+    let (r, amount, bound) =
+        (&snap.resources[e.resource], snap.amount(e.resource, e.amount), snap.amount(e.resource, e.bound));
+    Some(match a.blocker.rule {
+        Rule::LargerThanAnyNode => format!("ask at most {bound} {r} per pod (the largest node's) or add a node with {amount}"),
+        Rule::LargerThanAnyAllowedNode => format!(
+            "ask at most {bound} {r} per pod (the largest allowed node's), or let its pods use more nodes (node selector, affinity, tolerations; a Project's node pool)"
+        ),
+        Rule::BeyondAllowedNodes => format!(
+            "shrink the gang to {bound} {r}, or let its pods use more nodes (node selector, affinity, tolerations; a Project's node pool)"
+        ),
+        Rule::LargerThanAnyDomain => format!(
+            "fit the pods that must share one domain into {bound} {r} (the largest domain's), or require a coarser level"
+        ),
+        _ => return None,
+    })
 }

@@ -11,7 +11,7 @@ use crate::plugin::{Hook, Plugin, Rule, ShareBound, Subject, Verdict, Why};
 use crate::res::Res;
 use crate::session::Session;
 use crate::snapshot::JobId;
-use crate::why::Ending;
+use crate::why::{AdviceFacts, Ending};
 
 /// How long after losing pods to preemption or reclaim a job's elastic pods wait.
 pub const REGROW_DELAY_SECONDS: i64 = 60;
@@ -69,4 +69,13 @@ pub(crate) fn words(why: &Why, s: &str, f: &mut fmt::Formatter<'_>) -> Option<Re
         f,
         "job {s} lost pods to preemption or reclaim at {lost} and grows no elastic pods until {grows}"
     )))
+}
+
+/// The regrow rule's advice (see [`crate::why::Advice`]): when its elastic pods may grow again.
+pub(crate) fn advice(a: &AdviceFacts) -> Option<String> {
+    let (Rule::RegrowDelay, Subject::Job(j)) = (a.blocker.rule, a.blocker.subject) else { return None };
+    let snap = a.snap;
+    let lost = snap.jobs[j].preempted_at.unwrap_or(snap.clock.now());
+    let grows = snap.time(lost.saturating_add(REGROW_DELAY_SECONDS));
+    Some(format!("time: its elastic pods may grow again at {grows}, if the other rules then allow"))
 }

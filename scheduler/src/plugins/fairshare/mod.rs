@@ -38,7 +38,7 @@ use need::{Need, NeedKey};
 use reclaim::PartingVerdicts;
 use shares::{compute_shares, past_usage};
 use usable::count_only_usable_capacity;
-pub(crate) use words::words;
+pub(crate) use words::{advice, words};
 
 /// The fair-share plugin.
 pub struct FairShare {

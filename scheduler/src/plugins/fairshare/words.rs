@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::why::{Ending, Rule, Why};
+use crate::why::{AdviceFacts, Ending, Rule, Why};
 
 /// Fair share's words (see [`crate::why::Words`]).
 pub(crate) fn words(why: &Why, s: &str, f: &mut fmt::Formatter<'_>) -> Option<Result<Ending, fmt::Error>> {
@@ -31,4 +31,32 @@ pub(crate) fn words(why: &Why, s: &str, f: &mut fmt::Formatter<'_>) -> Option<Re
         _ => return None,
     };
     Some(Ending::figures(written))
+}
+
+/// Fair share's advice on its refusals (see [`crate::why::Advice`]): which setting to raise,
+/// or what to wait for.
+pub(crate) fn advice(a: &AdviceFacts) -> Option<String> {
+    let (snap, e) = (a.snap, a.blocker.excess?);
+    let (r, amount, freed) = (&snap.resources[e.resource], snap.amount(e.resource, e.amount), e.amount - e.bound);
+    let (q, limit, deserved) = (a.queue, &a.limit, &a.deserved);
+    Some(match a.blocker.rule {
+        Rule::Limit | Rule::LimitForGang if freed > e.amount - a.need[e.resource] => {
+            format!("raise {limit} to at least {amount}: the request alone exceeds it")
+        }
+        Rule::Limit | Rule::LimitForGang => format!(
+            "raise {limit} to at least {amount}, or wait until {} of {r} is freed in queue {q}",
+            snap.amount(e.resource, freed)
+        ),
+        Rule::UsableShare => format!(
+            "wait until free capacity that one of queue {q}'s waiting gangs can start on brings its fair share of {r} to {amount}"
+        ),
+        Rule::FairShare | Rule::OverFairShare => format!(
+            "wait until queue {q}'s fair share of {r} reaches {amount} (other queues' demand falls) or raise {deserved}"
+        ),
+        Rule::NonPreemptibleDeserved | Rule::NonPreemptibleGangDeserved => {
+            format!("use a preemptible priority class or raise {deserved} to {amount}")
+        }
+        Rule::ClusterCapacity => format!("the gang needs more {r} than the cluster has: shrink it"),
+        _ => return None,
+    })
 }
