@@ -6,9 +6,11 @@
 
 mod decisions;
 mod gang;
+mod scratch;
 mod statement;
 
 pub use decisions::{Decisions, JobResize};
+pub use scratch::{Scratch, Slot};
 pub use statement::Statement;
 
 use crate::domain_index::DomainIndex;
@@ -126,6 +128,8 @@ pub struct Session<'s> {
     pub changed_queues: Vec<QueueId>,
     /// Decisions committed so far.
     pub decisions: Decisions,
+    /// What plugins worked out and reuse within the session (see [`Scratch`]).
+    pub scratch: Scratch,
 }
 
 impl<'s> Session<'s> {
@@ -152,6 +156,7 @@ impl<'s> Session<'s> {
             demand: ti_vec![Res::zero(n); snap.queues.len()],
             reasons: ti_vec![None; snap.jobs.len()],
             blocked_by: ti_vec![None; snap.jobs.len()],
+            scratch: Scratch::default(),
             index: NodeIndex::new(snap.nodes.iter().map(|n| n.pool).collect(), snap.pools.len().max(1)),
             domains: DomainIndex::new(snap),
             version: 0,

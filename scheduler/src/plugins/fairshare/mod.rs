@@ -22,7 +22,6 @@ mod shares;
 mod usable;
 mod words;
 
-use std::cell::{Cell, RefCell};
 use std::cmp::Ordering;
 
 use crate::config::FairShareArgs;
@@ -30,11 +29,11 @@ use crate::ids::{ti_vec, TiSlice, TiVec};
 use crate::plugin::{EvictMode, Plugin, Rule, ShareBound, Subject, Verdict, Victim, Why};
 use crate::queue_state::{over_fair_share, queue_state};
 use crate::res::Res;
-use crate::session::Session;
+use crate::session::{Session, Slot};
 use crate::snapshot::{JobId, QueueId};
 use admission::add_elastic_running;
 use bounds::{within_deserved_with, within_fair_share_with};
-use need::{Need, NeedKey};
+use need::Needs;
 use reclaim::PartingVerdicts;
 use shares::{compute_shares, past_usage};
 use usable::count_only_usable_capacity;
@@ -54,19 +53,19 @@ pub struct FairShare {
     /// Per job, its last worked-out request, keyed by its running and pipelined pod counts
     /// (fixed while these are): reclaim asks about many victims for one reclaimer in a row,
     /// and the queue order asks about every queue's next job.
-    needs: RefCell<TiVec<JobId, Option<(NeedKey, Need)>>>,
+    needs: Slot<Needs>,
     /// Per queue (any level), the jobs of its subtree that had pending pods when the cycle
     /// opened, highest priority first, then oldest: the first one still waiting is the
     /// queue's next job.
     waiting: TiVec<QueueId, Vec<JobId>>,
     /// Per queue, how many of its first `waiting` jobs are known to have no pod left to place
     /// this cycle (placed or pipelined).
-    placed: TiVec<QueueId, Cell<usize>>,
+    placed: Slot<TiVec<QueueId, usize>>,
     /// Per queue, its fair share before [`count_only_usable_capacity`] lowered it: a refusal
     /// by a lowered share says so.
     full_share: TiVec<QueueId, Res>,
     /// Reclaim asks about every queue for one job in a row; see [`PartingVerdicts`].
-    reclaim_from: RefCell<PartingVerdicts>,
+    reclaim_from: Slot<PartingVerdicts>,
 }
 
 impl FairShare {
@@ -79,11 +78,11 @@ impl FairShare {
             past: TiVec::new(),
             jobs_by_queue: TiVec::new(),
             elastic_subtree: TiVec::new(),
-            needs: RefCell::new(TiVec::new()),
+            needs: Slot::default(),
             waiting: TiVec::new(),
-            placed: TiVec::new(),
+            placed: Slot::default(),
             full_share: TiVec::new(),
-            reclaim_from: RefCell::default(),
+            reclaim_from: Slot::default(),
         }
     }
 }
@@ -148,10 +147,10 @@ impl Plugin for FairShare {
                 jb.priority.cmp(&ja.priority).then(ja.created_at.cmp(&jb.created_at)).then(a.cmp(&b))
             });
         }
-        self.placed = waiting.iter().map(|_| Cell::new(0)).collect();
+        self.placed = ssn.scratch.slot(ti_vec![0; waiting.len()]);
         self.waiting = waiting;
-        self.needs = RefCell::new(ti_vec![None; snap.jobs.len()]);
-        self.reclaim_from = RefCell::default();
+        self.needs = ssn.scratch.slot(ti_vec![None; snap.jobs.len()]);
+        self.reclaim_from = ssn.scratch.slot(PartingVerdicts::default());
         self.jobs_by_queue = by_queue;
     }
 

@@ -46,11 +46,13 @@ impl FairShare {
         // pipelined, so a job with no pod left to place, or pipelined, stays so for the rest
         // of the cycle and is not looked at again.
         let done = |j: JobId| ssn.job_pipelined[j] > 0 || ssn.pending_pods(j).next().is_none();
-        let mut start = self.placed[q].get();
-        while start < list.len() && done(list[start]) {
-            start += 1;
-        }
-        self.placed[q].set(start);
+        let start = ssn.scratch.with(self.placed, |placed| {
+            let Some(start) = placed.get_mut(q) else { return 0 };
+            while *start < list.len() && done(list[*start]) {
+                *start += 1;
+            }
+            *start
+        });
         list[start..].iter().copied().find(|&j| ssn.job_phase[j] != JobPhase::Pending && !done(j))
     }
 

@@ -130,21 +130,23 @@ impl FairShare {
         let Some((mine, theirs)) = snap.split(snap.jobs[preemptor].queue, queue) else {
             return Err(Why::new(snap, Rule::SameQueue, Subject::Queue(queue)));
         };
-        let mut memo = self.reclaim_from.borrow_mut();
-        let key = Some((ssn.version, preemptor));
-        if memo.key != key {
-            memo.key = key;
-            memo.round += 1;
-            memo.by_sibling.resize(snap.queues.len(), (0, Ok(())));
-        }
-        let round = memo.round;
-        let (at, verdict) = &mut memo.by_sibling[theirs];
-        if *at != round {
-            *at = round;
-            *verdict = self
-                .with_need(ssn, preemptor, |need| reclaimable_from(ssn, mine, theirs, &need.request))
-                .map_err(Blocker::from);
-        }
+        let verdict = ssn.scratch.with(self.reclaim_from, |memo| {
+            let key = Some((ssn.version, preemptor));
+            if memo.key != key {
+                memo.key = key;
+                memo.round += 1;
+                memo.by_sibling.resize(snap.queues.len(), (0, Ok(())));
+            }
+            let round = memo.round;
+            let (at, verdict) = &mut memo.by_sibling[theirs];
+            if *at != round {
+                *at = round;
+                *verdict = self
+                    .with_need(ssn, preemptor, |need| reclaimable_from(ssn, mine, theirs, &need.request))
+                    .map_err(Blocker::from);
+            }
+            *verdict
+        });
         verdict.map_err(|b| b.why(snap))
     }
 }
