@@ -9,7 +9,7 @@
 
 use serde_json::{json, Map, Value};
 
-use super::eta::EtaAccuracy;
+use super::eta_accuracy::EtaAccuracy;
 use super::replay::Replay;
 use super::rows::TraceJob;
 

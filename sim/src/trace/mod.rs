@@ -8,11 +8,13 @@
 
 pub mod ends;
 pub mod eta;
+pub mod eta_accuracy;
 pub mod inputs;
 pub mod metrics;
 pub mod plot;
 pub mod policy;
 pub mod racks;
+pub mod record;
 pub mod replay;
 pub mod restart;
 pub mod rows;

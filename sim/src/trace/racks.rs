@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use drover_api::topology::DEFAULT_TOPOLOGY;
 use drover_scheduler::snapshot::{LevelInput, TopologyInput, TopologyRequestInput};
 
-use super::replay::Replay;
+use super::record::Replay;
 use super::rows::TraceJob;
 
 /// The node label naming a node's rack.
