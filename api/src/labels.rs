@@ -13,10 +13,6 @@ pub const JOB_NAME_LABEL: &str = "batch.drover.dev/job-name";
 pub const QUEUE_ANNOTATION: &str = "scheduling.drover.dev/queue";
 /// PriorityClass annotation overriding whether the class is preemptible (`"true"`/`"false"`).
 pub const PREEMPTIBLE_ANNOTATION: &str = "scheduling.drover.dev/preemptible";
-/// Pod condition type in which versions before the charge annotation recorded a bound pod's
-/// charge (on the pod's status, which tenants cannot write). Still read, so that pods bound
-/// before an upgrade keep their charge. Its message reads like [`CHARGE_ANNOTATION`]'s value.
-pub const CHARGED_CONDITION: &str = "scheduling.drover.dev/Charged";
 /// Pod annotation recording what a bound pod is charged to: the queue, PodGroup and priority
 /// class, as `queue=<q> podGroup=<g> priorityClass=<c>`. Only the scheduler's Binding sets it
 /// (the API server copies a Binding's annotations onto the pod in the write that binds it),

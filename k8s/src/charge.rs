@@ -6,9 +6,7 @@
 //! annotations and labels, and may delete or change its PodGroup, but the charge guard
 //! ([`drover_api::charge_guard`]) refuses any write of this one annotation but the binding's:
 //! so the accounting of a bound pod follows this record, never the links a tenant can still
-//! change (see the rules in [`crate::convert`]). Pods bound by versions before the annotation
-//! carry the record as the condition [`CHARGED_CONDITION`] in their status, which tenants
-//! cannot write; it is still read, first. The value is `queue=<q> podGroup=<g>
+//! change (see the rules in [`crate::convert`]). The value is `queue=<q> podGroup=<g>
 //! priorityClass=<c>`, readable by people (`kubectl describe pod`) and parsed here only.
 
 use drover_scheduler::snapshot::{JobId, Snapshot};
@@ -17,7 +15,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 
-pub use drover_api::labels::{CHARGED_CONDITION, CHARGE_ANNOTATION};
+pub use drover_api::labels::CHARGE_ANNOTATION;
 
 /// What a bound pod is charged to.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -66,15 +64,9 @@ impl Charge {
         (!charge.queue.is_empty() && !charge.group.is_empty()).then_some(charge)
     }
 
-    /// The charge recorded on a pod, if the scheduler wrote one: the condition of older
-    /// versions, else the annotation.
+    /// The charge recorded on a pod, if the scheduler wrote one.
     pub fn of(pod: &Pod) -> Option<Charge> {
-        let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_ref());
-        let condition = conditions
-            .and_then(|c| c.iter().find(|c| c.type_ == CHARGED_CONDITION && c.status == "True"))
-            .and_then(|c| c.message.as_deref());
-        let annotation = || pod.metadata.annotations.as_ref()?.get(CHARGE_ANNOTATION).map(String::as_str);
-        Charge::parse(condition.or_else(annotation)?)
+        Charge::parse(pod.metadata.annotations.as_ref()?.get(CHARGE_ANNOTATION)?)
     }
 }
 

@@ -364,8 +364,8 @@ fn group_facts_hold_the_members_and_answer_for_the_gang_minimum() {
     };
     let mut moved = bound("w1", "worker");
     moved["metadata"]["annotations"]["scheduling.drover.dev/pod-group"] = json!("other");
-    moved["status"]["conditions"] = json!([{"type": "scheduling.drover.dev/Charged", "status": "True",
-        "message": "queue=default podGroup=g priorityClass=train"}]);
+    moved["metadata"]["annotations"]["scheduling.drover.dev/charge"] =
+        json!("queue=default podGroup=g priorityClass=train");
     let mut ended = bound("w2", "worker");
     ended["metadata"]["deletionTimestamp"] = json!("2024-01-01T01:00:00Z");
     let mut g = group("g", 3);
