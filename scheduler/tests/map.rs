@@ -39,7 +39,12 @@ fn variants(source: &str, name: &str) -> Vec<String> {
         .collect()
 }
 
-/// What `names` lacks of `wanted`, each looked for as `` `x` `` (or `x` inside a backticked span).
+/// The modules `source` declares `pub mod`, in order.
+fn public_modules(source: &str) -> Vec<String> {
+    source.lines().filter_map(|l| l.strip_prefix("pub mod ")).map(|m| m.trim_end_matches(';').to_string()).collect()
+}
+
+/// The entries of `wanted` that `text` does not name in any of the forms `quoted` gives.
 fn missing<'a>(text: &str, wanted: &'a [String], quoted: impl Fn(&str) -> Vec<String>) -> Vec<&'a String> {
     wanted.iter().filter(|w| !quoted(w).iter().any(|q| text.contains(q.as_str()))).collect()
 }
@@ -69,24 +74,14 @@ fn the_readme_layout_names_every_plugin_action_and_controller() {
     let readme = read(&repo().join("README.md"));
     let layout = readme.split("## Layout").nth(1).expect("README has a Layout section");
     let layout = layout.split("\n## ").next().expect("the section ends");
-    let plugins_rs = read(&repo().join("scheduler/src/plugins/mod.rs"));
-    let plugins: Vec<String> = plugins_rs
-        .lines()
-        .filter_map(|l| l.strip_prefix("pub mod "))
-        .map(|m| m.trim_end_matches(';').to_string())
-        .collect();
+    let plugins = public_modules(&read(&repo().join("scheduler/src/plugins/mod.rs")));
     assert!(plugins.len() >= 11, "the plugins were read: {plugins:?}");
     let actions: Vec<String> = variants(&read(&repo().join("scheduler/src/config.rs")), "ActionName")
         .iter()
         .map(|a| a.to_lowercase())
         .collect();
     assert!(actions.len() >= 7, "the actions were read: {actions:?}");
-    let controllers_lib = read(&repo().join("controllers/src/lib.rs"));
-    let controllers: Vec<String> = controllers_lib
-        .lines()
-        .filter_map(|l| l.strip_prefix("pub mod "))
-        .map(|m| m.trim_end_matches(';').to_string())
-        .collect();
+    let controllers = public_modules(&read(&repo().join("controllers/src/lib.rs")));
     assert!(controllers.len() >= 4, "the controllers were read: {controllers:?}");
     for (what, names) in [("plugin", &plugins), ("action", &actions), ("controller", &controllers)] {
         let lacking = missing(layout, names, |n| vec![format!("`{n}`")]);

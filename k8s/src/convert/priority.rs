@@ -6,6 +6,7 @@ use std::sync::Arc;
 use drover_api::{BUILTIN_PRIORITY_CLASSES, NON_PREEMPTIBLE_THRESHOLD};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 
+use super::member::Member;
 use super::{Problem, PREEMPTIBLE_ANNOTATION};
 use drover_api::crd::podgroup::PodGroup;
 
@@ -78,11 +79,7 @@ impl Classes {
 
 /// A group's priority from its spec's class, else its pods' (see "Priority" in docs/conversion.md);
 /// an error names the class that does not exist.
-pub(super) fn resolve_priority(
-    group: &PodGroup,
-    members: &[super::member::Member],
-    classes: &Classes,
-) -> Result<Resolved, String> {
+pub(super) fn resolve_priority(group: &PodGroup, members: &[Member], classes: &Classes) -> Result<Resolved, String> {
     if let Some(class) = group.spec.priority_class_name.as_deref().filter(|c| !c.is_empty()) {
         return classes
             .resolve(class)
